@@ -1,0 +1,95 @@
+"""The project's exception tree. Every error the project raises on purpose is one of these.
+
+    GavelError
+    ├── ConfigError            a setting (environment variable, CLI flag) is missing or malformed
+    ├── CodecError
+    │   ├── DecodeError        bytes that are not a valid message: the reason says why
+    │   └── EncodeError        a message that cannot be put on the wire (not finite, too big, ...)
+    ├── BusError
+    │   ├── BusClosedError     publish/subscribe on a bus that is not started or already closed
+    │   ├── UnroutableError    a mandatory publish matched no queue (nobody would receive it)
+    │   ├── PublishError       the broker did not confirm a publish (nack, timeout, lost channel)
+    │   └── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
+    ├── PolicyError            the policy library (see policy_service.core)
+    │   ├── UnknownPolicyError a name not in the registry; lists the known ones
+    │   └── ProblemError       a policy input that is not a valid problem; names the field
+    └── ServiceError           a service cannot start or keeps failing; names the service
+
+Errors carry a human-readable message that names the offending thing (a variable, a field, a
+queue), so the CLI can print one line and exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class GavelError(Exception):
+    """Root of every error the project raises on purpose."""
+
+
+class ConfigError(GavelError):
+    """A setting is missing or malformed. The message names the variable."""
+
+
+class CodecError(GavelError):
+    """Base of encoding and decoding failures."""
+
+
+class DecodeError(CodecError):
+    """Bytes that are not a valid message.
+
+    ``reason`` is a short machine-friendly phrase (it becomes the dead-letter reason); ``str(e)``
+    is the same phrase, with the offending field path where one is known.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class EncodeError(CodecError):
+    """A message that cannot be encoded (a non-finite float, a body over the size limit, ...)."""
+
+
+class BusError(GavelError):
+    """Base of transport failures."""
+
+
+class BusClosedError(BusError):
+    """The bus is not started, or already closed."""
+
+
+class UnroutableError(BusError):
+    """A mandatory publish matched no queue, so nobody would ever receive it."""
+
+    def __init__(self, routing_key: str) -> None:
+        super().__init__(f"no queue is bound for routing key {routing_key!r}")
+        self.routing_key = routing_key
+
+
+class PublishError(BusError):
+    """The broker refused or did not confirm a publish."""
+
+
+class SubscriptionError(BusError):
+    """A subscription could not be made."""
+
+
+class PolicyError(GavelError):
+    """Base of the policy library's errors."""
+
+
+class UnknownPolicyError(PolicyError):
+    """A policy name that is not registered. The message lists the known names."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown policy {name!r}; known policies: {', '.join(sorted(known))}")
+        self.name = name
+        self.known = sorted(known)
+
+
+class ProblemError(PolicyError):
+    """A policy input that is not a valid problem. The message names the field."""
+
+
+class ServiceError(GavelError):
+    """A service cannot start or keeps failing."""

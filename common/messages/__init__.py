@@ -1,0 +1,57 @@
+"""Every message type, one module per domain. Import them from here."""
+
+from common.messages.allocation import (
+    AllocationComputed,
+    AllocationEntry,
+    AllocationFailed,
+    AllocationRequested,
+    EntitySpec,
+    PairThroughputs,
+    PolicyJob,
+    PolicyProblem,
+    SolveStatus,
+)
+from common.messages.base import Message, message, value
+from common.messages.jobs import (
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobRejected,
+    JobSpec,
+    JobSubmitted,
+)
+from common.messages.leases import ExtendLease, KillJobs, RunJobs
+from common.messages.rounds import Assignment, RoundEnded, RoundStarted
+from common.messages.throughput import Provenance, ThroughputEstimated
+from common.messages.workers import WorkerHeartbeat, WorkerRegistered
+
+__all__ = [
+    "AllocationComputed",
+    "AllocationEntry",
+    "AllocationFailed",
+    "AllocationRequested",
+    "Assignment",
+    "EntitySpec",
+    "ExtendLease",
+    "JobCompleted",
+    "JobFailed",
+    "JobProgress",
+    "JobRejected",
+    "JobSpec",
+    "JobSubmitted",
+    "KillJobs",
+    "Message",
+    "PairThroughputs",
+    "PolicyJob",
+    "PolicyProblem",
+    "Provenance",
+    "RoundEnded",
+    "RoundStarted",
+    "RunJobs",
+    "SolveStatus",
+    "ThroughputEstimated",
+    "WorkerHeartbeat",
+    "WorkerRegistered",
+    "message",
+    "value",
+]

@@ -1,0 +1,64 @@
+"""Job lifecycle messages: submission, refusal, completion, failure, and progress reports."""
+
+from __future__ import annotations
+
+from common.messages.base import Message, message, value
+
+
+@value
+class JobSpec:
+    """What a user asks to run. Ids are assigned at submission, so duplicates can be absorbed."""
+
+    job_id: str
+    job_type: str  # a job template, e.g. "ResNet-50 (batch size 64)"
+    total_steps: int
+    scale_factor: int = 1  # GPUs of one accelerator type the job needs at once (a gang)
+    priority_weight: float = 1.0
+    slo_s: float | None = None  # finish within this many seconds of arrival, if set
+    entity: str | None = None  # owner for hierarchical policies (team, user)
+    command: str = ""  # what a real worker runs; empty for simulated jobs
+    submit_time_s: float = 0.0
+
+
+@message("job.submitted")
+class JobSubmitted(Message):
+    spec: JobSpec
+
+
+@message("job.rejected")
+class JobRejected(Message):
+    """A submission the mechanism refused; nothing of it was accepted."""
+
+    job_id: str
+    reason: str
+
+
+@message("job.completed")
+class JobCompleted(Message):
+    job_id: str
+    completion_time_s: float
+    jct_s: float  # completion time minus arrival time
+    steps_done: int
+
+
+@message("job.failed")
+class JobFailed(Message):
+    """An accepted job that ended without finishing its steps."""
+
+    job_id: str
+    reason: str
+    failure_time_s: float = 0.0
+
+
+@message("job.progress")
+class JobProgress(Message):
+    """A worker's report of a job's work under one lease (idempotent per lease id and job)."""
+
+    job_id: str
+    worker_id: str
+    lease_id: str
+    round_id: int
+    steps_done: int  # steps done under this lease so far (cumulative within the lease)
+    elapsed_s: float  # time run under this lease so far
+    throughput_steps_per_s: float
+    finished: bool = False  # the job has done all its steps

@@ -1,0 +1,20 @@
+"""Worker membership messages. A worker is one server owning GPUs of one accelerator type."""
+
+from __future__ import annotations
+
+from common.messages.base import Message, message
+
+
+@message("worker.registered")
+class WorkerRegistered(Message):
+    worker_id: str
+    accelerator_type: str  # e.g. "v100"
+    gpu_count: int
+    server_id: str = ""  # servers group GPUs for gang placement; defaults to the worker id
+
+
+@message("worker.heartbeat")
+class WorkerHeartbeat(Message):
+    worker_id: str
+    lease_ids: tuple[str, ...] = ()  # the leases the worker is running now
+    epoch: int = 0  # the highest command epoch the worker has obeyed (stale commands are refused)

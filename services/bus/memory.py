@@ -1,0 +1,378 @@
+"""InMemoryBus: RabbitMQ's topic-exchange semantics inside one process, for the embedded default,
+the simulator and tests.
+
+It keeps the parts of AMQP that change what a service sees: topic routing, one queue per name
+with competing consumers and round-robin dispatch bounded by prefetch, FIFO per queue,
+acknowledgement after the handler, redelivery of what a cancelled consumer had not started,
+dead letters with reasons, and refusal of unroutable mandatory publishes. It drops what only a
+network needs: messages are frozen dataclasses, so by default they are handed over as objects
+(no encode/decode). ``serialize=True`` sends every message through the codec, as RabbitMQ would,
+to catch a message that could not cross a real wire.
+
+``drain()`` waits until no delivery is in flight anywhere: the simulator's virtual clock advances
+only then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+
+import structlog
+
+from common.bus import DeadLetter, Delivery, Handler
+from common.clock import Clock
+from common.codec import DEFAULT_CODEC, Codec, Envelope
+from common.errors import BusClosedError, DecodeError, SubscriptionError, UnroutableError
+from common.messages.base import Message
+from common.topics import topic_matches, validate_pattern
+from services.bus.consumer import ConsumerLoop
+from services.clock import WallClock
+
+log = structlog.get_logger("gavel.bus.memory")
+
+
+class _Item:
+    """One message sitting in a queue or an inbox."""
+
+    __slots__ = ("message", "envelope", "body", "routing_key", "redelivered")
+
+    def __init__(
+        self,
+        message: Message | None,
+        envelope: Envelope | None,
+        body: bytes | None,
+        routing_key: str,
+        redelivered: bool = False,
+    ) -> None:
+        self.message = message
+        self.envelope = envelope
+        self.body = body
+        self.routing_key = routing_key
+        self.redelivered = redelivered
+
+
+class _Queue:
+    __slots__ = ("name", "durable", "pending", "consumers", "next_consumer")
+
+    def __init__(self, name: str, durable: bool) -> None:
+        self.name = name
+        self.durable = durable
+        self.pending: collections.deque[_Item] = collections.deque()
+        self.consumers: list[MemorySubscription] = []
+        self.next_consumer = 0
+
+
+class MemorySubscription:
+    def __init__(self, bus: InMemoryBus, queue: _Queue, handler: Handler, prefetch: int, concurrency: int) -> None:
+        self._bus = bus
+        self._queue = queue
+        self._handler = handler
+        self.prefetch = prefetch
+        self.unacked = 0  # dispatched to this consumer, not yet settled
+        self._active = True
+        self._loop: ConsumerLoop[_Item] = ConsumerLoop(
+            self._deliver, concurrency=concurrency, name=f"memory-consumer-{queue.name}"
+        )
+        self._loop.start()
+
+    @property
+    def queue(self) -> str:
+        return self._queue.name
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def push(self, item: _Item) -> None:
+        self.unacked += 1
+        self._loop.push(item)
+
+    async def _deliver(self, item: _Item) -> None:
+        try:
+            await self._bus._handle(self._queue, item, self._handler)
+        except asyncio.CancelledError:
+            # Forced stop mid-handler: the delivery was never acknowledged, so it goes back.
+            item.redelivered = True
+            self._queue.pending.appendleft(item)
+            raise
+        finally:
+            self.unacked -= 1
+            self._bus._settled(self._queue)
+
+    async def cancel(self, timeout_s: float = 30.0) -> None:
+        if not self._active:
+            return
+        self._active = False
+        self._loop.halt()
+        self._bus._detach(self)
+        left = await self._loop.stop(timeout_s)
+        # Prefetched but never started: back to the head of the queue, marked redelivered as
+        # AMQP does, so ordering holds for the next consumer.
+        for item in reversed(left):
+            item.redelivered = True
+            self._queue.pending.appendleft(item)
+        self.unacked -= len(left)
+        self._bus._requeued(self._queue, len(left))
+
+
+class InMemoryBus:
+    """The in-process bus. See the module docstring and common.bus for the contract."""
+
+    def __init__(
+        self,
+        *,
+        codec: Codec = DEFAULT_CODEC,
+        clock: Clock | None = None,
+        source: str = "gavel",
+        prefetch: int = 32,
+        serialize: bool = False,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self._codec = codec
+        self._clock = clock or WallClock()
+        self._source = source
+        self._default_prefetch = prefetch
+        self._serialize = serialize
+        if id_factory is None:
+            prefix = uuid.uuid4().hex[:12]
+            counter = itertools.count(1)
+            id_factory = lambda: f"{prefix}-{next(counter)}"  # noqa: E731 - cheap, unique per bus
+        self._new_id = id_factory
+        self._queues: dict[str, _Queue] = {}
+        self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
+        self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
+        self._dead: collections.deque[DeadLetter] = collections.deque()
+        self._subscriptions: list[MemorySubscription] = []
+        self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._open
+
+    async def start(self) -> None:
+        self._open = True
+
+    async def close(self, timeout_s: float = 30.0) -> None:
+        for sub in list(self._subscriptions):
+            await sub.cancel(timeout_s)
+        self._open = False
+
+    async def __aenter__(self) -> InMemoryBus:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise BusClosedError("the in-memory bus is not started (call start()) or is closed")
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        message: Message,
+        *,
+        source: str | None = None,
+        correlation_id: str | None = None,
+        message_id: str | None = None,
+        mandatory: bool = True,
+    ) -> str:
+        self._check_open()
+        self._codec.validate(message)  # as strict as a wire: NaN, wrong types, unknown classes
+        key = message.routing_key()
+        queues = self._route(key)
+        message_id = message_id or self._new_id()
+        if not queues:
+            if mandatory:
+                raise UnroutableError(key)
+            return message_id
+        envelope = Envelope(
+            message_id, message.SCHEMA, message.VERSION, source or self._source, self._clock.now_s(), correlation_id
+        )
+        if self._serialize:
+            body = self._codec.encode(
+                message,
+                source=envelope.source,
+                sent_at_s=envelope.sent_at_s,
+                message_id=message_id,
+                correlation_id=correlation_id,
+            )
+            for q in queues:
+                self._enqueue(q, _Item(None, None, body, key))
+        else:
+            for q in queues:
+                self._enqueue(q, _Item(message, envelope, None, key))
+        return message_id
+
+    async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
+        return [await self.publish(m, source=source) for m in messages]
+
+    async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
+        self._check_open()
+        queues = self._route(routing_key)
+        if not queues and mandatory:
+            raise UnroutableError(routing_key)
+        for q in queues:
+            self._enqueue(q, _Item(None, None, bytes(body), routing_key))
+
+    def _route(self, key: str) -> list[_Queue]:
+        queues = self._routes.get(key)
+        if queues is None:
+            names = dict.fromkeys(name for pattern, name in self._bindings if topic_matches(pattern, key))
+            queues = [self._queues[name] for name in names]
+            self._routes[key] = queues
+        return queues
+
+    def _enqueue(self, q: _Queue, item: _Item) -> None:
+        q.pending.append(item)
+        if q.consumers:
+            self._dispatch(q)
+
+    def _dispatch(self, q: _Queue) -> None:
+        """Hand pending messages round-robin to consumers with prefetch credit, as RabbitMQ does."""
+        consumers = q.consumers
+        n = len(consumers)
+        while q.pending and n:
+            for _ in range(n):
+                sub = consumers[q.next_consumer % n]
+                q.next_consumer = (q.next_consumer + 1) % n
+                if sub.unacked < sub.prefetch:
+                    break
+            else:
+                return  # every consumer is at its prefetch limit
+            sub.push(q.pending.popleft())
+            self._in_flight += 1
+            self._idle.clear()
+
+    # -- consuming ------------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        queue: str,
+        bindings: Sequence[str],
+        handler: Handler,
+        *,
+        prefetch: int | None = None,
+        concurrency: int = 1,
+        durable: bool = True,
+    ) -> MemorySubscription:
+        self._check_open()
+        if not queue:
+            raise SubscriptionError("queue name must not be empty")
+        try:
+            for pattern in bindings:
+                validate_pattern(pattern)
+        except ValueError as e:
+            raise SubscriptionError(str(e)) from None
+        q = self._queues.get(queue)
+        if q is None:
+            q = self._queues[queue] = _Queue(queue, durable)
+        elif q.durable != durable:
+            raise SubscriptionError(f"queue {queue!r} exists with durable={q.durable}")
+        elif not durable and q.consumers:
+            raise SubscriptionError(f"queue {queue!r} is private (durable=False) and already consumed")
+        for pattern in bindings:
+            if (pattern, queue) not in self._bindings:
+                self._bindings.append((pattern, queue))
+        self._routes.clear()
+        sub = MemorySubscription(self, q, handler, prefetch or self._default_prefetch, concurrency)
+        q.consumers.append(sub)
+        self._subscriptions.append(sub)
+        self._dispatch(q)
+        return sub
+
+    async def _handle(self, q: _Queue, item: _Item, handler: Handler) -> None:
+        message, envelope = item.message, item.envelope
+        if message is None or envelope is None:
+            try:
+                decoded = self._codec.decode(item.body)
+            except DecodeError as e:
+                self._dead_letter(q, item, f"undecodable: {e.reason}")
+                return
+            message, envelope = decoded.message, decoded.envelope
+        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered)
+        try:
+            await handler(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a handler's failure must not stop the queue: dead-letter it
+            self._dead_letter(q, item, f"handler failed: {type(e).__name__}: {e}")
+
+    def _dead_letter(self, q: _Queue, item: _Item, reason: str) -> None:
+        body = item.body
+        if body is None and item.message is not None and item.envelope is not None:
+            env = item.envelope
+            body = self._codec.encode(
+                item.message,
+                source=env.source,
+                sent_at_s=env.sent_at_s,
+                message_id=env.message_id,
+                correlation_id=env.correlation_id,
+            )
+        self._dead.append(DeadLetter(q.name, item.routing_key, body or b"", reason[:1000]))
+        log.warning("message_dead_lettered", queue=q.name, routing_key=item.routing_key, reason=reason[:1000])
+
+    def _settled(self, q: _Queue) -> None:
+        self._in_flight -= 1
+        if q.consumers:
+            self._dispatch(q)
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def _requeued(self, q: _Queue, count: int) -> None:
+        self._in_flight -= count
+        if q.consumers:
+            self._dispatch(q)
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def _detach(self, sub: MemorySubscription) -> None:
+        q = self._queues.get(sub.queue)
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+        if q is None or sub not in q.consumers:
+            return
+        q.consumers.remove(sub)
+        if not q.durable and not q.consumers:
+            # A private queue goes away with its last consumer (AMQP auto-delete).
+            del self._queues[q.name]
+            self._bindings = [(p, n) for p, n in self._bindings if n != q.name]
+            self._routes.clear()
+
+    # -- inspection -----------------------------------------------------------------------------
+
+    async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
+        out = []
+        while self._dead and len(out) < limit:
+            out.append(self._dead.popleft())
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """No delivery is in flight (queues without consumers may still hold messages)."""
+        return self._in_flight == 0
+
+    async def drain(self, timeout_s: float | None = 60.0) -> None:
+        """Wait until no delivery is in flight, including ones that handlers publish meanwhile."""
+
+        async def wait() -> None:
+            while self._in_flight:
+                await self._idle.wait()
+
+        await asyncio.wait_for(wait(), timeout_s)
+
+    def queue_depth(self, queue: str) -> int:
+        """Messages waiting in ``queue`` (not yet dispatched to a consumer)."""
+        q = self._queues.get(queue)
+        return len(q.pending) if q else 0

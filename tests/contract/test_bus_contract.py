@@ -1,0 +1,276 @@
+"""The bus contract (common/bus.py), run against InMemoryBus (objects and serialized) and RabbitBus."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import sys
+
+import pytest
+
+from common.bus import Delivery
+from common.errors import BusClosedError, EncodeError, UnroutableError
+from common.messages import AllocationComputed, JobRejected, KillJobs, RunJobs, SolveStatus
+from services.bus.memory import InMemoryBus
+from tests.support.messages import submitted, wire
+from tests.support.waiting import Collector, eventually
+
+
+def job_ids(c: Collector) -> list[str]:
+    return [d.message.spec.job_id for d in c.deliveries]  # type: ignore[attr-defined]
+
+
+async def test_topic_wildcards_match_as_amqp(harness):
+    bus = await harness.connect()
+    hash_c, star_c, mid_c = Collector(), Collector(), Collector()
+    await bus.subscribe("hash", ["a.#"], hash_c)
+    await bus.subscribe("star", ["a.*"], star_c)
+    await bus.subscribe("mid", ["*.b.#"], mid_c)
+    body = wire(submitted(1))
+    for key in ("a", "a.b", "a.b.c", "x.b", "b"):
+        await bus.publish_raw(key, body, mandatory=False)
+    await hash_c.wait_for_count(3)
+    await star_c.wait_for_count(1)
+    await mid_c.wait_for_count(3)
+    # One more message to every queue: when it arrives, nothing else can still be on the way.
+    for key in ("a.z", "q.b"):
+        await bus.publish_raw(key, body, mandatory=False)
+    await hash_c.wait_for_count(4)
+    await star_c.wait_for_count(2)
+    await mid_c.wait_for_count(4)
+    assert [d.routing_key for d in hash_c.deliveries] == ["a", "a.b", "a.b.c", "a.z"]  # '#' = zero or more
+    assert [d.routing_key for d in star_c.deliveries] == ["a.b", "a.z"]  # '*' = exactly one
+    assert [d.routing_key for d in mid_c.deliveries] == ["a.b", "a.b.c", "x.b", "q.b"]
+
+
+async def test_competing_consumers_share_a_queue_each_message_once(harness):
+    bus_a = await harness.connect("a")
+    bus_b = await harness.connect("b")
+    both_busy = asyncio.Event()
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    def handler(name: str):
+        async def handle(d: Delivery) -> None:
+            seen[name].append(d.message.spec.job_id)  # type: ignore[attr-defined]
+            if seen["a"] and seen["b"]:
+                both_busy.set()
+            # Hold the first delivery until both consumers have one: with prefetch 1 the broker
+            # must then hand the second message to the other consumer.
+            await both_busy.wait()
+
+        return handle
+
+    await bus_a.subscribe("work", ["job.submitted"], handler("a"), prefetch=1)
+    await bus_b.subscribe("work", ["job.submitted"], handler("b"), prefetch=1)
+    for i in range(20):
+        await bus_a.publish(submitted(i))
+    await eventually(lambda: len(seen["a"]) + len(seen["b"]) == 20)
+    assert seen["a"] and seen["b"]
+    assert sorted(seen["a"] + seen["b"], key=int) == [str(i) for i in range(20)]
+
+
+async def test_each_distinct_queue_gets_its_own_copy(harness):
+    bus = await harness.connect()
+    mech, est = Collector(), Collector()
+    await bus.subscribe("mechanism", ["job.submitted"], mech)
+    await bus.subscribe("estimator", ["job.*"], est)
+    for i in range(10):
+        await bus.publish(submitted(i))
+    await mech.wait_for_count(10)
+    await est.wait_for_count(10)
+    assert job_ids(mech) == job_ids(est) == [str(i) for i in range(10)]
+
+
+async def test_worker_commands_reach_only_their_worker(harness):
+    bus = await harness.connect()
+    w1, w2, fleet = Collector(), Collector(), Collector()
+    await bus.subscribe("worker.w1", ["worker.cmd.w1.*"], w1)
+    await bus.subscribe("worker.w2", ["worker.cmd.w2.*"], w2)
+    with pytest.raises(UnroutableError):  # a worker nobody has registered
+        await bus.publish(RunJobs("w9", 3, "lease-3", 7, ("j1",), (0,), 360.0))
+    await bus.subscribe("fleet-audit", ["worker.cmd.#"], fleet)
+    run = RunJobs("w1", 3, "lease-1", 7, ("j1",), (0,), 360.0, (500,))
+    kill = KillJobs("w2", 3, "lease-2", 7, "preempted")
+    await bus.publish(run)
+    await bus.publish(kill)
+    await fleet.wait_for_count(2)
+    await w1.wait_for_count(1)
+    await w2.wait_for_count(1)
+    assert w1.messages == [run] and w2.messages == [kill]
+    assert [d.routing_key for d in fleet.deliveries] == ["worker.cmd.w1.run", "worker.cmd.w2.kill"]
+
+
+async def test_handler_exception_is_dead_lettered_with_reason_and_consuming_continues(harness):
+    bus = await harness.connect()
+    handled = Collector()
+
+    async def handler(d: Delivery) -> None:
+        if d.message.spec.job_id == "13":  # type: ignore[attr-defined]
+            raise ValueError("job 13 is cursed")
+        await handled(d)
+
+    await bus.subscribe("mechanism", ["job.submitted"], handler)
+    for i in (12, 13, 14):
+        await bus.publish(submitted(i))
+    await handled.wait_for_count(2)
+    assert job_ids(handled) == ["12", "14"]
+    letters = await _take_dead_letters(bus, 1)
+    assert len(letters) == 1
+    (letter,) = letters
+    assert letter.queue == "mechanism" and letter.routing_key == "job.submitted"
+    assert "ValueError" in letter.reason and "job 13 is cursed" in letter.reason
+    from common.codec import DEFAULT_CODEC
+
+    assert DEFAULT_CODEC.decode(letter.body).message == submitted(13)
+
+
+async def test_undecodable_body_is_dead_lettered_with_reason(harness):
+    bus = await harness.connect()
+    handled = Collector()
+    await bus.subscribe("mechanism", ["job.submitted"], handled)
+    await bus.publish_raw("job.submitted", b"\x92\x01\x02")  # msgpack [1, 2], not an envelope
+    await bus.publish_raw("job.submitted", b"\xc1")  # never valid msgpack
+    await bus.publish(submitted(1))
+    await handled.wait_for_count(1)
+    letters = await _take_dead_letters(bus, 2)
+    assert [letter.body for letter in letters] == [b"\x92\x01\x02", b"\xc1"]
+    assert all(letter.reason.startswith("undecodable: ") for letter in letters)
+    assert "envelope: expected map" in letters[0].reason
+    assert "not valid msgpack" in letters[1].reason
+    assert job_ids(handled) == ["1"]
+
+
+async def test_unroutable_publish_raises_unless_not_mandatory(harness):
+    bus = await harness.connect()
+    with pytest.raises(UnroutableError) as info:
+        await bus.publish(JobRejected("7", "unknown job type"))
+    assert info.value.routing_key == "job.rejected"
+    # Not mandatory: accepted and dropped, as an AMQP broker does.
+    await bus.publish(JobRejected("7", "unknown job type"), mandatory=False)
+
+
+async def test_messages_that_cannot_cross_a_wire_are_refused_at_publish(harness):
+    bus = await harness.connect()
+    await bus.subscribe("policy-results", ["allocation.#"], Collector())
+    bad = AllocationComputed("r1", "max_min_fairness", SolveStatus.OPTIMAL, math.nan, 0.1, ())
+    with pytest.raises(EncodeError, match="objective: not a finite number"):
+        await bus.publish(bad)
+
+
+async def test_order_is_kept_per_queue(harness):
+    bus = await harness.connect()
+    c = Collector()
+    await bus.subscribe("ordered", ["job.submitted"], c, prefetch=50)
+    for i in range(300):
+        await bus.publish(submitted(i))
+    await c.wait_for_count(300)
+    assert job_ids(c) == [str(i) for i in range(300)]
+
+
+async def test_cancel_finishes_running_handler_and_returns_unstarted_messages(harness):
+    bus = await harness.connect()
+    started, release = asyncio.Event(), asyncio.Event()
+    finished: list[str] = []
+
+    async def slow(d: Delivery) -> None:
+        started.set()
+        await release.wait()
+        finished.append(d.message.spec.job_id)  # type: ignore[attr-defined]
+
+    sub = await bus.subscribe("work", ["job.submitted"], slow, prefetch=5)
+    for i in range(5):
+        await bus.publish(submitted(i))
+    await asyncio.wait_for(started.wait(), 10)
+    cancelling = asyncio.create_task(sub.cancel(timeout_s=10))
+    await asyncio.sleep(0)  # let cancel stop new deliveries before the handler is released
+    assert not sub.active
+    release.set()
+    await asyncio.wait_for(cancelling, 15)
+    assert finished == ["0"]  # the running handler finished (and was acknowledged)
+
+    rest = Collector()
+    await bus.subscribe("work", ["job.submitted"], rest)
+    await rest.wait_for_count(4)
+    assert job_ids(rest) == ["1", "2", "3", "4"]
+    assert all(d.redelivered for d in rest.deliveries)
+
+
+async def test_publish_on_a_closed_bus_raises(harness):
+    bus = await harness.connect()
+    await bus.close()
+    with pytest.raises(BusClosedError):
+        await bus.publish(submitted(1))
+
+
+@pytest.mark.broker
+async def test_rabbit_redelivers_after_consumer_process_dies_without_ack(rabbit):
+    """A consumer killed with SIGKILL never acknowledged its delivery: the broker redelivers it."""
+    bus = await rabbit.connect("survivor")
+    await bus.subscribe("work", ["job.submitted"], Collector())  # declare the queue...
+    (sub,) = bus._subscriptions
+    await sub.cancel()  # ...then leave it to the doomed process
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.hold_one",
+        rabbit.settings().amqp_url,
+        rabbit.exchange,
+        "work",
+        "job.submitted",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=os.getcwd(),
+    )
+    try:
+        assert child.stdout is not None
+        assert (await asyncio.wait_for(child.stdout.readline(), 30)).strip() == b"ready"
+        await bus.publish(submitted(42))
+        assert (await asyncio.wait_for(child.stdout.readline(), 30)).strip() == b"holding 42"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    survivor = Collector()
+    await bus.subscribe("work", ["job.submitted"], survivor)
+    (delivery,) = await survivor.wait_for_count(1, timeout_s=30)
+    assert delivery.message == submitted(42)
+    assert delivery.redelivered
+
+
+async def test_memory_drain_waits_for_cascades():
+    bus = InMemoryBus()
+    await bus.start()
+    seen: list[str] = []
+
+    async def first(d: Delivery) -> None:
+        seen.append("submitted")
+        await bus.publish(JobRejected(d.message.spec.job_id, "no"))  # type: ignore[attr-defined]
+
+    async def second(d: Delivery) -> None:
+        await asyncio.sleep(0)
+        seen.append("rejected")
+
+    await bus.subscribe("a", ["job.submitted"], first)
+    await bus.subscribe("b", ["job.rejected"], second)
+    for i in range(50):
+        await bus.publish(submitted(i))
+    assert not bus.idle
+    await bus.drain(timeout_s=10)
+    assert bus.idle
+    assert seen.count("submitted") == 50 and seen.count("rejected") == 50
+    await bus.close()
+
+
+async def _take_dead_letters(bus, n: int):
+    letters: list = []
+
+    async def enough() -> bool:
+        letters.extend(await bus.take_dead_letters(n - len(letters)))
+        return len(letters) >= n
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not await enough():
+        assert loop.time() < deadline, f"only {len(letters)} of {n} dead letters arrived"
+        await asyncio.sleep(0.02)
+    return letters
