@@ -61,10 +61,6 @@ def new_message_id() -> str:
     return uuid.uuid4().hex
 
 
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise DecodeError(f"msgpack ext type {code} is not allowed")
-
-
 class Codec:
     """Encodes and decodes the registered message types under the given limits."""
 
@@ -143,8 +139,6 @@ class Codec:
                 data,
                 raw=False,
                 strict_map_key=True,
-                ext_hook=_refuse_ext,
-                timestamp=0,
                 max_str_len=lim.max_str_bytes,
                 max_bin_len=lim.max_str_bytes,
                 max_array_len=lim.max_items,
@@ -153,6 +147,10 @@ class Codec:
             )
         except DecodeError:
             raise
+        except ValueError as e:
+            if "max_ext_len" in str(e):  # every ext type, timestamps included, has length > 0
+                raise DecodeError("msgpack ext types (timestamps included) are not allowed") from None
+            raise DecodeError(f"not valid msgpack (ValueError: {str(e)[:200]})") from None
         except Exception as e:  # msgpack raises many unrelated types; all mean "not our format"
             detail = f"{type(e).__name__}: {str(e)[:200]}" if str(e) else type(e).__name__
             raise DecodeError(f"not valid msgpack ({detail})") from None

@@ -1,0 +1,67 @@
+"""Hostile bodies at a live subscription: each ends handled or dead-lettered with a reason, and
+the subscription keeps consuming. Runs against every bus."""
+
+from __future__ import annotations
+
+import asyncio
+
+from common.bus import Delivery
+from common.codec import DEFAULT_CODEC
+from common.errors import DecodeError
+from tests.support.fuzz import hostile_bodies
+from tests.support.messages import submitted
+from tests.support.waiting import Collector
+
+N_BODIES = 10_000
+
+
+async def test_hostile_bodies_are_dead_lettered_with_reasons_and_consuming_continues(harness):
+    bus = await harness.connect()
+    handled = Collector()
+
+    async def strict_handler(d: Delivery) -> None:
+        # What a service does with a message that decoded but makes no sense to it.
+        if d.routing_key != d.message.routing_key():
+            raise TypeError(f"{type(d.message).__name__} arrived on {d.routing_key}")
+        await handled(d)
+
+    await bus.subscribe("mechanism", ["job.submitted"], strict_handler, prefetch=256)
+    bodies = list(hostile_bodies(N_BODIES, seed=7))
+    expected_good = 0
+    for body in bodies:
+        try:
+            expected_good += DEFAULT_CODEC.decode(body).message.routing_key() == "job.submitted"
+        except DecodeError:
+            pass
+
+    window = 256
+    for start in range(0, N_BODIES, window):
+        await asyncio.gather(*(bus.publish_raw("job.submitted", b) for b in bodies[start : start + window]))
+
+    letters = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while len(handled.deliveries) + len(letters) < N_BODIES:
+        batch = await bus.take_dead_letters(5000)
+        letters.extend(batch)
+        assert loop.time() < deadline, f"{len(handled.deliveries)} handled + {len(letters)} dead of {N_BODIES}"
+        if not batch:
+            await asyncio.sleep(0.05)
+
+    assert len(handled.deliveries) == expected_good
+    assert len(handled.deliveries) + len(letters) == N_BODIES
+    assert all(letter.reason and letter.queue == "mechanism" for letter in letters)
+    for letter in letters:  # each dead letter really was bad, and says how
+        if letter.reason.startswith("undecodable: "):
+            try:
+                DEFAULT_CODEC.decode(letter.body)
+            except DecodeError as e:
+                assert letter.reason == f"undecodable: {e.reason}"
+            else:
+                raise AssertionError(f"decodable body dead-lettered as undecodable: {letter.reason}")
+        else:
+            assert letter.reason.startswith("handler failed: TypeError")
+
+    # Still consuming after all that.
+    await bus.publish(submitted(99_999))
+    await handled.wait_until(lambda: any(d.message == submitted(99_999) for d in handled.deliveries))
