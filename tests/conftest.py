@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from common.config import BusSettings
-from services.bus.memory import InMemoryBus
+from services.bus.memory import InMemoryBroker, InMemoryBus
 from tests.support.broker import amqp_url, broker_reachable, broker_required
 
 
@@ -30,8 +30,8 @@ class BusHarness:
 
     kinds: ``memory`` (objects handed over), ``memory-serialized`` (every message through the
     codec) and ``rabbit``. For RabbitMQ every connection is a new client on a per-test exchange,
-    so one test can stand in for several processes. The in-memory broker lives in the process,
-    so every 'connection' is the same bus.
+    so one test can stand in for several processes. For the in-memory bus every connection is
+    a new InMemoryBus on one shared in-process broker.
     """
 
     def __init__(self, kind: str, url: str | None = None) -> None:
@@ -39,7 +39,7 @@ class BusHarness:
         self._url = url
         self.exchange = f"gavel-test-{uuid.uuid4().hex[:10]}"
         self._buses: list[Any] = []
-        self._memory: InMemoryBus | None = None
+        self._broker = InMemoryBroker(serialize=kind == "memory-serialized")
 
     @property
     def is_rabbit(self) -> bool:
@@ -57,11 +57,10 @@ class BusHarness:
 
     async def connect(self, source: str = "test", **overrides: Any) -> Any:
         if not self.is_rabbit:
-            if self._memory is None:
-                self._memory = InMemoryBus(source=source, serialize=self.kind == "memory-serialized")
-                await self._memory.start()
-                self._buses.append(self._memory)
-            return self._memory
+            memory = InMemoryBus(self._broker, source=source)
+            await memory.start()
+            self._buses.append(memory)
+            return memory
         from services.bus.rabbit import RabbitBus
 
         bus = RabbitBus(self.settings(**overrides), source=source)

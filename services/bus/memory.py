@@ -67,8 +67,11 @@ class _Queue:
 
 
 class MemorySubscription:
-    def __init__(self, bus: InMemoryBus, queue: _Queue, handler: Handler, prefetch: int, concurrency: int) -> None:
-        self._bus = bus
+    def __init__(
+        self, broker: InMemoryBroker, owner: InMemoryBus, queue: _Queue, handler: Handler, prefetch: int, concurrency: int
+    ) -> None:
+        self._broker = broker
+        self._owner = owner
         self._queue = queue
         self._handler = handler
         self.prefetch = prefetch
@@ -93,7 +96,7 @@ class MemorySubscription:
 
     async def _deliver(self, item: _Item) -> None:
         try:
-            await self._bus._handle(self._queue, item, self._handler)
+            await self._broker._handle(self._queue, item, self._handler)
         except asyncio.CancelledError:
             # Forced stop mid-handler: the delivery was never acknowledged, so it goes back.
             item.redelivered = True
@@ -101,14 +104,15 @@ class MemorySubscription:
             raise
         finally:
             self.unacked -= 1
-            self._bus._settled(self._queue)
+            self._broker._settled(self._queue)
 
     async def cancel(self, timeout_s: float = 30.0) -> None:
         if not self._active:
             return
         self._active = False
         self._loop.halt()
-        self._bus._detach(self)
+        self._broker._detach(self)
+        self._owner._forget(self)
         left = await self._loop.stop(timeout_s)
         # Prefetched but never started: back to the head of the queue, marked redelivered as
         # AMQP does, so ordering holds for the next consumer.
@@ -116,14 +120,183 @@ class MemorySubscription:
             item.redelivered = True
             self._queue.pending.appendleft(item)
         self.unacked -= len(left)
-        self._bus._requeued(self._queue, len(left))
+        self._broker._requeued(self._queue, len(left))
+
+
+class InMemoryBroker:
+    """The in-process broker: queues, bindings, dead letters, in-flight accounting.
+
+    Services connect to it with ``InMemoryBus(broker)``, one connection each, as they would to
+    RabbitMQ; closing one connection cancels only its own subscriptions.
+    """
+
+    def __init__(self, *, codec: Codec = DEFAULT_CODEC, serialize: bool = False) -> None:
+        self.codec = codec
+        self.serialize = serialize
+        self._queues: dict[str, _Queue] = {}
+        self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
+        self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
+        self._dead: collections.deque[DeadLetter] = collections.deque()
+        self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- routing --------------------------------------------------------------------------------
+
+    def route(self, key: str) -> list[_Queue]:
+        queues = self._routes.get(key)
+        if queues is None:
+            names = dict.fromkeys(name for pattern, name in self._bindings if topic_matches(pattern, key))
+            queues = [self._queues[name] for name in names]
+            self._routes[key] = queues
+        return queues
+
+    def enqueue(self, q: _Queue, item: _Item) -> None:
+        q.pending.append(item)
+        if q.consumers:
+            self._dispatch(q)
+
+    def _dispatch(self, q: _Queue) -> None:
+        """Hand pending messages round-robin to consumers with prefetch credit, as RabbitMQ does."""
+        consumers = q.consumers
+        n = len(consumers)
+        while q.pending and n:
+            for _ in range(n):
+                sub = consumers[q.next_consumer % n]
+                q.next_consumer = (q.next_consumer + 1) % n
+                if sub.unacked < sub.prefetch:
+                    break
+            else:
+                return  # every consumer is at its prefetch limit
+            sub.push(q.pending.popleft())
+            self._in_flight += 1
+            self._idle.clear()
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def attach(
+        self,
+        owner: InMemoryBus,
+        queue: str,
+        bindings: Sequence[str],
+        handler: Handler,
+        prefetch: int,
+        concurrency: int,
+        durable: bool,
+    ) -> MemorySubscription:
+        if not queue:
+            raise SubscriptionError("queue name must not be empty")
+        try:
+            for pattern in bindings:
+                validate_pattern(pattern)
+        except ValueError as e:
+            raise SubscriptionError(str(e)) from None
+        q = self._queues.get(queue)
+        if q is None:
+            q = self._queues[queue] = _Queue(queue, durable)
+        elif q.durable != durable:
+            raise SubscriptionError(f"queue {queue!r} exists with durable={q.durable}")
+        elif not durable and q.consumers:
+            raise SubscriptionError(f"queue {queue!r} is private (durable=False) and already consumed")
+        for pattern in bindings:
+            if (pattern, queue) not in self._bindings:
+                self._bindings.append((pattern, queue))
+        self._routes.clear()
+        sub = MemorySubscription(self, owner, q, handler, prefetch, concurrency)
+        q.consumers.append(sub)
+        self._dispatch(q)
+        return sub
+
+    async def _handle(self, q: _Queue, item: _Item, handler: Handler) -> None:
+        message, envelope = item.message, item.envelope
+        if message is None or envelope is None:
+            try:
+                decoded = self.codec.decode(item.body)
+            except DecodeError as e:
+                self._dead_letter(q, item, f"undecodable: {e.reason}")
+                return
+            message, envelope = decoded.message, decoded.envelope
+        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered)
+        try:
+            await handler(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a handler's failure must not stop the queue: dead-letter it
+            self._dead_letter(q, item, f"handler failed: {type(e).__name__}: {e}")
+
+    def _dead_letter(self, q: _Queue, item: _Item, reason: str) -> None:
+        body = item.body
+        if body is None and item.message is not None and item.envelope is not None:
+            env = item.envelope
+            body = self.codec.encode(
+                item.message,
+                source=env.source,
+                sent_at_s=env.sent_at_s,
+                message_id=env.message_id,
+                correlation_id=env.correlation_id,
+            )
+        self._dead.append(DeadLetter(q.name, item.routing_key, body or b"", reason[:1000]))
+        log.warning("message_dead_lettered", queue=q.name, routing_key=item.routing_key, reason=reason[:1000])
+
+    def _settled(self, q: _Queue) -> None:
+        self._requeued(q, 1)
+
+    def _requeued(self, q: _Queue, count: int) -> None:
+        self._in_flight -= count
+        if q.consumers:
+            self._dispatch(q)
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def _detach(self, sub: MemorySubscription) -> None:
+        q = self._queues.get(sub.queue)
+        if q is None or sub not in q.consumers:
+            return
+        q.consumers.remove(sub)
+        if not q.durable and not q.consumers:
+            # A private queue goes away with its last consumer (AMQP auto-delete).
+            del self._queues[q.name]
+            self._bindings = [(p, n) for p, n in self._bindings if n != q.name]
+            self._routes.clear()
+
+    # -- inspection -----------------------------------------------------------------------------
+
+    def take_dead_letters(self, limit: int) -> list[DeadLetter]:
+        out = []
+        while self._dead and len(out) < limit:
+            out.append(self._dead.popleft())
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """No delivery is in flight (queues without consumers may still hold messages)."""
+        return self._in_flight == 0
+
+    async def drain(self, timeout_s: float | None = 60.0) -> None:
+        """Wait until no delivery is in flight, including ones that handlers publish meanwhile."""
+
+        async def wait() -> None:
+            while self._in_flight:
+                await self._idle.wait()
+
+        await asyncio.wait_for(wait(), timeout_s)
+
+    def queue_depth(self, queue: str) -> int:
+        """Messages waiting in ``queue`` (not yet dispatched to a consumer)."""
+        q = self._queues.get(queue)
+        return len(q.pending) if q else 0
 
 
 class InMemoryBus:
-    """The in-process bus. See the module docstring and common.bus for the contract."""
+    """A connection to an in-process broker. See the module docstring and common.bus.
+
+    ``InMemoryBus()`` makes a private broker; pass ``broker=`` to connect several services (or a
+    test's several 'processes') to one.
+    """
 
     def __init__(
         self,
+        broker: InMemoryBroker | None = None,
         *,
         codec: Codec = DEFAULT_CODEC,
         clock: Clock | None = None,
@@ -132,24 +305,17 @@ class InMemoryBus:
         serialize: bool = False,
         id_factory: Callable[[], str] | None = None,
     ) -> None:
-        self._codec = codec
+        self.broker = broker or InMemoryBroker(codec=codec, serialize=serialize)
+        self._codec = self.broker.codec
         self._clock = clock or WallClock()
         self._source = source
         self._default_prefetch = prefetch
-        self._serialize = serialize
         if id_factory is None:
             prefix = uuid.uuid4().hex[:12]
             counter = itertools.count(1)
             id_factory = lambda: f"{prefix}-{next(counter)}"  # noqa: E731 - cheap, unique per bus
         self._new_id = id_factory
-        self._queues: dict[str, _Queue] = {}
-        self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
-        self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
-        self._dead: collections.deque[DeadLetter] = collections.deque()
         self._subscriptions: list[MemorySubscription] = []
-        self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._open = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -177,6 +343,10 @@ class InMemoryBus:
         if not self._open:
             raise BusClosedError("the in-memory bus is not started (call start()) or is closed")
 
+    def _forget(self, sub: MemorySubscription) -> None:
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+
     # -- publishing -----------------------------------------------------------------------------
 
     async def publish(
@@ -191,7 +361,8 @@ class InMemoryBus:
         self._check_open()
         self._codec.validate(message)  # as strict as a wire: NaN, wrong types, unknown classes
         key = message.routing_key()
-        queues = self._route(key)
+        broker = self.broker
+        queues = broker.route(key)
         message_id = message_id or self._new_id()
         if not queues:
             if mandatory:
@@ -200,7 +371,7 @@ class InMemoryBus:
         envelope = Envelope(
             message_id, message.SCHEMA, message.VERSION, source or self._source, self._clock.now_s(), correlation_id
         )
-        if self._serialize:
+        if broker.serialize:
             body = self._codec.encode(
                 message,
                 source=envelope.source,
@@ -209,10 +380,10 @@ class InMemoryBus:
                 correlation_id=correlation_id,
             )
             for q in queues:
-                self._enqueue(q, _Item(None, None, body, key))
+                broker.enqueue(q, _Item(None, None, body, key))
         else:
             for q in queues:
-                self._enqueue(q, _Item(message, envelope, None, key))
+                broker.enqueue(q, _Item(message, envelope, None, key))
         return message_id
 
     async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
@@ -220,40 +391,11 @@ class InMemoryBus:
 
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
         self._check_open()
-        queues = self._route(routing_key)
+        queues = self.broker.route(routing_key)
         if not queues and mandatory:
             raise UnroutableError(routing_key)
         for q in queues:
-            self._enqueue(q, _Item(None, None, bytes(body), routing_key))
-
-    def _route(self, key: str) -> list[_Queue]:
-        queues = self._routes.get(key)
-        if queues is None:
-            names = dict.fromkeys(name for pattern, name in self._bindings if topic_matches(pattern, key))
-            queues = [self._queues[name] for name in names]
-            self._routes[key] = queues
-        return queues
-
-    def _enqueue(self, q: _Queue, item: _Item) -> None:
-        q.pending.append(item)
-        if q.consumers:
-            self._dispatch(q)
-
-    def _dispatch(self, q: _Queue) -> None:
-        """Hand pending messages round-robin to consumers with prefetch credit, as RabbitMQ does."""
-        consumers = q.consumers
-        n = len(consumers)
-        while q.pending and n:
-            for _ in range(n):
-                sub = consumers[q.next_consumer % n]
-                q.next_consumer = (q.next_consumer + 1) % n
-                if sub.unacked < sub.prefetch:
-                    break
-            else:
-                return  # every consumer is at its prefetch limit
-            sub.push(q.pending.popleft())
-            self._in_flight += 1
-            self._idle.clear()
+            self.broker.enqueue(q, _Item(None, None, bytes(body), routing_key))
 
     # -- consuming ------------------------------------------------------------------------------
 
@@ -268,111 +410,23 @@ class InMemoryBus:
         durable: bool = True,
     ) -> MemorySubscription:
         self._check_open()
-        if not queue:
-            raise SubscriptionError("queue name must not be empty")
-        try:
-            for pattern in bindings:
-                validate_pattern(pattern)
-        except ValueError as e:
-            raise SubscriptionError(str(e)) from None
-        q = self._queues.get(queue)
-        if q is None:
-            q = self._queues[queue] = _Queue(queue, durable)
-        elif q.durable != durable:
-            raise SubscriptionError(f"queue {queue!r} exists with durable={q.durable}")
-        elif not durable and q.consumers:
-            raise SubscriptionError(f"queue {queue!r} is private (durable=False) and already consumed")
-        for pattern in bindings:
-            if (pattern, queue) not in self._bindings:
-                self._bindings.append((pattern, queue))
-        self._routes.clear()
-        sub = MemorySubscription(self, q, handler, prefetch or self._default_prefetch, concurrency)
-        q.consumers.append(sub)
+        sub = self.broker.attach(
+            self, queue, bindings, handler, prefetch or self._default_prefetch, concurrency, durable
+        )
         self._subscriptions.append(sub)
-        self._dispatch(q)
         return sub
 
-    async def _handle(self, q: _Queue, item: _Item, handler: Handler) -> None:
-        message, envelope = item.message, item.envelope
-        if message is None or envelope is None:
-            try:
-                decoded = self._codec.decode(item.body)
-            except DecodeError as e:
-                self._dead_letter(q, item, f"undecodable: {e.reason}")
-                return
-            message, envelope = decoded.message, decoded.envelope
-        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered)
-        try:
-            await handler(delivery)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a handler's failure must not stop the queue: dead-letter it
-            self._dead_letter(q, item, f"handler failed: {type(e).__name__}: {e}")
-
-    def _dead_letter(self, q: _Queue, item: _Item, reason: str) -> None:
-        body = item.body
-        if body is None and item.message is not None and item.envelope is not None:
-            env = item.envelope
-            body = self._codec.encode(
-                item.message,
-                source=env.source,
-                sent_at_s=env.sent_at_s,
-                message_id=env.message_id,
-                correlation_id=env.correlation_id,
-            )
-        self._dead.append(DeadLetter(q.name, item.routing_key, body or b"", reason[:1000]))
-        log.warning("message_dead_lettered", queue=q.name, routing_key=item.routing_key, reason=reason[:1000])
-
-    def _settled(self, q: _Queue) -> None:
-        self._in_flight -= 1
-        if q.consumers:
-            self._dispatch(q)
-        if self._in_flight == 0:
-            self._idle.set()
-
-    def _requeued(self, q: _Queue, count: int) -> None:
-        self._in_flight -= count
-        if q.consumers:
-            self._dispatch(q)
-        if self._in_flight == 0:
-            self._idle.set()
-
-    def _detach(self, sub: MemorySubscription) -> None:
-        q = self._queues.get(sub.queue)
-        if sub in self._subscriptions:
-            self._subscriptions.remove(sub)
-        if q is None or sub not in q.consumers:
-            return
-        q.consumers.remove(sub)
-        if not q.durable and not q.consumers:
-            # A private queue goes away with its last consumer (AMQP auto-delete).
-            del self._queues[q.name]
-            self._bindings = [(p, n) for p, n in self._bindings if n != q.name]
-            self._routes.clear()
-
-    # -- inspection -----------------------------------------------------------------------------
-
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
-        out = []
-        while self._dead and len(out) < limit:
-            out.append(self._dead.popleft())
-        return out
+        return self.broker.take_dead_letters(limit)
+
+    # -- conveniences that forward to the broker ------------------------------------------------
 
     @property
     def idle(self) -> bool:
-        """No delivery is in flight (queues without consumers may still hold messages)."""
-        return self._in_flight == 0
+        return self.broker.idle
 
     async def drain(self, timeout_s: float | None = 60.0) -> None:
-        """Wait until no delivery is in flight, including ones that handlers publish meanwhile."""
-
-        async def wait() -> None:
-            while self._in_flight:
-                await self._idle.wait()
-
-        await asyncio.wait_for(wait(), timeout_s)
+        await self.broker.drain(timeout_s)
 
     def queue_depth(self, queue: str) -> int:
-        """Messages waiting in ``queue`` (not yet dispatched to a consumer)."""
-        q = self._queues.get(queue)
-        return len(q.pending) if q else 0
+        return self.broker.queue_depth(queue)

@@ -1,0 +1,220 @@
+"""The service host: start a set of services on one bus, report health, stop them gracefully.
+
+A service is a plain object with a name, ``start(bus)`` and ``stop()``. ``start`` subscribes and
+starts whatever background work it has; the host hands it a ``ServiceBus``, a view of the shared
+bus that stamps the service's name as the message source and records its subscriptions, so the
+host knows which consumers are attached (health) and can cancel them first at shutdown.
+
+Shutdown order (SIGTERM, SIGINT, or ``request_stop()``):
+1. cancel every subscription: no new deliveries; running handlers finish and are acknowledged;
+   prefetched, unstarted deliveries go back to their queues for another replica;
+2. ``stop()`` each service, in reverse start order (timers, background tasks);
+3. close the bus connection.
+A second signal shortens the wait for running handlers to zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import structlog
+
+from common.bus import Bus, DeadLetter, Handler, Subscription
+from common.errors import ServiceError
+from common.messages.base import Message
+
+log = structlog.get_logger("gavel.host")
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self, bus: Bus) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class ServiceBus:
+    """One service's view of the shared bus: its name on what it publishes, its subscriptions."""
+
+    def __init__(self, bus: Bus, service_name: str) -> None:
+        self._bus = bus
+        self.service_name = service_name
+        self.subscriptions: list[Subscription] = []
+
+    @property
+    def connected(self) -> bool:
+        return self._bus.connected
+
+    async def start(self) -> None:  # the host owns the connection
+        return None
+
+    async def close(self) -> None:
+        await self.cancel_subscriptions()
+
+    async def publish(
+        self,
+        message: Message,
+        *,
+        source: str | None = None,
+        correlation_id: str | None = None,
+        message_id: str | None = None,
+        mandatory: bool = True,
+    ) -> str:
+        return await self._bus.publish(
+            message,
+            source=source or self.service_name,
+            correlation_id=correlation_id,
+            message_id=message_id,
+            mandatory=mandatory,
+        )
+
+    async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
+        return await self._bus.publish_many(messages, source=source or self.service_name)
+
+    async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
+        await self._bus.publish_raw(routing_key, body, mandatory=mandatory)
+
+    async def subscribe(
+        self,
+        queue: str,
+        bindings: Sequence[str],
+        handler: Handler,
+        *,
+        prefetch: int | None = None,
+        concurrency: int = 1,
+        durable: bool = True,
+    ) -> Subscription:
+        sub = await self._bus.subscribe(
+            queue, bindings, handler, prefetch=prefetch, concurrency=concurrency, durable=durable
+        )
+        self.subscriptions.append(sub)
+        return sub
+
+    async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
+        return await self._bus.take_dead_letters(limit)
+
+    async def cancel_subscriptions(self, timeout_s: float = 30.0) -> None:
+        await asyncio.gather(*(sub.cancel(timeout_s) for sub in self.subscriptions))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServiceHealth:
+    name: str
+    started: bool
+    consumers: int  # subscriptions the service made
+    consumers_active: int  # of those, attached and receiving
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Health:
+    bus_connected: bool
+    services: tuple[ServiceHealth, ...]
+
+    @property
+    def ready(self) -> bool:
+        """Bus connected, every service started, every consumer attached."""
+        return self.bus_connected and all(s.started and s.consumers_active == s.consumers for s in self.services)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"ready": self.ready, **dataclasses.asdict(self)}
+
+
+class ServiceHost:
+    def __init__(self, bus: Bus, services: Sequence[Service], *, shutdown_timeout_s: float = 30.0) -> None:
+        names = [s.name for s in services]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ServiceError(f"two services share a name: {', '.join(duplicates)}")
+        self._bus = bus
+        self._services = list(services)
+        self._views: dict[str, ServiceBus] = {}
+        self._started: list[Service] = []
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._stop_requested = asyncio.Event()
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Connect, then start every service in order. A failure stops what had started."""
+        await self._bus.start()
+        for service in self._services:
+            view = ServiceBus(self._bus, service.name)
+            self._views[service.name] = view
+            try:
+                await service.start(view)
+            except Exception as e:
+                log.error("service_start_failed", service=service.name, error=repr(e))
+                await self.stop()
+                raise ServiceError(f"service {service.name!r} failed to start: {e}") from e
+            self._started.append(service)
+            log.info("service_started", service=service.name, consumers=len(view.subscriptions))
+        log.info("host_ready", services=[s.name for s in self._services], ready=self.health().ready)
+
+    def health(self) -> Health:
+        started = {s.name for s in self._started}
+        return Health(
+            bus_connected=self._bus.connected,
+            services=tuple(
+                ServiceHealth(
+                    name=s.name,
+                    started=s.name in started,
+                    consumers=len(self._views[s.name].subscriptions) if s.name in self._views else 0,
+                    consumers_active=sum(sub.active for sub in self._views[s.name].subscriptions)
+                    if s.name in self._views
+                    else 0,
+                )
+                for s in self._services
+            ),
+        )
+
+    def request_stop(self) -> None:
+        if self._stop_requested.is_set():
+            # A second request: stop waiting for running handlers.
+            self._shutdown_timeout_s = 0.0
+            log.warning("host_stop_forced")
+        self._stop_requested.set()
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("host_stopping", timeout_s=self._shutdown_timeout_s)
+        # 1. no new deliveries anywhere; running handlers finish
+        await asyncio.gather(
+            *(view.cancel_subscriptions(self._shutdown_timeout_s) for view in self._views.values())
+        )
+        # 2. background work, newest first
+        for service in reversed(self._started):
+            try:
+                await service.stop()
+            except Exception as e:  # one service's failed stop must not keep the others running
+                log.error("service_stop_failed", service=service.name, error=repr(e))
+        self._started.clear()
+        # 3. the connection
+        await self._bus.close()
+        log.info("host_stopped")
+
+    async def run_until_stopped(self, signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        """Start, serve until a signal or ``request_stop()``, then shut down gracefully."""
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+            installed.append(sig)
+        try:
+            try:
+                await self.start()
+                await self._stop_requested.wait()
+            finally:
+                await self.stop()  # signals stay handled meanwhile: a second one forces it
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("signal_received", signal=sig.name)
+        self.request_stop()
