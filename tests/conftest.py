@@ -10,14 +10,15 @@ import pytest
 
 from common.config import BusSettings
 from services.bus.memory import InMemoryBroker, InMemoryBus
-from tests.support.broker import amqp_url, broker_reachable, broker_required
+from services.bus.probe import amqp_problem
+from tests.support.broker import amqp_url, broker_required, delete_topology
 
 
 @pytest.fixture(scope="session")
 def broker_url() -> str:
     """The AMQP URL of a reachable broker. Fails (never skips) under `make test` and CI."""
     url = amqp_url()
-    problem = broker_reachable(url)
+    problem = amqp_problem(url)
     if problem:
         if broker_required():
             pytest.fail(f"{problem}; `make broker` starts a local one (GAVEL_REQUIRE_BROKER=1 is set)")
@@ -72,14 +73,9 @@ class BusHarness:
         for bus in reversed(self._buses):
             await bus.close(timeout_s=5.0)
         if self.is_rabbit and self._buses:
-            from services.bus.rabbit import RabbitBus
-
-            cleaner = RabbitBus(self.settings(), source="cleanup")
-            await cleaner.start()
-            for bus in self._buses:
-                cleaner._declared_queues.update(bus._declared_queues)
-            await cleaner.delete_topology()
-            await cleaner.close()
+            queues = {q for bus in self._buses for q in bus._declared_queues}
+            prefix = f"{self.exchange}."
+            await delete_topology(self._url or "", self.exchange, tuple(q.removeprefix(prefix) for q in queues))
 
 
 @pytest.fixture(params=["memory", "memory-serialized", "rabbit"])

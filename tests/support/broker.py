@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import urllib.parse
 
 from common.config import DEFAULT_AMQP_URL
 
@@ -18,12 +16,13 @@ def broker_required() -> bool:
     return os.environ.get("GAVEL_REQUIRE_BROKER") == "1" or os.environ.get("CI", "") not in ("", "0", "false")
 
 
-def broker_reachable(url: str, timeout_s: float = 2.0) -> str | None:
-    """None if a TCP connection to the broker opens, else why not."""
-    parsed = urllib.parse.urlparse(url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or (5671 if parsed.scheme == "amqps" else 5672)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except OSError as e:
-        return f"cannot reach RabbitMQ at {host}:{port} ({e})"
+async def delete_topology(url: str, exchange: str, queues: tuple[str, ...] = ()) -> None:
+    """Remove what a test (or a process it started) declared on the broker under ``exchange``."""
+    from common.config import BusSettings
+    from services.bus.rabbit import RabbitBus
+
+    bus = RabbitBus(BusSettings(kind="amqp", amqp_url=url, exchange=exchange), source="cleanup")
+    await bus.start()
+    bus._declared_queues.update(f"{exchange}.{q}" for q in queues)
+    await bus.delete_topology()
+    await bus.close()

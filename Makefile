@@ -1,0 +1,38 @@
+# The two commands of the README:
+#   make demo   set everything up, then run the bundled scenario on the embedded default
+#   make test   set everything up, make sure RabbitMQ answers, then run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# torch is installed first and pinned, so that the `worker` extra's range is already met and pip
+# never pulls a multi-GB CUDA build. On a machine without the wheel on disk, point pip at a CPU
+# index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
+TORCH ?= torch==2.13.0
+
+.PHONY: install demo test broker bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" 2>&1 | grep -v "is ignored" || true
+	@$(PY) -c "import torch" || { echo "make: installing $(TORCH) failed (see above)"; exit 1; }
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[amqp,worker,dev]" 2>&1 | grep -v "is ignored" || true
+	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis" || { echo "make: installing the project failed (see above)"; exit 1; }
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/gavel demo
+
+broker:
+	@scripts/ensure-broker
+
+test: install broker
+	GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest
+
+bench: install broker
+	$(PY) bench/bus_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

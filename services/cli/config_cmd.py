@@ -1,0 +1,18 @@
+"""``gavel config``: the effective settings, from the environment."""
+
+from __future__ import annotations
+
+import argparse
+
+from common.config import Settings
+from services.cli.common import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="show the effective settings (from GAVEL_* environment variables)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    print_json(settings.as_dict())
+    return 0
