@@ -78,7 +78,15 @@ class BusHarness:
             await delete_topology(self._url or "", self.exchange, tuple(q.removeprefix(prefix) for q in queues))
 
 
-@pytest.fixture(params=["memory", "memory-serialized", "rabbit"])
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that talks to RabbitMQ carries the `broker` mark (`-m "not broker"` skips them)."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "broker_url" in names or "rabbit" in names:
+            item.add_marker(pytest.mark.broker)
+
+
+@pytest.fixture(params=["memory", "memory-serialized", pytest.param("rabbit", marks=pytest.mark.broker)])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[BusHarness]:
     url = request.getfixturevalue("broker_url") if request.param == "rabbit" else None
     h = BusHarness(request.param, url)
