@@ -93,6 +93,7 @@ class BusSettings:
     confirm_timeout_s: float = 30.0  # GAVEL_CONFIRM_TIMEOUT_S: wait this long for a publish confirm
     publish_retries: int = 5  # GAVEL_PUBLISH_RETRIES: after a lost connection, retry this many times
     connect_timeout_s: float = 10.0  # GAVEL_CONNECT_TIMEOUT_S
+    reconnect_interval_s: float = 1.0  # GAVEL_RECONNECT_INTERVAL_S: between attempts after a drop
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BusSettings:
@@ -106,6 +107,7 @@ class BusSettings:
             confirm_timeout_s=_get(env, "GAVEL_CONFIRM_TIMEOUT_S", d.confirm_timeout_s, _positive_float),
             publish_retries=_get(env, "GAVEL_PUBLISH_RETRIES", d.publish_retries, _positive_int),
             connect_timeout_s=_get(env, "GAVEL_CONNECT_TIMEOUT_S", d.connect_timeout_s, _positive_float),
+            reconnect_interval_s=_get(env, "GAVEL_RECONNECT_INTERVAL_S", d.reconnect_interval_s, _positive_float),
         )
 
 

@@ -158,6 +158,7 @@ class RabbitBus:
         self._dlx: AbstractExchange | None = None
         self._subscriptions: list[RabbitSubscription] = []
         self._declared_queues: set[str] = set()
+        self.reconnects = 0  # times the robust connection came back after a drop
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -176,10 +177,12 @@ class RabbitBus:
             self._connection = await aio_pika.connect_robust(
                 url,
                 timeout=self._settings.connect_timeout_s,
+                reconnect_interval=self._settings.reconnect_interval_s,
                 client_properties={"connection_name": self._source},
             )
         except (OSError, aiormq.exceptions.AMQPError, asyncio.TimeoutError) as e:
             raise BusError(f"cannot connect to RabbitMQ at {redact_url(url)}: {type(e).__name__}: {e}") from None
+        self._connection.reconnect_callbacks.add(self._on_reconnect)
         self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         self._exchange = await self._channel.declare_exchange(
             self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
@@ -188,6 +191,10 @@ class RabbitBus:
         dlq = await self._channel.declare_queue(self.dead_letter_queue, durable=True)
         await dlq.bind(self._dlx, "#")
         log.info("bus_connected", url=redact_url(url), exchange=self.exchange_name, source=self._source)
+
+    def _on_reconnect(self, *_: object) -> None:
+        self.reconnects += 1
+        log.warning("bus_reconnected", exchange=self.exchange_name, source=self._source, reconnects=self.reconnects)
 
     async def close(self, timeout_s: float = 30.0) -> None:
         for sub in list(self._subscriptions):

@@ -25,12 +25,15 @@ def test_every_variable_is_read():
         "GAVEL_CONFIRM_TIMEOUT_S": "2.5",
         "GAVEL_PUBLISH_RETRIES": "3",
         "GAVEL_CONNECT_TIMEOUT_S": "4",
+        "GAVEL_RECONNECT_INTERVAL_S": "0.5",
         "GAVEL_LOG_LEVEL": "debug",
         "GAVEL_LOG_FORMAT": "json",
         "GAVEL_SHUTDOWN_TIMEOUT_S": "12",
     }
     s = Settings.from_env(env)
-    assert s.bus == BusSettings("amqp", "amqps://svc:pw@broker.internal:5671/gavel", "gavel-staging", 8, 1048576, 2.5, 3, 4.0)
+    assert s.bus == BusSettings(
+        "amqp", "amqps://svc:pw@broker.internal:5671/gavel", "gavel-staging", 8, 1048576, 2.5, 3, 4.0, 0.5
+    )
     assert (s.log.level, s.log.format, s.shutdown_timeout_s) == ("debug", "json", 12.0)
     assert s.as_dict()["bus"]["amqp_url"] == "amqps://svc:***@broker.internal:5671/gavel"  # type: ignore[index]
 
