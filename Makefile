@@ -15,7 +15,7 @@ TORCH ?= torch==2.13.0
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" 2>&1 | grep -v "is ignored" || true
-	@$(PY) -c "import torch" || { echo "make: installing $(TORCH) failed (see above)"; exit 1; }
+	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || { echo "make: installing $(TORCH) failed (see above)"; exit 1; }
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[amqp,worker,dev]" 2>&1 | grep -v "is ignored" || true
 	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis" || { echo "make: installing the project failed (see above)"; exit 1; }
 	@touch $(STAMP)

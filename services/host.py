@@ -16,6 +16,7 @@ A second signal shortens the wait for running handlers to zero.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import signal
 from collections.abc import Iterable, Sequence
@@ -144,8 +145,12 @@ class ServiceHost:
         for service in self._services:
             view = ServiceBus(self._bus, service.name)
             self._views[service.name] = view
+            # Start each service in a context with its name bound: the consumer tasks it creates
+            # inherit that context, so every event its handlers log says which service spoke.
+            context = contextvars.copy_context()
+            context.run(structlog.contextvars.bind_contextvars, service=service.name)
             try:
-                await service.start(view)
+                await asyncio.get_running_loop().create_task(service.start(view), context=context)
             except Exception as e:
                 log.error("service_start_failed", service=service.name, error=repr(e))
                 await self.stop()

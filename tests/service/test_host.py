@@ -94,6 +94,32 @@ async def test_a_service_that_fails_to_start_stops_the_others_and_names_itself()
     assert first.stopped
 
 
+async def test_events_logged_by_a_service_handler_carry_the_service_name():
+    import structlog
+    from structlog.testing import LogCapture
+
+    from services.bus.memory import InMemoryBus
+
+    class Talker(Refuser):
+        async def on_submitted(self, d: Delivery) -> None:
+            structlog.get_logger().info("job_seen", job_id=d.message.spec.job_id)  # type: ignore[attr-defined]
+
+    capture = LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
+    try:
+        bus = InMemoryBus()
+        host = ServiceHost(bus, [Talker("talker")])
+        await host.start()
+        await bus.publish(submitted(5))
+        await bus.drain()
+        await host.stop()
+    finally:
+        structlog.configure(**old)
+    seen = [e for e in capture.entries if e["event"] == "job_seen"]
+    assert seen == [{"event": "job_seen", "job_id": "5", "service": "talker", "log_level": "info"}]
+
+
 def test_two_services_with_one_name_are_refused():
     with pytest.raises(ServiceError, match="share a name: refuser"):
         ServiceHost(object(), [Refuser(), Refuser()])  # type: ignore[arg-type]
