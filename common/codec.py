@@ -15,9 +15,10 @@ that newer senders can add fields without breaking older readers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgpack
@@ -59,6 +60,13 @@ class Decoded:
 
 def new_message_id() -> str:
     return uuid.uuid4().hex
+
+
+def id_sequence() -> Callable[[], str]:
+    """Message ids that are unique across processes but cheap: a random prefix and a counter."""
+    prefix = uuid.uuid4().hex[:12]
+    counter = itertools.count(1)
+    return lambda: f"{prefix}-{next(counter)}"
 
 
 class Codec:

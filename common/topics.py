@@ -11,6 +11,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
+from common.errors import SubscriptionError
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
@@ -72,6 +73,17 @@ def registry(types: Iterable[type[Message]] = MESSAGE_TYPES) -> Mapping[str, typ
 def classes_for_key(routing_key: str, types: Iterable[type[Message]] = MESSAGE_TYPES) -> list[type[Message]]:
     """The message classes whose routing key pattern matches a concrete key."""
     return [cls for cls in types if topic_matches(binding_pattern(cls), routing_key)]
+
+
+def check_subscription(queue: str, bindings: Iterable[str]) -> None:
+    """SubscriptionError for an empty queue name or a binding pattern a broker would misroute."""
+    if not queue:
+        raise SubscriptionError("queue name must not be empty")
+    try:
+        for pattern in bindings:
+            validate_pattern(pattern)
+    except ValueError as e:
+        raise SubscriptionError(str(e)) from None
 
 
 def validate_pattern(pattern: str) -> None:

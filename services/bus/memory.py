@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
 from common.bus import DeadLetter, Delivery, Handler
 from common.clock import Clock
-from common.codec import DEFAULT_CODEC, Codec, Envelope
+from common.codec import DEFAULT_CODEC, Codec, Envelope, id_sequence
 from common.errors import BusClosedError, DecodeError, SubscriptionError, UnroutableError
 from common.messages.base import Message
-from common.topics import topic_matches, validate_pattern
+from common.topics import check_subscription, topic_matches
 from services.bus.consumer import ConsumerLoop
 from services.clock import WallClock
 
@@ -184,13 +182,7 @@ class InMemoryBroker:
         concurrency: int,
         durable: bool,
     ) -> MemorySubscription:
-        if not queue:
-            raise SubscriptionError("queue name must not be empty")
-        try:
-            for pattern in bindings:
-                validate_pattern(pattern)
-        except ValueError as e:
-            raise SubscriptionError(str(e)) from None
+        check_subscription(queue, bindings)
         q = self._queues.get(queue)
         if q is None:
             q = self._queues[queue] = _Queue(queue, durable)
@@ -310,11 +302,7 @@ class InMemoryBus:
         self._clock = clock or WallClock()
         self._source = source
         self._default_prefetch = prefetch
-        if id_factory is None:
-            prefix = uuid.uuid4().hex[:12]
-            counter = itertools.count(1)
-            id_factory = lambda: f"{prefix}-{next(counter)}"  # noqa: E731 - cheap, unique per bus
-        self._new_id = id_factory
+        self._new_id = id_factory or id_sequence()
         self._subscriptions: list[MemorySubscription] = []
         self._open = False
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -37,11 +35,11 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMess
 
 from common.bus import DeadLetter, Delivery, Handler
 from common.clock import Clock
-from common.codec import DEFAULT_CODEC, Codec
+from common.codec import DEFAULT_CODEC, Codec, id_sequence
 from common.config import BusSettings, redact_url
 from common.errors import BusClosedError, BusError, DecodeError, PublishError, SubscriptionError, UnroutableError
 from common.messages.base import Message
-from common.topics import validate_pattern
+from common.topics import check_subscription
 from services.bus.consumer import ConsumerLoop
 from services.clock import WallClock
 
@@ -144,11 +142,7 @@ class RabbitBus:
         self._clock = clock or WallClock()
         self._source = source
         self._publish_window = publish_window
-        if id_factory is None:
-            prefix = uuid.uuid4().hex[:12]
-            counter = itertools.count(1)
-            id_factory = lambda: f"{prefix}-{next(counter)}"  # noqa: E731
-        self._new_id = id_factory
+        self._new_id = id_factory or id_sequence()
         self.exchange_name = settings.exchange
         self.dlx_name = f"{settings.exchange}.dlx"
         self.dead_letter_queue = f"{settings.exchange}.dead-letters"
@@ -315,13 +309,7 @@ class RabbitBus:
     ) -> RabbitSubscription:
         self._require()
         assert self._connection is not None
-        if not queue:
-            raise SubscriptionError("queue name must not be empty")
-        try:
-            for pattern in bindings:
-                validate_pattern(pattern)
-        except ValueError as e:
-            raise SubscriptionError(str(e)) from None
+        check_subscription(queue, bindings)
         name = self.queue_name(queue)
         channel = await self._connection.channel(publisher_confirms=False)
         await channel.set_qos(prefetch_count=prefetch or self._settings.prefetch)

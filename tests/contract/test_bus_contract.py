@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from common.bus import Delivery
-from common.errors import BusClosedError, EncodeError, UnroutableError
+from common.errors import BusClosedError, EncodeError, SubscriptionError, UnroutableError
 from common.messages import AllocationComputed, JobRejected, KillJobs, RunJobs, SolveStatus
 from services.bus.memory import InMemoryBus
 from tests.support.messages import submitted, wire
@@ -274,3 +274,10 @@ async def _take_dead_letters(bus, n: int):
         assert loop.time() < deadline, f"only {len(letters)} of {n} dead letters arrived"
         await asyncio.sleep(0.02)
     return letters
+
+
+@pytest.mark.parametrize(("queue", "bindings"), [("", ["job.#"]), ("q", ["job..x"]), ("q", ["job.su*"]), ("q", [""])])
+async def test_bad_subscriptions_are_refused_with_a_reason(harness, queue, bindings):
+    bus = await harness.connect()
+    with pytest.raises(SubscriptionError):
+        await bus.subscribe(queue, bindings, Collector())
