@@ -12,6 +12,8 @@
     │   └── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
     ├── PolicyError            the policy library (see policy_service.core)
     │   ├── UnknownPolicyError a name not in the registry; lists the known ones
+    │   ├── DuplicatePolicyError  a name registered twice
+    │   ├── PolicyParameterError  a parameter the policy does not take, or a bad value for one
     │   └── ProblemError       a policy input that is not a valid problem; names the field
     └── ServiceError           a service cannot start or keeps failing; names the service
 
@@ -85,6 +87,18 @@ class UnknownPolicyError(PolicyError):
         super().__init__(f"unknown policy {name!r}; known policies: {', '.join(sorted(known))}")
         self.name = name
         self.known = sorted(known)
+
+
+class DuplicatePolicyError(PolicyError):
+    """A policy name registered twice (the registry refuses to shadow a policy silently)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"policy {name!r} is already registered")
+        self.name = name
+
+
+class PolicyParameterError(PolicyError):
+    """A parameter a policy does not take, or a value it cannot use. The message names both."""
 
 
 class ProblemError(PolicyError):

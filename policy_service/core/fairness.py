@@ -1,0 +1,102 @@
+"""Max-min fairness / least attained service (paper section 4.1; Gavel's max_min_fairness*.py).
+
+    maximize   min_j  s_j / (w_j * E_j) * throughput_j(X)
+    subject to X >= 0, each job's time <= 1, each type's GPUs <= N_k
+
+throughput_j(X) = sum_k T[j, k] X[j, k] (+ packed terms with space sharing). E_j is the job's
+steps/s under an equal share of every type (baselines.equal_share_throughputs), so 1.0 means
+"as fast as with 1/n of the cluster" up to a common factor; multiplying by the scale factor s_j
+makes a 4-GPU job count its GPU-time, as Gavel does ("a job run on 1 GPU should receive
+scale_factor more time than a job run on scale_factor GPUs"); w_j is the priority weight.
+
+Heterogeneity-agnostic: T taken as all ones (time shares, Gavel's MaxMinFairnessPolicy).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from common.errors import PolicyParameterError
+from policy_service.core.allocation import Allocation, empty_allocation
+from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
+from policy_service.core.formulation import SolveOptions, build_space
+from policy_service.core.solving import solve
+from policy_service.core.problem import Problem
+
+
+def fairness_view(problem: Problem, heterogeneity_aware: bool) -> Problem:
+    """The throughputs the policy optimises with (all ones when agnostic)."""
+    return problem if heterogeneity_aware else agnostic_unit_throughputs(problem)
+
+
+def fairness_coefficients(problem: Problem) -> np.ndarray:
+    """(n,) s_j / (w_j * E_j): multiplies a job's steps/s into its fairness level."""
+    return problem.scale_factors / (problem.priority_weights * equal_share_throughputs(problem))
+
+
+def check_variant(heterogeneity_aware: bool, space_sharing: bool) -> None:
+    if space_sharing and not heterogeneity_aware:
+        raise PolicyParameterError(
+            "space_sharing=True needs heterogeneity_aware=True: packing decisions depend on measured "
+            "pair throughputs, which an agnostic policy does not use"
+        )
+
+
+@dataclass(frozen=True)
+class MaxMinFairness:
+    heterogeneity_aware: bool = True
+    space_sharing: bool = False
+    options: SolveOptions = field(default_factory=SolveOptions)
+    name: str = "max_min_fairness_perf"
+
+    def allocate(self, problem: Problem) -> Allocation:
+        started = time.perf_counter()
+        if problem.num_jobs == 0:
+            return empty_allocation(self.name, problem.job_ids, problem.worker_types)
+        view = fairness_view(problem, self.heterogeneity_aware)
+        coefficients = fairness_coefficients(view)
+        # Classes must agree on everything the program reads: throughputs and scale factor
+        # (added by build_space) and the priority weight.
+        space = build_space(view, packing=self.space_sharing, options=self.options, columns=[problem.priority_weights])
+        level_matrix = sp.diags(coefficients[space.classes.representative]) @ space.throughput()
+        v = cp.Variable(space.num_vars, nonneg=True)
+        level = cp.Variable()
+        program = cp.Problem(cp.Maximize(level), [level_matrix @ v >= level, *space.constraints(v)])
+        build_s = time.perf_counter() - started
+        outcome = solve(program, self.options, build_s=build_s)
+        objective = float(level.value) if level.value is not None and outcome.status.startswith("optimal") else None
+        return space.allocation(
+            v.value, policy=self.name, status=outcome.status, objective=objective,
+            started_s=started, reason=outcome.reason, timings=outcome.timings,
+        )
+
+
+def max_min_fairness(
+    heterogeneity_aware: bool = True,
+    space_sharing: bool = False,
+    *,
+    solver: str = "CLARABEL",
+    grouping: bool = True,
+    exclude_oversized_gangs: bool = True,
+    prune_dominated: bool = True,
+    canon_backend: str | None = None,
+    pair_variables: str = "auto",
+) -> MaxMinFairness:
+    """Max-min fairness (LAS). Gavel: max_min_fairness (agnostic), _perf (aware), _packed."""
+    check_variant(heterogeneity_aware, space_sharing)
+    options = SolveOptions(
+        solver, grouping, exclude_oversized_gangs, prune_dominated, canon_backend, pair_variables=pair_variables
+    )
+    name = _gavel_name("max_min_fairness", heterogeneity_aware, space_sharing)
+    return MaxMinFairness(heterogeneity_aware, space_sharing, options, name)
+
+
+def _gavel_name(base: str, heterogeneity_aware: bool, space_sharing: bool) -> str:
+    if space_sharing:
+        return base + "_packed"
+    return base + ("_perf" if heterogeneity_aware else "")

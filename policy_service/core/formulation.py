@@ -1,0 +1,382 @@
+"""The decision variables every convex policy shares, as sparse matrices over one flat vector.
+
+Variables (paper section 4, X): one time fraction x[c, k] per class of interchangeable jobs c and
+worker type k (each job of the class gets x[c, k]), and, with space sharing, pair variables in
+one of two exact forms (packing.py):
+
+- "class_pairs": one total pair time W[p, k] per unordered class pair p (per job pair when
+  ungrouped: Gavel's program);
+- "partner_keys": Z[c, h, k], the time class c spends packed with jobs of job type h, with one
+  balance equality per job-type pair and type, and a no-self-pairing row per single-job class.
+  Linear in the classes where class pairs are quadratic; chosen automatically when the classes
+  are much finer than job types (FTF, makespan, water filling with entities).
+
+They live in one nonnegative vector v; every constraint and objective is a sparse matrix times
+v, so cvxpy canonicalises a handful of matrix products whatever the number of jobs:
+
+    throughput  (C, V)  steps/s of one job of class c          u = throughput @ v
+    budget      (C, V)  time fraction used by one job of c      budget @ v <= 1
+    usage       (K, V)  GPUs busy on type k (scale factor x     usage @ v <= worker_counts
+                        fraction; a pair counts once)
+    balance     (B, V)  partner keys only                       balance @ v == 0
+    no_self     (S, V)  partner keys only                       no_self @ v <= 0
+
+Variables that cannot matter are not created: types with no GPUs, gangs larger than the type
+(``exclude_oversized_gangs``; Gavel lets the LP give a job with 8 GPUs time on a 4-GPU type,
+which its mechanism can never run), and dominated placements (``prune_dominated``):
+
+- a job alone on a type where its throughput is 0 (it only consumes capacity);
+- a pair on a type where its normalised packed throughput T'_a/T_a + T'_b/T_b <= 1. Time-sharing
+  the same GPUs instead (a alone for a fraction T'_a/T_a of the pair's time, b alone for the
+  rest) uses the same GPU time, no more of either job's time, and gives each job at least its
+  packed throughput; so no objective that is monotone in the jobs' throughputs (all of ours)
+  loses anything. In Gavel's table this removes ~70% of the pair variables.
+
+Turning both off and ``grouping`` off gives exactly Gavel's per-job (and per-job-pair) program.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from common.errors import PolicyParameterError
+from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
+from policy_service.core.grouping import JobClasses, group_jobs
+from policy_service.core.packing import (
+    PairClasses,
+    PartnerEntries,
+    class_pair_count,
+    key_throughputs,
+    pair_classes,
+    partner_entries,
+    partner_rows,
+    partners_to_class_pairs,
+)
+from policy_service.core.problem import Problem
+
+PAIR_VARIABLES = ("auto", "class_pairs", "partner_keys")
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How a convex policy builds and solves its program (the same for every policy).
+
+    solver: any cvxpy LP/SOCP solver; CLARABEL by default, ECOS to get what Gavel got.
+    grouping: one set of variables per class of interchangeable jobs (False: per job and per
+        job pair, as Gavel).
+    pair_variables: "auto" (the smaller of the two exact forms), "class_pairs" or
+        "partner_keys"; ungrouped always uses per-job pairs.
+    """
+
+    solver: str = "CLARABEL"
+    grouping: bool = True
+    exclude_oversized_gangs: bool = True
+    prune_dominated: bool = True
+    canon_backend: str | None = None
+    solver_options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    pair_variables: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.pair_variables not in PAIR_VARIABLES:
+            raise PolicyParameterError(
+                f"pair_variables must be one of {', '.join(PAIR_VARIABLES)}, got {self.pair_variables!r}"
+            )
+
+
+def _csr(
+    rows: list[np.ndarray], cols: list[np.ndarray], vals: list[np.ndarray], shape: tuple[int, int]
+) -> sp.csr_matrix:
+    if not rows:
+        return sp.csr_matrix(shape)
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape)
+
+
+@dataclass(frozen=True, eq=False)
+class Space:
+    """Variables and constraint matrices of one problem (see the module docstring)."""
+
+    problem: Problem
+    classes: JobClasses
+    mode: str  # "none" | "class_pairs" | "partner_keys"
+    pairs: PairClasses  # class pairs (class_pairs mode)
+    partners: PartnerEntries | None  # partner entries (partner_keys mode)
+    x_index: np.ndarray  # (C, K) variable index of x[c, k], -1 = not created
+    pair_index: np.ndarray  # (P, K) of W (class_pairs) or (E, K) of Z (partner_keys), -1 = none
+    num_vars: int
+    budget: sp.csr_matrix  # (C, V)
+    usage: sp.csr_matrix  # (K, V)
+    balance: sp.csr_matrix  # (B, V) == 0
+    no_self: sp.csr_matrix  # (S, V) <= 0
+    class_throughputs: np.ndarray  # (C, K) isolated steps/s of each class
+    class_scale_factors: np.ndarray  # (C,)
+
+    @property
+    def num_classes(self) -> int:
+        return self.classes.num_classes
+
+    def throughput(self, per_type: np.ndarray | None = None) -> sp.csr_matrix:
+        """(C, V): steps/s of one job of each class; ``per_type`` (K,) scales each type's terms
+        (e.g. 1 / price for throughput per dollar)."""
+        scale = np.ones(self.problem.num_types) if per_type is None else np.asarray(per_type, float)
+        sizes = self.classes.sizes.astype(float)
+        c_idx, k_idx = np.nonzero(self.x_index >= 0)
+        rows, cols, vals = [c_idx], [self.x_index[c_idx, k_idx]], [self.class_throughputs[c_idx, k_idx] * scale[k_idx]]
+        p_idx, k_idx = np.nonzero(self.pair_index >= 0)
+        var = self.pair_index[p_idx, k_idx]
+        if self.mode == "class_pairs" and len(p_idx):
+            a, b = self.pairs.pairs[p_idx, 0], self.pairs.pairs[p_idx, 1]
+            same = a == b
+            tput = self.pairs.throughputs_steps_per_s[p_idx, k_idx]  # (m, 2)
+            rows += [a, b[~same]]
+            cols += [var, var[~same]]
+            vals += [
+                tput[:, 0] * np.where(same, 2.0, 1.0) / sizes[a] * scale[k_idx],
+                tput[~same, 1] / sizes[b[~same]] * scale[k_idx[~same]],
+            ]
+        elif self.mode == "partner_keys" and len(p_idx):
+            c = self.partners.cls[p_idx]
+            rows.append(c)
+            cols.append(var)
+            vals.append(self.partners.throughputs_steps_per_s[p_idx, k_idx] / sizes[c] * scale[k_idx])
+        return _csr(rows, cols, vals, (self.num_classes, self.num_vars))
+
+    def constraints(self, v: cp.Variable) -> list[cp.Constraint]:
+        """The cluster: each job's time <= 1, each type's GPUs <= its count (v >= 0 is on v),
+        and the realisability rows of partner variables."""
+        return [self.budget @ v <= 1, self.usage @ v <= self.problem.worker_counts, *self.pairing_constraints(v)]
+
+    def pairing_constraints(self, v: cp.Variable | cp.Expression) -> list[cp.Constraint]:
+        """The homogeneous rows of partner variables (none in the other modes)."""
+        constraints = []
+        if self.balance.shape[0]:
+            constraints.append(self.balance @ v == 0)
+        if self.no_self.shape[0]:
+            constraints.append(self.no_self @ v <= 0)
+        return constraints
+
+    def clean(self, values: np.ndarray | None) -> np.ndarray:
+        """Solver output -> feasible values: clipped at 0 and scaled down by one common factor
+        (so balance rows stay balanced) until no job exceeds its time and no type its GPUs."""
+        if values is None:
+            return np.zeros(self.num_vars)
+        values = np.clip(np.nan_to_num(np.asarray(values, float), nan=0.0), 0.0, None)
+        values[values < 1e-12] = 0.0
+        time_used = self.budget @ values
+        used = self.usage @ values
+        counts = self.problem.worker_counts
+        factor = min(
+            1.0,
+            float(np.min(1.0 / np.maximum(time_used, 1.0), initial=1.0)),
+            float(np.min(np.where(used > counts, counts / np.maximum(used, 1e-300), 1.0), initial=1.0)),
+        )
+        return values * factor
+
+    def grouped(self, values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Variable values -> (x (C, K), class pairs (P, 2), pair time W (P, K)), exactly feasible.
+
+        Partner variables are laid out as class pairs first (transport between the two sides of
+        each job-type pair, or pairing within one job type), then every class whose time exceeds
+        1, and every type whose GPUs are exceeded (solver tolerance), is scaled down.
+        """
+        num_types = self.problem.num_types
+        if values is None:
+            values = np.zeros(self.num_vars)
+        values = np.clip(np.nan_to_num(np.asarray(values, float)), 0.0, None)
+        values[values < 1e-12] = 0.0
+        x = np.zeros((self.num_classes, num_types))
+        mask = self.x_index >= 0
+        x[mask] = values[self.x_index[mask]]
+        if self.mode == "class_pairs":
+            w = np.zeros(self.pair_index.shape)
+            mask = self.pair_index >= 0
+            w[mask] = values[self.pair_index[mask]]
+            pairs = self.pairs.pairs
+        elif self.mode == "partner_keys":
+            z = np.zeros(self.pair_index.shape)
+            mask = self.pair_index >= 0
+            z[mask] = values[self.pair_index[mask]]
+            pairs, w = partners_to_class_pairs(self.problem, self.classes, self.partners, z)
+        else:
+            pairs, w = np.zeros((0, 2), np.int64), np.zeros((0, num_types))
+        used = w.sum(axis=1) > 0
+        pairs, w = pairs[used], w[used]
+        sizes = self.classes.sizes.astype(float)
+        return _repair(x, pairs, w, sizes, self.class_scale_factors, self.problem.worker_counts)
+
+    def allocation(
+        self, values: np.ndarray | None, *, policy: str, status: Status, objective: float | None,
+        started_s: float, reason: str = "", timings: Mapping[str, float] | None = None,
+    ) -> Allocation:
+        """Expand variable values to an Allocation (job fractions per job, pair time by class)."""
+        problem = self.problem
+        num_types = problem.num_types
+        x, pairs, w = self.grouped(values)
+        job_fractions = x[self.classes.class_of_job] if problem.num_jobs else np.zeros((0, num_types))
+        if len(pairs):
+            shares = PairShares(
+                group_of_job=_readonly(self.classes.class_of_job.copy()),
+                group_pairs=_readonly(pairs),
+                pair_time=_readonly(w),
+            )
+        else:
+            shares = PairShares.none(problem.num_jobs, num_types)
+        return Allocation(
+            policy=policy,
+            status=status,
+            job_ids=problem.job_ids,
+            worker_types=problem.worker_types,
+            job_fractions=_readonly(np.ascontiguousarray(job_fractions)),
+            pairs=shares,
+            objective=objective,
+            solve_time_s=time.perf_counter() - started_s,
+            reason=reason,
+            timings=MappingProxyType(dict(timings or {})),
+        )
+
+
+def _repair(
+    x: np.ndarray, pairs: np.ndarray, w: np.ndarray, sizes: np.ndarray, scale_factors: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scale down classes over 100% of their time, then types over their GPU count."""
+    a, b = pairs[:, 0], pairs[:, 1]
+    same = a == b
+    time_used = x.sum(axis=1)
+    if len(pairs):
+        per_pair = w.sum(axis=1)
+        np.add.at(time_used, a, np.where(same, 2.0, 1.0) * per_pair / sizes[a])
+        np.add.at(time_used, b[~same], per_pair[~same] / sizes[b[~same]])
+    factor = np.minimum(1.0, 1.0 / np.maximum(time_used, 1e-300))
+    x = x * factor[:, None]
+    w = w * np.minimum(factor[a], factor[b])[:, None] if len(pairs) else w
+    used = ((sizes * scale_factors)[:, None] * x).sum(axis=0)
+    if len(pairs):
+        used = used + (scale_factors[a][:, None] * w).sum(axis=0)
+    type_factor = np.where(used > counts, counts / np.maximum(used, 1e-300), 1.0)
+    return x * type_factor, pairs.astype(np.int64), w * type_factor
+
+
+def build_space(
+    problem: Problem,
+    *,
+    packing: bool,
+    options: SolveOptions,
+    columns: Sequence[np.ndarray] = (),
+) -> Space:
+    """Group the jobs (by throughputs, scale factor, colocation key and ``columns``), pick and
+    enumerate the pair variables when ``packing``, and build the constraint matrices."""
+    num_jobs, num_types = problem.num_jobs, problem.num_types
+    key_columns = [problem.throughputs_steps_per_s, problem.scale_factors, *columns]
+    if packing:
+        key_columns.append(problem.colocation.key_of_job)
+    classes = group_jobs(key_columns, num_jobs, enabled=options.grouping)
+    mode = "none"
+    if packing and problem.colocation.num_pairs:
+        mode = options.pair_variables if options.grouping else "class_pairs"
+        if mode == "auto":
+            class_pair_vars, partner_vars = class_pair_count(problem, classes)
+            mode = "partner_keys" if partner_vars < class_pair_vars else "class_pairs"
+    counts = problem.worker_counts
+    reps = classes.representative
+    class_tput = problem.throughputs_steps_per_s[reps] if num_jobs else np.zeros((0, num_types))
+    class_sf = problem.scale_factors[reps].astype(float) if num_jobs else np.zeros(0)
+    sizes = classes.sizes.astype(float)
+    fits = (counts > 0)[None, :] & (
+        class_sf[:, None] <= problem.gang_capacity[None, :] if options.exclude_oversized_gangs else True
+    )
+
+    x_allowed = np.broadcast_to(fits, (classes.num_classes, num_types)).copy()
+    if options.prune_dominated:
+        x_allowed &= class_tput > 0
+    x_index = np.full((classes.num_classes, num_types), -1, dtype=np.int64)
+    x_index[x_allowed] = np.arange(int(x_allowed.sum()))
+    num_x = int(x_allowed.sum())
+    c_idx, k_idx = np.nonzero(x_allowed)
+    b_rows, b_cols, b_vals = [c_idx], [x_index[c_idx, k_idx]], [np.ones(len(c_idx))]
+    u_rows, u_cols, u_vals = [k_idx], [x_index[c_idx, k_idx]], [sizes[c_idx] * class_sf[c_idx]]
+
+    pairs, partners = PairClasses.none(num_types), None
+    pair_index = np.zeros((0, num_types), dtype=np.int64)
+    balance = sp.csr_matrix((0, num_x))
+    no_self = sp.csr_matrix((0, num_x))
+    num_vars = num_x
+    if mode == "class_pairs":
+        pairs = pair_classes(problem, classes)
+        allowed = fits[pairs.pairs[:, 0]].reshape(pairs.num_pairs, num_types).copy()
+        if options.prune_dominated and pairs.num_pairs:
+            alone = np.stack([class_tput[pairs.pairs[:, 0]], class_tput[pairs.pairs[:, 1]]], axis=2)
+            allowed &= _normalised_packed_throughput(pairs.throughputs_steps_per_s, alone) > 1.0 + 1e-12
+        pair_index = np.full(allowed.shape, -1, dtype=np.int64)
+        pair_index[allowed] = num_x + np.arange(int(allowed.sum()))
+        num_vars = num_x + int(allowed.sum())
+        p_idx, pk_idx = np.nonzero(allowed)
+        a, b = pairs.pairs[p_idx, 0], pairs.pairs[p_idx, 1]
+        same = a == b
+        cols = pair_index[p_idx, pk_idx]
+        b_rows += [a, b[~same]]
+        b_cols += [cols, cols[~same]]
+        b_vals += [np.where(same, 2.0, 1.0) / sizes[a], 1.0 / sizes[b[~same]]]
+        u_rows.append(pk_idx)
+        u_cols.append(cols)
+        u_vals.append(class_sf[a])
+    elif mode == "partner_keys":
+        partners = partner_entries(problem, classes)
+        allowed = fits[partners.cls].copy()
+        if options.prune_dominated and partners.num_entries:
+            # Dominance is a property of the two job types: one job of this class against one of the
+            # partner key (every class of a key has the key's throughputs).
+            key_pairs = problem.colocation.key_pairs[partners.key_pair]
+            partner_key = np.where(partners.side == 0, key_pairs[:, 1], key_pairs[:, 0])
+            partner_alone = key_throughputs(problem)[partner_key]
+            packed = np.stack([partners.throughputs_steps_per_s, partners.partner_throughputs_steps_per_s], axis=2)
+            alone = np.stack([class_tput[partners.cls], partner_alone], axis=2)
+            allowed &= _normalised_packed_throughput(packed, alone) > 1.0 + 1e-12
+        pair_index = np.full(allowed.shape, -1, dtype=np.int64)
+        pair_index[allowed] = num_x + np.arange(int(allowed.sum()))
+        num_z = int(allowed.sum())
+        e_idx, ek_idx = np.nonzero(allowed)
+        cols = pair_index[e_idx, ek_idx]
+        cls = partners.cls[e_idx]
+        b_rows.append(cls)
+        b_cols.append(cols)
+        b_vals.append(1.0 / sizes[cls])
+        u_rows.append(ek_idx)
+        u_cols.append(cols)
+        u_vals.append(class_sf[cls] / 2.0)  # a pair's time is counted from both of its sides
+        balance, no_self, num_aux = partner_rows(problem, classes, partners, e_idx, ek_idx, cols, num_x + num_z)
+        num_vars = num_x + num_z + num_aux
+        balance = sp.csr_matrix(balance, shape=(balance.shape[0], num_vars))
+        no_self = sp.csr_matrix(no_self, shape=(no_self.shape[0], num_vars))
+    if mode == "none":
+        balance = sp.csr_matrix((0, num_vars))
+        no_self = sp.csr_matrix((0, num_vars))
+    return Space(
+        problem=problem,
+        classes=classes,
+        mode=mode,
+        pairs=pairs,
+        partners=partners,
+        x_index=x_index,
+        pair_index=pair_index,
+        num_vars=num_vars,
+        budget=_csr(b_rows, b_cols, b_vals, (classes.num_classes, num_vars)),
+        usage=_csr(u_rows, u_cols, u_vals, (num_types, num_vars)),
+        balance=balance,
+        no_self=no_self,
+        class_throughputs=class_tput,
+        class_scale_factors=class_sf,
+    )
+
+
+def _normalised_packed_throughput(packed: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """(P, K) T'_a / T_a + T'_b / T_b from (P, K, 2) packed and alone steps/s (infinite where a
+    job runs packed but not alone)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(alone > 0, packed / np.where(alone > 0, alone, 1.0), np.where(packed > 0, np.inf, 0.0))
+    return ratio.sum(axis=2)

@@ -1,0 +1,368 @@
+"""build_problem: the one validated constructor of a Problem.
+
+Every check names the JSON path of the offending field, so the CLI prints one line and exits 2:
+ids unique; scale factors integers that fit on some worker type; throughputs finite, >= 0 and
+positive on some type that fits the gang; weights, steps, times, SLOs and prices in range;
+entities and pairs that refer to what exists. Throughputs and pairs missing from the input come
+from Gavel's throughput table when one is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from common.errors import ProblemError
+from common.throughputs import ThroughputTable
+from policy_service.core.problem import (
+    ENTITY_POLICIES,
+    AllocationEntry,
+    Colocation,
+    Entity,
+    JobSpec,
+    PairSpec,
+    PreviousAllocation,
+    Problem,
+    _readonly,
+)
+
+
+def _number(value: object, path: str, *, minimum: float | None = 0.0, strict: bool = False) -> float:
+    """A finite float >= minimum (> minimum when strict), or ProblemError naming ``path``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ProblemError(f"{path}: expected a number, got {type(value).__name__}")
+    number = float(value)
+    if math.isnan(number):
+        raise ProblemError(f"{path}: NaN is not allowed")
+    if math.isinf(number):
+        raise ProblemError(f"{path}: must be finite, got {number}")
+    if minimum is not None and (number <= minimum if strict else number < minimum):
+        relation = ">" if strict else ">="
+        raise ProblemError(f"{path}: must be {relation} {minimum:g}, got {number:g}")
+    return number
+
+
+def _integer(value: object, path: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ProblemError(f"{path}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ProblemError(f"{path}: must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def build_problem(
+    worker_counts: Mapping[str, int],
+    jobs: Sequence[JobSpec],
+    *,
+    pairs: Sequence[PairSpec] | None = None,
+    entities: Sequence[Entity] = (),
+    prices_per_hour: Mapping[str, float] | None = None,
+    table: ThroughputTable | None = None,
+    previous: Sequence[AllocationEntry] | None = None,
+) -> Problem:
+    """Validate and assemble a Problem.
+
+    Throughputs missing from a job come from ``table`` (by job type and scale factor). Pairs:
+    ``pairs`` when given (job by job; ``[]`` means no packing), else every pair of jobs with the
+    same scale factor whose job types the table lists together (Gavel's behaviour), else none.
+    ``previous`` entries naming jobs not in the problem (finished since) are ignored.
+    """
+    worker_types, counts = _validate_worker_types(worker_counts, table)
+    num_types = len(worker_types)
+    entity_list = _validate_entities(entities)
+    entity_index = {entity.name: e for e, entity in enumerate(entity_list)}
+
+    num_jobs = len(jobs)
+    throughputs = np.zeros((num_jobs, num_types))
+    scale_factors = np.zeros(num_jobs, dtype=np.int64)
+    weights = np.zeros(num_jobs)
+    steps = np.zeros(num_jobs)
+    waited = np.zeros(num_jobs)
+    slo = np.full(num_jobs, np.nan)
+    isolated_time = np.zeros(num_jobs)
+    entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
+    seen: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        path = f"jobs[{i}]"
+        if not isinstance(job.id, str) or not job.id:
+            raise ProblemError(f"{path}.id: expected a non-empty string, got {job.id!r}")
+        if job.id in seen:
+            raise ProblemError(f"{path}.id: duplicate job id {job.id!r} (also jobs[{seen[job.id]}])")
+        seen[job.id] = i
+        if job.job_type is not None and not isinstance(job.job_type, str):
+            raise ProblemError(f"{path}.job_type: expected a string, got {job.job_type!r}")
+        scale_factors[i] = _integer(job.scale_factor, f"{path}.scale_factor", minimum=1)
+        weights[i] = _number(job.priority_weight, f"{path}.priority_weight", strict=True)
+        steps[i] = _number(job.steps_remaining, f"{path}.steps_remaining")
+        waited[i] = _number(job.time_since_arrival_s, f"{path}.time_since_arrival_s")
+        isolated_time[i] = _number(job.isolated_time_s, f"{path}.isolated_time_s")
+        if job.slo_s is not None:
+            slo[i] = _number(job.slo_s, f"{path}.slo_s", strict=True)
+        if job.entity is not None:
+            if job.entity not in entity_index:
+                known = ", ".join(sorted(entity_index)) or "none defined"
+                raise ProblemError(f"{path}.entity: unknown entity {job.entity!r} (entities: {known})")
+            entity_of_job[i] = entity_index[job.entity]
+        throughputs[i] = _job_throughputs(job, path, worker_types, table)
+        _check_runnable(path, job, int(scale_factors[i]), throughputs[i], worker_types, counts)
+
+    job_ids = tuple(job.id for job in jobs)
+    job_types = tuple(job.job_type for job in jobs)
+    if pairs is not None:
+        colocation = _colocation_from_pairs(pairs, seen, scale_factors, worker_types)
+        source = "pairs"
+    elif table is not None:
+        colocation = _colocation_from_table(job_types, scale_factors, worker_types, table)
+        source = "table"
+    else:
+        colocation = Colocation.empty(num_jobs, num_types)
+        source = "none"
+
+    return Problem(
+        worker_types=worker_types,
+        worker_counts=_readonly(counts),
+        job_ids=job_ids,
+        job_types=job_types,
+        scale_factors=_readonly(scale_factors),
+        priority_weights=_readonly(weights),
+        throughputs_steps_per_s=_readonly(throughputs),
+        steps_remaining=_readonly(steps),
+        time_since_arrival_s=_readonly(waited),
+        slo_s=_readonly(slo),
+        isolated_time_s=_readonly(isolated_time),
+        entity_of_job=_readonly(entity_of_job),
+        entities=entity_list,
+        colocation=colocation,
+        prices_per_hour=_validate_prices(prices_per_hour, worker_types, counts),
+        previous=_previous_allocation(previous, seen, worker_types),
+        colocation_source=source,
+    )
+
+
+def _validate_worker_types(
+    worker_counts: Mapping[str, int], table: ThroughputTable | None
+) -> tuple[tuple[str, ...], np.ndarray]:
+    if not isinstance(worker_counts, Mapping) or not worker_counts:
+        raise ProblemError("worker_types: expected a non-empty object of worker type -> GPU count")
+    names = []
+    counts = []
+    for name, count in worker_counts.items():
+        if not isinstance(name, str) or not name:
+            raise ProblemError(f"worker_types: {name!r} is not a worker type name")
+        counts.append(_integer(count, f"worker_types.{name}", minimum=0))
+        names.append(name)
+        if table is not None and name not in table.accelerator_types:
+            raise ProblemError(
+                f"worker_types.{name}: not in the throughput table "
+                f"(known: {', '.join(table.accelerator_types)})"
+            )
+    array = np.asarray(counts, dtype=float)
+    if array.sum() <= 0:
+        raise ProblemError("worker_types: the cluster has no GPUs (every count is 0)")
+    return tuple(names), array
+
+
+def _validate_entities(entities: Sequence[Entity]) -> tuple[Entity, ...]:
+    names: set[str] = set()
+    for entity in entities:
+        path = f"entities.{entity.name}"
+        if not isinstance(entity.name, str) or not entity.name:
+            raise ProblemError(f"entities: {entity.name!r} is not an entity name")
+        if entity.name in names:
+            raise ProblemError(f"{path}: duplicate entity")
+        names.add(entity.name)
+        _number(entity.weight, f"{path}.weight", strict=True)
+        if entity.policy not in ENTITY_POLICIES:
+            raise ProblemError(f"{path}.policy: must be one of {', '.join(ENTITY_POLICIES)}, got {entity.policy!r}")
+    return tuple(Entity(e.name, float(e.weight), e.policy) for e in entities)
+
+
+def _job_throughputs(
+    job: JobSpec, path: str, worker_types: tuple[str, ...], table: ThroughputTable | None
+) -> np.ndarray:
+    if table is not None:
+        if job.job_type is None:
+            raise ProblemError(f"{path}.job_type: required when a throughput table is given")
+        if not table.has_job(job.job_type, int(job.scale_factor)):
+            if job.job_type not in table.job_types:
+                raise ProblemError(f"{path}.job_type: unknown job type {job.job_type!r} (not in the throughput table)")
+            raise ProblemError(
+                f"{path}.scale_factor: the throughput table has no {job.job_type!r} "
+                f"with scale factor {job.scale_factor}"
+            )
+    given = job.throughputs_steps_per_s
+    if given is None:
+        if table is None:
+            raise ProblemError(f"{path}.throughputs: required (no throughput table given)")
+        job_type = str(job.job_type)
+        row = [table.isolated(job_type, int(job.scale_factor), name) for name in worker_types]
+        return np.asarray(row, dtype=float)
+    if not isinstance(given, Mapping):
+        raise ProblemError(f"{path}.throughputs: expected an object of worker type -> steps/s")
+    for name in given:
+        if name not in worker_types:
+            raise ProblemError(f"{path}.throughputs.{name}: not a worker type of this cluster")
+    row = []
+    for name in worker_types:
+        if name not in given:
+            raise ProblemError(f"{path}.throughputs: missing worker type {name!r}")
+        row.append(_number(given[name], f"{path}.throughputs.{name}"))
+    return np.asarray(row, dtype=float)
+
+
+def _check_runnable(
+    path: str, job: JobSpec, scale_factor: int, throughputs: np.ndarray,
+    worker_types: tuple[str, ...], counts: np.ndarray,
+) -> None:
+    fits = counts >= scale_factor
+    if not fits.any():
+        raise ProblemError(
+            f"{path}.scale_factor: {scale_factor} GPUs is more than any worker type has "
+            f"(largest: {int(counts.max())})"
+        )
+    if not (throughputs[fits] > 0).any():
+        raise ProblemError(
+            f"{path}.throughputs: job {job.id!r} has zero throughput on every worker type "
+            f"with at least {scale_factor} GPUs, so it can never run"
+        )
+
+
+def _colocation_from_pairs(
+    pairs: Sequence[PairSpec], index: Mapping[str, int], scale_factors: np.ndarray,
+    worker_types: tuple[str, ...],
+) -> Colocation:
+    """Pairs listed job by job: one colocation key per job (its row)."""
+    num_jobs, num_types = len(scale_factors), len(worker_types)
+    rows: dict[tuple[int, int], np.ndarray] = {}
+    for p, pair in enumerate(pairs):
+        path = f"pairs[{p}]"
+        if len(pair.job_ids) != 2:
+            raise ProblemError(f"{path}.jobs: expected exactly two job ids, got {len(pair.job_ids)}")
+        for job_id in pair.job_ids:
+            if job_id not in index:
+                raise ProblemError(f"{path}.jobs: unknown job id {job_id!r}")
+        a, b = index[pair.job_ids[0]], index[pair.job_ids[1]]
+        if a == b:
+            raise ProblemError(f"{path}.jobs: a job cannot be packed with itself ({pair.job_ids[0]!r})")
+        if scale_factors[a] != scale_factors[b]:
+            raise ProblemError(
+                f"{path}.jobs: jobs {pair.job_ids[0]!r} and {pair.job_ids[1]!r} have different "
+                f"scale factors ({scale_factors[a]} and {scale_factors[b]}); only equal gangs share GPUs"
+            )
+        key = (min(a, b), max(a, b))
+        if key in rows:
+            raise ProblemError(f"{path}.jobs: duplicate pair {pair.job_ids[0]!r}, {pair.job_ids[1]!r}")
+        given = pair.throughputs_steps_per_s
+        if not isinstance(given, Mapping):
+            raise ProblemError(f"{path}.throughputs: expected an object of worker type -> [steps/s, steps/s]")
+        values = np.zeros((num_types, 2))
+        for name, value in given.items():
+            if name not in worker_types:
+                raise ProblemError(f"{path}.throughputs.{name}: not a worker type of this cluster")
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+                raise ProblemError(f"{path}.throughputs.{name}: expected [first job's, second job's] steps/s")
+            k = worker_types.index(name)
+            values[k, 0] = _number(value[0], f"{path}.throughputs.{name}[0]")
+            values[k, 1] = _number(value[1], f"{path}.throughputs.{name}[1]")
+        rows[key] = values if a < b else values[:, ::-1]
+    order = sorted(rows)
+    key_pairs = np.asarray(order, dtype=np.int64).reshape(-1, 2)
+    table = np.asarray([rows[key] for key in order]).reshape(-1, num_types, 2)
+    key_of_job = np.full(num_jobs, -1, dtype=np.int64)
+    key_of_job[np.unique(key_pairs)] = np.unique(key_pairs)
+    return Colocation(_readonly(key_of_job), _readonly(key_pairs), _readonly(table))
+
+
+def _colocation_from_table(
+    job_types: tuple[str | None, ...], scale_factors: np.ndarray, worker_types: tuple[str, ...],
+    table: ThroughputTable,
+) -> Colocation:
+    """Gavel's packing candidates: any two jobs with the same scale factor, looked up by job type.
+
+    One key per (job type, scale factor) present; a self pair (a, a) is symmetrised (the mean of
+    the two positions) so that jobs of one key stay interchangeable — Gavel's table is already
+    symmetric, so this changes nothing there.
+    """
+    keys: dict[tuple[str, int], int] = {}
+    key_of_job = np.full(len(job_types), -1, dtype=np.int64)
+    for i, (job_type, sf) in enumerate(zip(job_types, scale_factors.tolist())):
+        key_of_job[i] = keys.setdefault((job_type, sf), len(keys))  # type: ignore[arg-type]
+    by_key = list(keys)
+    pair_keys: list[tuple[int, int]] = []
+    values: list[np.ndarray] = []
+    for a, (type_a, sf_a) in enumerate(by_key):
+        for b in range(a, len(by_key)):
+            type_b, sf_b = by_key[b]
+            if sf_a != sf_b:
+                continue
+            row = np.zeros((len(worker_types), 2))
+            listed = False
+            for k, name in enumerate(worker_types):
+                entry = table.pair(type_a, type_b, sf_a, name)
+                if entry is not None:
+                    row[k] = entry
+                    listed = True
+            if not listed:
+                continue
+            if a == b:
+                row[:] = row.mean(axis=1, keepdims=True)
+            pair_keys.append((a, b))
+            values.append(row)
+    return Colocation(
+        key_of_job=_readonly(key_of_job),
+        key_pairs=_readonly(np.asarray(pair_keys, dtype=np.int64).reshape(-1, 2)),
+        throughputs_steps_per_s=_readonly(np.asarray(values, dtype=float).reshape(-1, len(worker_types), 2)),
+    )
+
+
+def _validate_prices(
+    prices: Mapping[str, float] | None, worker_types: tuple[str, ...], counts: np.ndarray
+) -> np.ndarray | None:
+    if prices is None:
+        return None
+    if not isinstance(prices, Mapping):
+        raise ProblemError("prices_per_hour: expected an object of worker type -> $ per GPU-hour")
+    values = np.zeros(len(worker_types))
+    for k, name in enumerate(worker_types):
+        if name in prices:
+            values[k] = _number(prices[name], f"prices_per_hour.{name}", strict=True)
+        elif counts[k] > 0:
+            raise ProblemError(f"prices_per_hour: missing worker type {name!r}")
+    return _readonly(values)
+
+
+def _previous_allocation(
+    entries: Sequence[AllocationEntry] | None, index: Mapping[str, int], worker_types: tuple[str, ...]
+) -> PreviousAllocation | None:
+    if entries is None:
+        return None
+    num_types = len(worker_types)
+    singles = np.zeros((len(index), num_types))
+    pair_jobs: list[tuple[int, int]] = []
+    pair_fractions: list[np.ndarray] = []
+    for e, entry in enumerate(entries):
+        path = f"previous_allocation[{e}]"
+        if len(entry.job_ids) not in (1, 2):
+            raise ProblemError(f"{path}.jobs: expected one or two job ids")
+        if not all(job_id in index for job_id in entry.job_ids):
+            continue  # a job that finished since: nothing to remember
+        fractions = np.zeros(num_types)
+        for name, value in entry.fractions.items():
+            if name not in worker_types:
+                raise ProblemError(f"{path}.fractions.{name}: not a worker type of this cluster")
+            fractions[worker_types.index(name)] = _number(value, f"{path}.fractions.{name}")
+        if len(entry.job_ids) == 1:
+            singles[index[entry.job_ids[0]]] += fractions
+        else:
+            pair_jobs.append((index[entry.job_ids[0]], index[entry.job_ids[1]]))
+            pair_fractions.append(fractions)
+    return PreviousAllocation(
+        job_fractions=_readonly(singles),
+        pair_jobs=_readonly(np.asarray(pair_jobs, dtype=np.int64).reshape(-1, 2)),
+        pair_fractions=_readonly(np.asarray(pair_fractions, dtype=float).reshape(-1, num_types)),
+    )
