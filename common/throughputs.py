@@ -92,11 +92,24 @@ class ThroughputTable:
             f"on {accelerator_type!r} in the throughput table"
         )
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # MappingProxyType cannot be pickled; send plain dicts and wrap them again on the other
+        # side (the policy service hands its table to a worker process).
+        return _rebuild, (self.accelerator_types, dict(self.isolated_steps_per_s), dict(self.pair_steps_per_s))
+
     def pair(
         self, job_type_a: str, job_type_b: str, scale_factor: int, accelerator_type: str
     ) -> tuple[float, float] | None:
         """(a's steps/s, b's steps/s) when a and b share GPUs; None when the pair was not measured."""
         return self.pair_steps_per_s.get((job_type_a, job_type_b, scale_factor, accelerator_type))
+
+
+def _rebuild(
+    accelerator_types: tuple[str, ...],
+    isolated: dict[tuple[str, int, str], float],
+    pairs: dict[tuple[str, str, int, str], tuple[float, float]],
+) -> ThroughputTable:
+    return ThroughputTable(accelerator_types, MappingProxyType(isolated), MappingProxyType(pairs))
 
 
 def _steps_per_s(value: object, where: str) -> float:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import structlog
 
-from common.config import BusSettings
-from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.bus.probe import amqp_problem
-from tests.support.broker import amqp_url, broker_required, delete_topology
+from tests.support.broker import amqp_url, broker_required
+from tests.support.harness import BusHarness
 
 
 @pytest.fixture(scope="session")
@@ -26,56 +25,20 @@ def broker_url() -> str:
     return url
 
 
-class BusHarness:
-    """Opens bus connections for one test and cleans up after it.
-
-    kinds: ``memory`` (objects handed over), ``memory-serialized`` (every message through the
-    codec) and ``rabbit``. For RabbitMQ every connection is a new client on a per-test exchange,
-    so one test can stand in for several processes. For the in-memory bus every connection is
-    a new InMemoryBus on one shared in-process broker.
-    """
-
-    def __init__(self, kind: str, url: str | None = None) -> None:
-        self.kind = kind
-        self._url = url
-        self.exchange = f"gavel-test-{uuid.uuid4().hex[:10]}"
-        self._buses: list[Any] = []
-        self._broker = InMemoryBroker(serialize=kind == "memory-serialized")
-
-    @property
-    def is_rabbit(self) -> bool:
-        return self.kind == "rabbit"
-
-    def settings(self, **overrides: Any) -> BusSettings:
-        base: dict[str, Any] = {
-            "kind": "amqp",
-            "amqp_url": self._url or "",
-            "exchange": self.exchange,
-            "confirm_timeout_s": 10.0,
-        }
-        base.update(overrides)
-        return BusSettings(**base)
-
-    async def connect(self, source: str = "test", **overrides: Any) -> Any:
-        if not self.is_rabbit:
-            memory = InMemoryBus(self._broker, source=source)
-            await memory.start()
-            self._buses.append(memory)
-            return memory
-        from services.bus.rabbit import RabbitBus
-
-        bus = RabbitBus(self.settings(**overrides), source=source)
-        await bus.start()
-        self._buses.append(bus)
-        return bus
-
-    async def close(self) -> None:
-        for bus in reversed(self._buses):
-            await bus.close(timeout_s=5.0)
-        if self.is_rabbit and self._buses:
-            queues = {q for bus in self._buses for q in bus._declared_queues}
-            prefix = f"{self.exchange}."
-            await delete_topology(self._url or "", self.exchange, tuple(q.removeprefix(prefix) for q in queues))
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Commands run in-process (services.cli.main) configure logging for a terminal (warnings
+    only); put back what the next test expects."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    libraries = {name: logging.getLogger(name).level for name in ("aiormq", "aio_pika")}
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lib_level in libraries.items():
+        logging.getLogger(name).setLevel(lib_level)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -18,11 +18,14 @@ class PolicyJob:
     job_type: str
     scale_factor: int
     priority_weight: float
-    throughputs_steps_per_s: Mapping[str, float]  # accelerator type -> isolated steps/s
     steps_remaining: int
     time_since_arrival_s: float
+    # accelerator type -> isolated steps/s of the whole gang; None: the policy service looks the
+    # job type up in its throughput table
+    throughputs_steps_per_s: Mapping[str, float] | None = None
     slo_s: float | None = None
     entity: str | None = None
+    isolated_time_s: float = 0.0  # finish-time fairness: time the job would have had alone so far
 
 
 @value
@@ -41,12 +44,25 @@ class EntitySpec:
 
 
 @value
+class AllocationEntry:
+    """Fractions of wall time one job (or a packed pair) should spend on each accelerator type."""
+
+    job_ids: tuple[str, ...]
+    fractions: Mapping[str, float]
+
+
+@value
 class PolicyProblem:
     worker_types: Mapping[str, int]  # accelerator type -> GPU count
     jobs: tuple[PolicyJob, ...]
-    pairs: tuple[PairThroughputs, ...] = ()
+    # Jobs that may share GPUs. None: every same-scale-factor pair the policy service's table
+    # lists (sending them would cost O(n^2)); (): no packing.
+    pairs: tuple[PairThroughputs, ...] | None = None
     entities: tuple[EntitySpec, ...] = ()
     prices_per_hour: Mapping[str, float] | None = None  # None: the shipped prices table
+    # The allocation in force, for the policies that keep running jobs in place (agnostic FIFO,
+    # Gandiva, AlloX).
+    previous: tuple[AllocationEntry, ...] = ()
 
 
 @message("allocation.requested")
@@ -55,6 +71,7 @@ class AllocationRequested(Message):
     policy: str
     problem: PolicyProblem
     deadline_s: float  # answer as expired, not solved, when received after this time
+    solver: str | None = None  # None: the policy's default (CLARABEL); e.g. ECOS, as Gavel used
 
 
 class SolveStatus(enum.StrEnum):
@@ -64,22 +81,15 @@ class SolveStatus(enum.StrEnum):
     FAILED = "failed"
 
 
-@value
-class AllocationEntry:
-    """Fractions of wall time one job (or a packed pair) should spend on each accelerator type."""
-
-    job_ids: tuple[str, ...]
-    fractions: Mapping[str, float]
-
-
 @message("allocation.computed")
 class AllocationComputed(Message):
     request_id: str
     policy: str
     status: SolveStatus
-    objective: float
+    objective: float | None  # None for heuristics, and when no feasible allocation exists
     solve_time_s: float
     entries: tuple[AllocationEntry, ...]
+    reason: str = ""  # why the status is infeasible or failed
 
 
 @message("allocation.failed")

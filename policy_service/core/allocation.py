@@ -16,6 +16,12 @@ from types import MappingProxyType
 import numpy as np
 
 
+#: Time fractions below this are solver noise (interior-point methods leave ~1e-10 where the
+#: optimum has 0): they are set to 0, and pairs with no more than this are not listed.
+#: 1e-9 of a 360 s round is 0.4 us.
+NOISE_FRACTION = 1e-9
+
+
 class Status(enum.StrEnum):
     OPTIMAL = "optimal"
     OPTIMAL_INACCURATE = "optimal_inaccurate"
@@ -157,7 +163,7 @@ def _members_by_group(group_of_job: np.ndarray) -> list[np.ndarray]:
     return [order[bounds[g]:bounds[g + 1]] for g in range(size)]
 
 
-def expand_pairs(pairs: PairShares, *, min_fraction: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+def expand_pairs(pairs: PairShares, *, min_fraction: float = NOISE_FRACTION) -> tuple[np.ndarray, np.ndarray]:
     """Concrete job pairs for grouped pair time: ((Q, 2) job indices, (Q, K) fractions).
 
     Every job keeps exactly the packed time per type that PairShares gives it, and every type's

@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from common.errors import PolicyParameterError
-from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
+from policy_service.core.allocation import NOISE_FRACTION, Allocation, PairShares, Status, _readonly
 from policy_service.core.grouping import JobClasses, group_jobs
 from policy_service.core.packing import (
     PairClasses,
@@ -167,7 +167,7 @@ class Space:
         if values is None:
             return np.zeros(self.num_vars)
         values = np.clip(np.nan_to_num(np.asarray(values, float), nan=0.0), 0.0, None)
-        values[values < 1e-12] = 0.0
+        values[values < NOISE_FRACTION] = 0.0
         time_used = self.budget @ values
         used = self.usage @ values
         counts = self.problem.worker_counts
@@ -189,7 +189,7 @@ class Space:
         if values is None:
             values = np.zeros(self.num_vars)
         values = np.clip(np.nan_to_num(np.asarray(values, float)), 0.0, None)
-        values[values < 1e-12] = 0.0
+        values[values < NOISE_FRACTION] = 0.0
         x = np.zeros((self.num_classes, num_types))
         mask = self.x_index >= 0
         x[mask] = values[self.x_index[mask]]

@@ -20,7 +20,7 @@ import numpy as np
 
 from common.errors import ProblemError
 from common.throughputs import ThroughputTable
-from policy_service.core.allocation import Allocation, PairShares, Status, _readonly, expand_pairs
+from policy_service.core.allocation import NOISE_FRACTION, Allocation, PairShares, Status, _readonly, expand_pairs
 from policy_service.core.problem import AllocationEntry, Entity, JobSpec, PairSpec, Problem
 from policy_service.core.validation import build_problem
 
@@ -213,11 +213,11 @@ def prices_from_json(data: object) -> dict[str, float]:
 
 
 def _clean(value: float) -> float:
-    return 0.0 if abs(value) < 1e-12 else float(value)
+    return 0.0 if abs(value) < NOISE_FRACTION else float(value)
 
 
 def _fractions(row: np.ndarray, worker_types: Sequence[str], *, exact: bool = False) -> dict[str, float]:
-    """Worker type -> value; fractions below 1e-12 (solver noise) are written as 0."""
+    """Worker type -> value; fractions below NOISE_FRACTION (solver noise) are written as 0."""
     return {name: float(row[k]) if exact else _clean(row[k]) for k, name in enumerate(worker_types)}
 
 

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 
 from common.config import Settings
 from common.errors import BusError, ConfigError, GavelError
-from services.cli import bus_cmd, config_cmd, demo_cmd
+from services.cli import bus_cmd, config_cmd, demo_cmd, policy_cmd
 from services.cli.common import CommandFailed
 from services.logging import configure_logging
 
-GROUPS = (config_cmd, bus_cmd, demo_cmd)
+GROUPS = (config_cmd, bus_cmd, policy_cmd, demo_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,4 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gavel ... | head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 

@@ -7,6 +7,7 @@ import pytest
 
 from common.errors import DuplicatePolicyError, PolicyParameterError, ProblemError, UnknownPolicyError
 from common.throughputs import format_job_key, parse_job_key, throughput_table_from_json
+from tests.unit.policy.builders import gavel_table
 from policy_service.core import (
     Fifo,
     MaxMinFairness,
@@ -177,3 +178,13 @@ def test_malformed_tables_are_refused(data: dict, message: str) -> None:
     with pytest.raises(ProblemError) as caught:
         throughput_table_from_json(data)
     assert message in str(caught.value)
+
+
+def test_the_table_survives_pickling_for_worker_processes() -> None:
+    import pickle
+
+    table = gavel_table()
+    again = pickle.loads(pickle.dumps(table))
+    assert again.isolated_steps_per_s == table.isolated_steps_per_s
+    assert again.pair_steps_per_s == table.pair_steps_per_s
+    assert again.isolated("ResNet-50 (batch size 64)", 1, "v100") == table.isolated("ResNet-50 (batch size 64)", 1, "v100")

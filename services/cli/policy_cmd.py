@@ -1,0 +1,86 @@
+"""``gavel policy solve`` and ``gavel policy list``: the policy library from the command line.
+
+Exit codes: 0 solved; 2 bad input (one line naming the field); 3 solved, but no feasible
+allocation exists (status infeasible or failed; the output says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from common.config import Settings
+from common.throughputs import ThroughputTable, throughput_table_from_json
+from policy_service.core import allocation_to_json, make_policy, problem_from_json
+from policy_service.core.catalog import REGISTRY
+from policy_service.service import shipped_context
+from services.cli.common import CommandFailed, print_json, print_table
+
+EXIT_NO_ALLOCATION = 3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("policy", help="solve a policy problem, list the policies")
+    policy_sub = p.add_subparsers(dest="policy_command", metavar="POLICY_COMMAND", required=True)
+
+    solve = policy_sub.add_parser(
+        "solve",
+        help="solve one problem (JSON, see docs/policies.md) and print the allocation as JSON",
+        description="Exit codes: 0 solved; 2 bad input; 3 no feasible allocation (see the output's reason).",
+    )
+    solve.add_argument("--policy", required=True, help="a policy name (gavel policy list)")
+    solve.add_argument("--input", required=True, metavar="PROBLEM.json", help="the problem ('-' for stdin)")
+    solve.add_argument(
+        "--throughputs",
+        metavar="TABLE.json",
+        help="throughput table in Gavel's format for jobs that omit throughputs (default: the shipped Gavel table)",
+    )
+    solve.add_argument("--solver", help="CLARABEL (default) or ECOS")
+    solve.add_argument("--output", metavar="OUT.json", help="write the allocation here instead of stdout")
+    solve.set_defaults(run=run_solve)
+
+    listing = policy_sub.add_parser("list", help="every policy name, with what it optimises")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(run=run_list)
+
+
+def _read_json(path: str, what: str) -> object:
+    try:
+        text = sys.stdin.read() if path == "-" else pathlib.Path(path).read_text()
+    except OSError as e:
+        raise CommandFailed(f"{what}: cannot read {path}: {e.strerror or e}", exit_code=2) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CommandFailed(f"{what}: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
+
+
+def _table(path: str | None) -> tuple[ThroughputTable | None, dict[str, float] | None]:
+    shipped = shipped_context()
+    if path is None:
+        return shipped.table, dict(shipped.prices_per_hour or {})
+    return throughput_table_from_json(_read_json(path, "--throughputs")), dict(shipped.prices_per_hour or {})
+
+
+def run_solve(args: argparse.Namespace, settings: Settings) -> int:
+    overrides = {"solver": args.solver} if args.solver else {}
+    policy = make_policy(args.policy, **overrides)  # UnknownPolicyError lists the known names
+    table, prices = _table(args.throughputs)
+    problem = problem_from_json(_read_json(args.input, "--input"), table, default_prices_per_hour=prices)
+    result = allocation_to_json(policy.allocate(problem))
+    if args.output:
+        pathlib.Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    else:
+        print_json(result)
+    return 0 if result["status"] in ("optimal", "optimal_inaccurate") else EXIT_NO_ALLOCATION
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    rows = [(entry.name, entry.summary) for entry in REGISTRY]
+    if args.json:
+        print_json([{"name": n, "summary": s} for n, s in rows])
+    else:
+        print_table(["policy", "what it optimises"], rows)
+    return 0

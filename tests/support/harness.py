@@ -1,0 +1,62 @@
+"""BusHarness: bus connections for one test, on any transport, cleaned up afterwards."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from common.config import BusSettings
+from services.bus.memory import InMemoryBroker, InMemoryBus
+from tests.support.broker import delete_topology
+
+
+class BusHarness:
+    """Opens bus connections for one test and cleans up after it.
+
+    kinds: ``memory`` (objects handed over), ``memory-serialized`` (every message through the
+    codec) and ``rabbit``. For RabbitMQ every connection is a new client on a per-test exchange,
+    so one test can stand in for several processes. For the in-memory bus every connection is
+    a new InMemoryBus on one shared in-process broker.
+    """
+
+    def __init__(self, kind: str, url: str | None = None) -> None:
+        self.kind = kind
+        self._url = url
+        self.exchange = f"gavel-test-{uuid.uuid4().hex[:10]}"
+        self._buses: list[Any] = []
+        self._broker = InMemoryBroker(serialize=kind == "memory-serialized")
+
+    @property
+    def is_rabbit(self) -> bool:
+        return self.kind == "rabbit"
+
+    def settings(self, **overrides: Any) -> BusSettings:
+        base: dict[str, Any] = {
+            "kind": "amqp",
+            "amqp_url": self._url or "",
+            "exchange": self.exchange,
+            "confirm_timeout_s": 10.0,
+        }
+        base.update(overrides)
+        return BusSettings(**base)
+
+    async def connect(self, source: str = "test", **overrides: Any) -> Any:
+        if not self.is_rabbit:
+            memory = InMemoryBus(self._broker, source=source)
+            await memory.start()
+            self._buses.append(memory)
+            return memory
+        from services.bus.rabbit import RabbitBus
+
+        bus = RabbitBus(self.settings(**overrides), source=source)
+        await bus.start()
+        self._buses.append(bus)
+        return bus
+
+    async def close(self) -> None:
+        for bus in reversed(self._buses):
+            await bus.close(timeout_s=5.0)
+        if self.is_rabbit and self._buses:
+            queues = {q for bus in self._buses for q in bus._declared_queues}
+            prefix = f"{self.exchange}."
+            await delete_topology(self._url or "", self.exchange, tuple(q.removeprefix(prefix) for q in queues))
