@@ -136,6 +136,7 @@ class InMemoryBroker:
         self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
         self._dead: collections.deque[DeadLetter] = collections.deque()
         self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
+        self.activity = 0  # messages enqueued or settled so far: a virtual clock's quiescence check
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -150,6 +151,7 @@ class InMemoryBroker:
         return queues
 
     def enqueue(self, q: _Queue, item: _Item) -> None:
+        self.activity += 1
         q.pending.append(item)
         if q.consumers:
             self._dispatch(q)
@@ -234,6 +236,7 @@ class InMemoryBroker:
         self._requeued(q, 1)
 
     def _requeued(self, q: _Queue, count: int) -> None:
+        self.activity += 1
         self._in_flight -= count
         if q.consumers:
             self._dispatch(q)
