@@ -15,6 +15,8 @@
     │   ├── DuplicatePolicyError  a name registered twice
     │   ├── PolicyParameterError  a parameter the policy does not take, or a bad value for one
     │   └── ProblemError       a policy input that is not a valid problem; names the field
+    ├── TraceError             a job trace that cannot be read, written or generated; names the
+    │                          file, line and column (or field)
     └── ServiceError           a service cannot start or keeps failing; names the service
 
 Errors carry a human-readable message that names the offending thing (a variable, a field, a
@@ -103,6 +105,26 @@ class PolicyParameterError(PolicyError):
 
 class ProblemError(PolicyError):
     """A policy input that is not a valid problem. The message names the field."""
+
+
+class TraceError(GavelError):
+    """A job trace that cannot be read, written or generated.
+
+    Not a ProblemError: a trace is not a policy input, and ``except PolicyError`` should not catch
+    a typo on line 812 of a trace file. ``str(e)`` reads ``file:line: column: reason``, leaving out
+    the parts that are unknown; the parts are kept as attributes too.
+    """
+
+    def __init__(self, reason: str, *, source: str | None = None, line: int | None = None, column: str | None = None) -> None:
+        where = source or ""
+        if line is not None:
+            where = f"{where}:{line}" if where else f"line {line}"
+        parts = [p for p in (where, column) if p]
+        super().__init__(": ".join([*parts, reason]))
+        self.reason = reason
+        self.source = source
+        self.line = line
+        self.column = column
 
 
 class ServiceError(GavelError):
