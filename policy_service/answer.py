@@ -10,9 +10,12 @@ answered with AllocationFailed and the reason, never raised.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 
-from common.errors import GavelError
+import numpy as np
+
+from common.errors import GavelError, ProblemError
 from common.messages import (
     AllocationComputed,
     AllocationEntry,
@@ -28,11 +31,31 @@ from policy_service.core import (
     JobSpec,
     PairSpec,
     Problem,
+    Policy,
     allocation_to_json,
     build_problem,
-    make_policy,
 )
 from policy_service.core import AllocationEntry as CoreEntry
+from policy_service.core.baselines import isolated_throughputs
+from policy_service.core.catalog import REGISTRY
+
+# Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
+# numbers: per-job (and per-job-pair) variables solved with ECOS, makespan by bisection, Gavel's
+# agnostic-FIFO type choice, SLOs dropped when infeasible. Each is passed only to the policies
+# whose constructor takes it.
+PRESET_PARAMETERS: Mapping[str, Mapping[str, object]] = {
+    "default": {},
+    "gavel": {
+        "solver": "ECOS",
+        "grouping": False,
+        "prune_dominated": False,
+        "exclude_oversized_gangs": False,
+        "exact": False,
+        "type_choice": "gavel_last_type",
+        "on_infeasible_slos": "drop",
+        "gavel_state": True,
+    },
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +67,7 @@ class SolveContext:
     prices_per_hour: Mapping[str, float] | None = None
 
 
-def problem_from_message(problem: PolicyProblem, context: SolveContext) -> Problem:
+def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_state: str = "") -> Problem:
     """The core's Problem for a wire snapshot. ProblemError names the offending field."""
     jobs = [
         JobSpec(
@@ -75,7 +98,33 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext) -> Probl
         prices_per_hour=problem.prices_per_hour if problem.prices_per_hour is not None else context.prices_per_hour,
         table=context.table,
         previous=[CoreEntry(e.job_ids, e.fractions) for e in problem.previous] or None,
+        policy_state=policy_state or None,
     )
+
+
+def policy_for(request: AllocationRequested) -> Policy:
+    """The registered policy with the request's preset, solver and seed applied."""
+    if request.preset not in PRESET_PARAMETERS:
+        raise ProblemError(f"preset: unknown preset {request.preset!r} (known: {', '.join(PRESET_PARAMETERS)})")
+    entry = REGISTRY.entry(request.policy)  # UnknownPolicyError lists the known names
+    accepted = inspect.signature(entry.factory).parameters
+    overrides: dict[str, object] = {
+        k: v for k, v in PRESET_PARAMETERS[request.preset].items() if k in accepted and k not in entry.bound
+    }
+    if request.solver:
+        overrides["solver"] = request.solver
+    if request.seed is not None and "rng" in accepted:
+        overrides["rng"] = np.random.default_rng(request.seed)
+    if request.seed is not None and "seed" in accepted:
+        overrides["seed"] = request.seed
+    return REGISTRY.create(request.policy, **overrides)
+
+
+def isolated_baseline(policy: Policy, problem: Problem) -> dict[str, float]:
+    """Job id -> the isolated-share throughput the policy measures finish times against."""
+    baseline = getattr(policy, "isolated_baseline", None)
+    values = baseline(problem) if baseline is not None else isolated_throughputs(problem)
+    return {job_id: float(v) for job_id, v in zip(problem.job_ids, values, strict=True)}
 
 
 def computed_message(request_id: str, allocation: Allocation) -> AllocationComputed:
@@ -97,9 +146,13 @@ def computed_message(request_id: str, allocation: Allocation) -> AllocationCompu
 
 def answer(request: AllocationRequested, context: SolveContext) -> AllocationComputed | AllocationFailed:
     try:
-        overrides = {"solver": request.solver} if request.solver else {}
-        policy = make_policy(request.policy, **overrides)
-        problem = problem_from_message(request.problem, context)
-        return computed_message(request.request_id, policy.allocate(problem))
+        policy = policy_for(request)
+        problem = problem_from_message(request.problem, context, request.policy_state)
+        allocation = policy.allocate(problem)
+        return dataclasses.replace(
+            computed_message(request.request_id, allocation),
+            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
+            policy_state=allocation.policy_state or "",
+        )
     except GavelError as e:
         return AllocationFailed(request.request_id, request.policy, str(e))

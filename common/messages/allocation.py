@@ -72,6 +72,11 @@ class AllocationRequested(Message):
     problem: PolicyProblem
     deadline_s: float  # answer as expired, not solved, when received after this time
     solver: str | None = None  # None: the policy's default (CLARABEL); e.g. ECOS, as Gavel used
+    # "gavel": solve the programs exactly as Gavel writes them (per-job variables, ECOS, its
+    # approximations and quirks), for the simulator's gavel preset; "default": ours
+    preset: str = "default"
+    seed: int | None = None  # for policies that draw random numbers (fifo, gandiva, POP)
+    policy_state: str = ""  # the last AllocationComputed.policy_state, returned unchanged
 
 
 class SolveStatus(enum.StrEnum):
@@ -90,6 +95,12 @@ class AllocationComputed(Message):
     solve_time_s: float
     entries: tuple[AllocationEntry, ...]
     reason: str = ""  # why the status is infeasible or failed
+    # job id -> steps/s under the policy's isolated share (1/n of every type): the baseline of
+    # finish-time fairness, which the caller accumulates between requests (isolated_time_s)
+    isolated_throughputs_steps_per_s: Mapping[str, float] | None = None
+    # Opaque state of a stateful policy (assignments, a random stream) for the caller to send
+    # back with its next request; "" for stateless policies.
+    policy_state: str = ""
 
 
 @message("allocation.failed")

@@ -124,6 +124,7 @@ class Allocation:
     solve_time_s: float = 0.0
     reason: str = ""
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    policy_state: str | None = None  # hand back with the next problem (Problem.policy_state)
 
     @property
     def num_jobs(self) -> int:

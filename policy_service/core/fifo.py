@@ -14,9 +14,9 @@ The first job that fits on no type ends the pass (strict FIFO). A job whose thro
 chosen type is 0 is skipped, as Gavel does.
 
 ``type_choice="gavel_last_type"`` reproduces what Gavel's agnostic FIFO (commit c4fa400)
-actually does: it draws a random index but then assigns every job to the stale loop variable —
-the last worker type of the cluster spec — so all jobs queue on that type (its recorded runs use
-under a third of a 4:4:4 cluster). Only for the `gavel` simulator preset; it can oversubscribe
+actually does: it draws a random index but then assigns the job to the stale loop variable —
+the last type, by name, of those that still have free GPUs — so jobs pile onto one type (its
+recorded runs use under a third of a 4:4:4 cluster). Only for the `gavel` simulator preset; it can oversubscribe
 that type, which the mechanism then resolves by priority.
 """
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from common.errors import PolicyParameterError
 from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
+from policy_service.core.gavel_fifo import gavel_fifo_fractions
 from policy_service.core.problem import Problem
 from policy_service.core.waterfilling import arrival_order
 
@@ -54,10 +55,18 @@ class Fifo:
     type_choice: str = "random"
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     name: str = "fifo_perf"
+    seed: int = 0  # Gavel's random.Random seed, for type_choice="gavel_last_type"
 
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
         n, num_types = problem.num_jobs, problem.num_types
+        if not self.heterogeneity_aware and self.type_choice == "gavel_last_type":
+            fractions, state = gavel_fifo_fractions(problem, self.seed)
+            return Allocation(
+                policy=self.name, status=Status.OPTIMAL, job_ids=problem.job_ids, worker_types=problem.worker_types,
+                job_fractions=_readonly(fractions), pairs=PairShares.none(n, num_types),
+                objective=None, solve_time_s=time.perf_counter() - started, policy_state=state,
+            )
         available = problem.worker_counts.copy()
         placed: dict[int, int] = {}  # job -> type, in placement order (Gavel iterates this order)
         if not self.heterogeneity_aware and problem.previous is not None:
@@ -106,7 +115,9 @@ class Fifo:
                 k = candidates[choice]
             else:
                 choice = int(self.rng.integers(len(candidates)))
-                k = candidates[choice] if self.type_choice == "random" else problem.num_types - 1
+                # Gavel's stale loop variable: the last type (by name) that still had free GPUs
+                # when this pass started or since, whatever was drawn.
+                k = candidates[choice] if self.type_choice == "random" else open_types[-1]
             if tput[j, k] > 0:
                 placed[j] = k
                 available[k] -= sf
@@ -138,6 +149,7 @@ def fifo(
     packing_threshold: float = 1.5,
     type_choice: str = "random",
     rng: np.random.Generator | None = None,
+    seed: int = 0,
 ) -> Fifo:
     """FIFO. Gavel: fifo (agnostic, random types), fifo_perf, fifo_packed."""
     if space_sharing and not heterogeneity_aware:
@@ -147,5 +159,5 @@ def fifo(
     name = "fifo_packed" if space_sharing else ("fifo_perf" if heterogeneity_aware else "fifo")
     return Fifo(
         heterogeneity_aware, space_sharing, packing_threshold, type_choice,
-        rng if rng is not None else np.random.default_rng(0), name,
+        rng if rng is not None else np.random.default_rng(0), name, seed,
     )

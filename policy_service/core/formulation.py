@@ -290,8 +290,9 @@ def build_space(
     fits = (counts > 0)[None, :] & (
         class_sf[:, None] <= problem.gang_capacity[None, :] if options.exclude_oversized_gangs else True
     )
+    fits = np.broadcast_to(fits, (classes.num_classes, num_types))  # (C, K) even when not excluding
 
-    x_allowed = np.broadcast_to(fits, (classes.num_classes, num_types)).copy()
+    x_allowed = fits.copy()
     if options.prune_dominated:
         x_allowed &= class_tput > 0
     x_index = np.full((classes.num_classes, num_types), -1, dtype=np.int64)

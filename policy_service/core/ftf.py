@@ -65,6 +65,12 @@ class FinishTimeFairness:
     options: SolveOptions = field(default_factory=SolveOptions)
     name: str = "finish_time_fairness_perf"
 
+    def isolated_baseline(self, problem: Problem) -> np.ndarray:
+        """(n,) the isolated-share throughputs this policy measures rho against (the caller
+        accumulates ``isolated_time_s`` from them between allocations)."""
+        view = problem if self.heterogeneity_aware else agnostic_reference_throughputs(problem, self.reference_type)
+        return isolated_throughputs(view)
+
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
         if problem.num_jobs == 0:

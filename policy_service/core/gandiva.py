@@ -13,12 +13,13 @@ which a stateless policy cannot). Only pairs the problem lists as colocatable ar
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
 from policy_service.core.baselines import isolated_fractions
+from policy_service.core.gavel_gandiva import gavel_gandiva
 from policy_service.core.problem import Problem
 
 
@@ -37,10 +38,16 @@ def _pair_score(problem: Problem, a: int, b: int) -> float:
 class Gandiva:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     name: str = "gandiva"
+    gavel_state: bool = False  # Gavel's exact behaviour, state carried in policy_state
+    seed: int = 0
 
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
         n, num_types = problem.num_jobs, problem.num_types
+        if self.gavel_state:
+            singles, pairs, pair_x, state = gavel_gandiva(problem, self.seed)
+            result = self._result(problem, singles, list(zip(pairs, pair_x, strict=True)), started)
+            return replace(result, policy_state=state)
         counts = problem.worker_counts
         if problem.scale_factors.sum() <= counts.sum():
             return self._result(problem, isolated_fractions(problem), [], started)
@@ -91,5 +98,7 @@ class Gandiva:
         )
 
 
-def gandiva(*, rng: np.random.Generator | None = None) -> Gandiva:
-    return Gandiva(rng if rng is not None else np.random.default_rng(0))
+def gandiva(*, rng: np.random.Generator | None = None, gavel_state: bool = False, seed: int = 0) -> Gandiva:
+    """Gandiva. ``gavel_state``: keep pairs and Python's random stream between solves exactly as
+    Gavel's simulator does (in ``policy_state``), for the `gavel` preset."""
+    return Gandiva(rng if rng is not None else np.random.default_rng(0), gavel_state=gavel_state, seed=seed)

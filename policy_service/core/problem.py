@@ -196,6 +196,10 @@ class Problem:
     # (K,) the largest gang each type can host. None: worker_counts. A POP part holds a share
     # of the GPUs but its jobs still run on the whole type, so it keeps the cluster's value.
     gang_limits: np.ndarray | None = None
+    # Opaque state a stateful policy handed back with its last allocation (Allocation.
+    # policy_state), returned unchanged by the caller: Gavel's agnostic FIFO and Gandiva keep
+    # assignments and a random stream between solves; this keeps the service stateless.
+    policy_state: str | None = None
 
     @property
     def gang_capacity(self) -> np.ndarray:

@@ -64,6 +64,7 @@ def build_problem(
     prices_per_hour: Mapping[str, float] | None = None,
     table: ThroughputTable | None = None,
     previous: Sequence[AllocationEntry] | None = None,
+    policy_state: str | None = None,
 ) -> Problem:
     """Validate and assemble a Problem.
 
@@ -141,6 +142,7 @@ def build_problem(
         prices_per_hour=_validate_prices(prices_per_hour, worker_types, counts),
         previous=_previous_allocation(previous, seen, worker_types),
         colocation_source=source,
+        policy_state=policy_state,
     )
 
 

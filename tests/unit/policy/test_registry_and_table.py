@@ -122,14 +122,29 @@ def test_randomised_policies_depend_only_on_the_injected_generator() -> None:
 
 
 def test_gavel_last_type_fifo_reproduces_gavels_agnostic_fifo() -> None:
+    """Gavel's agnostic FIFO draws a type but uses the last open type by name (v100 here); when
+    v100 fills, the *drawn* type leaves the list, so v100 can stay and soak up the queue; a job
+    that completes hands its type to the head of the queue (state carried in policy_state)."""
+    import random
+
     from policy_service.core import JobSpec, build_problem
 
     speeds = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
-    jobs = [JobSpec(id=str(i), steps_remaining=1.0, throughputs_steps_per_s=speeds) for i in range(6)]
-    problem = build_problem({"v100": 2, "p100": 2, "k80": 2}, jobs)
-    allocation = make_policy("fifo", type_choice="gavel_last_type").allocate(problem)
-    # Every job lands on the last type of the cluster spec (k80), as in Gavel at commit c4fa400.
-    assert allocation.job_fractions[:, 2].tolist() == [1.0] * 6
+    # a seed whose first draw (of 3 open types) is not v100's position: v100 stays open
+    seed = next(s for s in range(100) if random.Random(s).randrange(3) != 2)
+    policy = make_policy("fifo", type_choice="gavel_last_type", seed=seed)
+
+    def problem(ids, state):
+        jobs = [JobSpec(id=i, steps_remaining=1.0, throughputs_steps_per_s=speeds) for i in ids]
+        return build_problem({"v100": 1, "p100": 1, "k80": 1}, jobs, policy_state=state)
+
+    first = policy.allocate(problem(["0", "1", "2"], None))
+    column = list(first.worker_types).index("v100")
+    assert first.job_fractions[:, column].tolist() == [1.0, 1.0, 1.0]  # all on v100, oversubscribed
+    # job 0 completes, job 3 arrives: 3 inherits v100 at the head of the queue
+    second = policy.allocate(problem(["1", "2", "3"], first.policy_state))
+    assert second.job_fractions[:, column].tolist() == [1.0, 1.0, 1.0]
+    assert second.job_fractions.sum() == 3.0
 
 
 # ----------------------------------------------------------------------------- the table
