@@ -1,0 +1,135 @@
+"""One round's decisions, as pure functions of the state (docs/gavel-semantics.md sections 5-6):
+
+1. ``priorities``: per type, each entry's allocation / share of the type's time it received;
+2. ``pick``: a greedy pass over the per-type queues, fastest type first, gangs whole;
+3. ``place``: concrete workers per picked entry, keeping a continuing entry on its GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mechanism_service.core.model import Entry, MechanismState, Placement
+from mechanism_service.core.settings import MechanismSettings
+
+# A job with no time received yet ranks above everyone with some, but stays finite so larger
+# allocations still sort first (paper section 3.1).
+UNSERVED_FACTOR = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    entry: Entry
+    priority: float
+    deficit_s: float
+    allocation: float
+
+
+def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
+    """Per type, every entry in admission order with its priority, deficit and allocation."""
+    rows: dict[str, list[QueueRow]] = {}
+    for w in state.accelerator_types:
+        total_s = state.type_time_s[w]
+        type_rows = []
+        for entry, ledger in state.entries.items():
+            fractions = state.allocation.get(entry)
+            share = fractions.get(w, 0.0) if fractions is not None else 0.0
+            if share == 0.0 or min(ledger.throughputs[w]) <= 0.0:
+                priority = 0.0
+            else:
+                received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
+                priority = share / received if received > 0 else share * UNSERVED_FACTOR
+            type_rows.append(QueueRow(entry, priority, ledger.deficit_s[w], share))
+        rows[w] = type_rows
+    return rows
+
+
+def type_order(state: MechanismState, settings: MechanismSettings) -> list[str]:
+    """The fixed visiting order, restricted to the cluster's types (others last, by name)."""
+    known = [w for w in settings.type_order if w in state.gpus]
+    return known + sorted(w for w in state.gpus if w not in known)
+
+
+def pick(
+    state: MechanismState,
+    queues: dict[str, list[QueueRow]],
+    order: Sequence[str],
+    settings: MechanismSettings,
+) -> dict[str, list[tuple[Entry, int]]]:
+    """Greedy selection: each type's queue sorted by (priority, deficit, allocation), highest
+    first (stable: ties keep admission order), the queues concatenated in visiting order; an
+    entry is taken at its first occurrence that fits, a gang takes all its GPUs on one type, a
+    gang that does not fit is skipped so smaller entries may still use the GPUs."""
+    left = dict(state.gpus)
+    taken: set[int] = set()
+    picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
+    for w in order:
+        queue = sorted(queues[w], key=lambda r: (r.priority, r.deficit_s, r.allocation), reverse=True)
+        for row in queue:
+            if left[w] == 0:
+                break
+            entry = row.entry
+            if any(i in taken for i in entry):
+                continue
+            if min(state.entries[entry].throughputs[w]) <= 0.0:
+                continue
+            if settings.only_allocated_run and row.priority <= 0.0:
+                continue
+            scale_factor = state.jobs[entry[0]].scale_factor
+            if scale_factor > left[w]:
+                continue
+            left[w] -= scale_factor
+            taken.update(entry)
+            picked[w].append((entry, scale_factor))
+    return picked
+
+
+def place(
+    state: MechanismState,
+    picked: dict[str, list[tuple[Entry, int]]],
+    order: Sequence[str],
+    settings: MechanismSettings,
+) -> dict[Entry, Placement]:
+    """Workers for each picked entry: largest gangs first; an entry that ran on this type last
+    round keeps its workers when they are all still free (a lease extension); others take the
+    lowest free workers, filling a server before moving to the next (consolidation)."""
+    assignment: dict[Entry, Placement] = {}
+    for w in order:
+        entries = sorted(picked.get(w, []), key=lambda p: p[1], reverse=True)
+        servers = [list(s) for s in state.servers[w]]
+        cursor = 0
+        used: set[int] = set()
+        for scale_factor in sorted({s for _, s in entries}, reverse=True):
+            group = [e for e, s in entries if s == scale_factor]
+            for entry in group:  # pass 1: extensions
+                previous = state.previous_assignment.get(entry)
+                if previous is not None and previous.accelerator_type == w and not used & set(previous.worker_ids):
+                    assignment[entry] = previous
+                    used.update(previous.worker_ids)
+            for entry in group:  # pass 2: fresh placements
+                if entry in assignment:
+                    continue
+                if entry not in state.allocation and not settings.run_unallocated:
+                    continue  # picked but not allocated: its GPUs idle this round (Gavel)
+                workers: list[int] = []
+                while len(workers) < scale_factor:
+                    if cursor >= len(servers):
+                        raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+                    server = servers[cursor]
+                    if not server:
+                        cursor += 1
+                        continue
+                    worker = server.pop(0)
+                    if worker not in used:
+                        workers.append(worker)
+                assignment[entry] = Placement(w, tuple(workers))
+                used.update(workers)
+    return assignment
+
+
+def count_extensions(state: MechanismState, assignment: dict[Entry, Placement]) -> tuple[int, int]:
+    """Section 6.3: (extended, opportunities) for this round against the previous one."""
+    opportunities = sum(1 for entry in state.previous_assignment if any(i in state.jobs for i in entry))
+    extended = sum(1 for entry, p in assignment.items() if state.previous_assignment.get(entry) == p)
+    return extended, opportunities

@@ -1,0 +1,68 @@
+"""The mechanism's side of the policy conversation: the snapshot it sends when the allocation
+is recomputed, and the allocation it reads back. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, PolicyJob, PolicyProblem
+from mechanism_service.core.model import MechanismState
+
+
+def advance_isolated_time(state: MechanismState) -> None:
+    """Finish-time fairness measures each job against the time its done steps would have taken
+    on its isolated share; add the steps done since the last allocation at the baseline that
+    allocation reported (Gavel keeps this inside its FTF policy)."""
+    for job in state.jobs.values():
+        if job.steps_remaining_at_last_solve is not None and job.isolated_throughput_at_last_solve:
+            done = job.steps_remaining_at_last_solve - job.steps_remaining
+            job.isolated_time_s += done / job.isolated_throughput_at_last_solve
+        job.steps_remaining_at_last_solve = job.steps_remaining
+
+
+def allocation_request(
+    state: MechanismState,
+    now_s: float,
+    *,
+    request_id: str,
+    policy: str,
+    deadline_s: float,
+    preset: str = "default",
+    seed: int | None = None,
+    solver: str | None = None,
+) -> AllocationRequested:
+    """The whole snapshot a stateless policy replica needs (throughputs by job type: the policy
+    service holds the table; the current allocation for the policies that keep jobs in place)."""
+    jobs = tuple(
+        PolicyJob(
+            job_id=job.job_id,
+            job_type=job.job_type,
+            scale_factor=job.scale_factor,
+            priority_weight=job.priority_weight,
+            steps_remaining=job.steps_remaining,
+            time_since_arrival_s=now_s - job.arrival_s,
+            slo_s=job.slo_s,
+            entity=job.entity,
+            isolated_time_s=job.isolated_time_s,
+        )
+        for job in state.jobs.values()
+    )
+    previous = tuple(
+        AllocationEntry(state.job_ids_of(entry), dict(fractions))
+        for entry, fractions in state.allocation.items()
+        if all(i in state.jobs for i in entry) and any(v > 0 for v in fractions.values())
+    )
+    return AllocationRequested(
+        request_id=request_id,
+        policy=policy,
+        problem=PolicyProblem(worker_types=dict(state.gpus), jobs=jobs, previous=previous),
+        deadline_s=deadline_s,
+        solver=solver,
+        preset=preset,
+        seed=seed,
+        policy_state=state.policy_state,
+    )
+
+
+def allocation_fractions(reply: AllocationComputed) -> dict[tuple[str, ...], Mapping[str, float]]:
+    return {entry.job_ids: entry.fractions for entry in reply.entries}

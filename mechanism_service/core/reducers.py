@@ -1,0 +1,203 @@
+"""The only functions that change a MechanismState: admission, allocation resets, the new
+allocation, and settling a finished round. Section numbers refer to docs/gavel-semantics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from mechanism_service.core.model import Entry, EntryLedger, JobState, MechanismState, Placement
+from mechanism_service.core.settings import MechanismSettings
+
+# (job type, scale factor, accelerator type) -> isolated steps/s of the gang
+IsolatedLookup = Callable[[str, int, str], float]
+# (lo's type, hi's type, scale factor, accelerator type) -> (lo's, hi's) steps/s when packed
+PairLookup = Callable[[str, str, int, str], "tuple[float, float] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    job_id: str
+    job_type: str
+    scale_factor: int
+    total_steps: int
+    arrival_s: float
+    priority_weight: float = 1.0
+    slo_s: float | None = None
+    entity: str | None = None
+
+
+def admit(
+    state: MechanismState,
+    job: NewJob,
+    settings: MechanismSettings,
+    isolated: IsolatedLookup,
+    pair: PairLookup,
+) -> JobState:
+    """Section 3: number the job, seed its received time, create its pair entries."""
+    index = state.next_index
+    state.next_index += 1
+    types = state.accelerator_types
+    record = JobState(
+        index=index,
+        job_id=job.job_id,
+        job_type=job.job_type,
+        scale_factor=job.scale_factor,
+        priority_weight=job.priority_weight,
+        total_steps=job.total_steps,
+        arrival_s=job.arrival_s,
+        slo_s=job.slo_s,
+        entity=job.entity,
+        gpu_seconds_by_type=dict.fromkeys(types, 0.0),
+    )
+    # The single entry first, then its pairs with every active job of the same scale factor,
+    # oldest partner first: this order breaks ties in the planner.
+    state.entries[(index,)] = EntryLedger(
+        throughputs={w: (isolated(job.job_type, job.scale_factor, w),) for w in types},
+        received_s=dict.fromkeys(types, settings.seed_received_s),
+        deficit_s=dict.fromkeys(types, 0.0),
+    )
+    if settings.packing:
+        for other in state.jobs.values():
+            if other.scale_factor != job.scale_factor:
+                continue
+            throughputs = {}
+            for w in types:
+                packed = pair(other.job_type, job.job_type, job.scale_factor, w)
+                throughputs[w] = tuple(packed) if packed is not None else (0.0, 0.0)
+            state.entries[(other.index, index)] = EntryLedger(
+                throughputs=throughputs, received_s=dict.fromkeys(types, 0.0), deficit_s=dict.fromkeys(types, 0.0)
+            )
+    state.jobs[index] = record
+    state.needs_allocation = True
+    return record
+
+
+def remove_job(state: MechanismState, index: int, *, dropped: bool = False) -> JobState:
+    """Section 3: the job leaves with its single entry and every pair it is in."""
+    record = state.jobs.pop(index)
+    for entry in [e for e in state.entries if index in e]:
+        del state.entries[entry]
+    if dropped:
+        record.last_finish_s = None
+    state.completed.append(record)
+    state.needs_allocation = True
+    return record
+
+
+def reset_due(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:
+    """Section 4: re-solve only after a change, and not more often than the minimum interval
+    (with Gavel's quirk that a reset at t = 0 counts as "never reset")."""
+    if not state.needs_allocation:
+        return False
+    if settings.reset_quirk_at_zero and state.last_reset_s == 0:
+        return True
+    return state.resets == 0 or now_s - state.last_reset_s >= settings.min_reset_interval_s
+
+
+def reset_ledgers(state: MechanismState, now_s: float, settings: MechanismSettings) -> None:
+    """Section 4: fold the time received under the old allocation into the deficits, then
+    re-seed every entry (and each type's total) for the new allocation."""
+    elapsed_s = now_s - state.last_reset_s
+    seed = settings.seed_received_s
+    for w in state.accelerator_types:
+        total = 0.0
+        for entry, ledger in state.entries.items():
+            received = ledger.received_s[w] - seed
+            target = state.allocation[entry].get(w, 0.0) * elapsed_s if entry in state.allocation else 0.0
+            ledger.deficit_s[w] += target - received
+            ledger.received_s[w] = seed
+            total += seed
+        state.type_time_s[w] = total
+    state.last_reset_s = now_s
+    state.resets += 1
+
+
+def apply_allocation(
+    state: MechanismState,
+    fractions: Mapping[tuple[str, ...], Mapping[str, float]],
+    isolated_throughputs: Mapping[str, float],
+    settings: MechanismSettings,
+    policy_state: str = "",
+) -> None:
+    """Install a new allocation (job-id tuples -> type -> fraction) and remember the isolated
+    baseline it came with (see policy_input.advance_isolated_time)."""
+    index_of = {job.job_id: index for index, job in state.jobs.items()}
+    allocation: dict[Entry, dict[str, float]] = {}
+    for job_ids, by_type in fractions.items():
+        if all(job_id in index_of for job_id in job_ids):
+            entry = tuple(sorted(index_of[job_id] for job_id in job_ids))
+            allocation[entry] = dict(by_type)
+    if settings.zero_fill_allocation:
+        # An LP policy returns a row for every entry it was given, zeros included.
+        for entry in state.entries:
+            allocation.setdefault(entry, {})
+    state.allocation = allocation
+    state.policy_state = policy_state
+    state.needs_allocation = False
+    for job in state.jobs.values():
+        job.isolated_throughput_at_last_solve = isolated_throughputs.get(job.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseResult:
+    """What one entry did in a round: steps per member (same order as the entry) and when the
+    last member stopped."""
+
+    entry: Entry
+    placement: Placement
+    steps: tuple[int, ...]
+    finish_s: float
+
+
+def settle_round(
+    state: MechanismState,
+    results: Iterable[LeaseResult],
+    round_start_s: float,
+    settings: MechanismSettings,
+) -> list[JobState]:
+    """Section 8: credit steps and time, count gang failures, retire finished jobs.
+
+    Results are settled latest finish first. Returns the jobs that completed (or were dropped)."""
+    done: list[JobState] = []
+    for result in sorted(results, key=lambda r: r.finish_s, reverse=True):
+        members = [(i, steps) for i, steps in zip(result.entry, result.steps, strict=True) if i in state.jobs]
+        if not members:
+            continue
+        for i, _ in members:
+            state.jobs[i].last_finish_s = result.finish_s
+        exec_s = result.finish_s - round_start_s
+        scale_factor = state.jobs[members[0][0]].scale_factor
+        if any(steps < scale_factor for _, steps in members) or exec_s <= 0:
+            # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3).
+            state.needs_allocation = True
+            if len(result.entry) == 1:
+                job = state.jobs[members[0][0]]
+                job.failures += 1
+                if job.failures >= settings.max_gang_failures:
+                    done.append(remove_job(state, job.index, dropped=True))
+            continue
+        w = result.placement.accelerator_type
+        share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
+        for i, steps in members:
+            job = state.jobs[i]
+            job.steps_done += steps
+            job.failures = 0
+            job.gpu_seconds_by_type[w] += share_s
+        ledger = state.entries.get(result.entry)
+        if ledger is not None:
+            ledger.received_s[w] += exec_s
+            state.type_time_s[w] += exec_s
+        for i, _ in members:
+            if state.jobs[i].steps_remaining <= 0:
+                done.append(remove_job(state, i))
+    return done
+
+
+def record_first_runs(state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float) -> None:
+    for entry in assignment:
+        for i in entry:
+            job = state.jobs[i]
+            if job.first_run_s is None:
+                job.first_run_s = now_s

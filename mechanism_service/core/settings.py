@@ -1,0 +1,88 @@
+"""How the mechanism behaves: Gavel's semantics (preset ``gavel``) or ours (preset ``default``).
+
+Every difference between the two is one field here, so each can be switched and measured on its
+own (docs/mechanism.md). The policy-dependent fields (packing, FIFO's rule, the visiting order
+of types) are filled in by whoever composes the system from the policy's name
+(``for_policy``); the mechanism itself never asks which policy it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# Gavel visits accelerator types fastest first for heterogeneity-aware policies.
+GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
+
+# Policies Gavel runs with a reshuffled type order each round (names without "Perf"/"Packing").
+AGNOSTIC_POLICIES = frozenset(
+    {
+        "fifo",
+        "isolated",
+        "max_min_fairness",
+        "finish_time_fairness",
+        "min_total_duration",
+        "max_min_fairness_water_filling",
+    }
+)
+# Policies that schedule packed pairs (Gavel: "Packing" in the class name).
+PACKING_POLICIES = frozenset(
+    {
+        "max_min_fairness_packed",
+        "max_min_fairness_water_filling_packed",
+        "finish_time_fairness_packed",
+        "min_total_duration_packed",
+        "fifo_packed",
+        "gandiva",
+        "max_sum_throughput_normalized_by_cost_packed_SLOs",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MechanismSettings:
+    preset: str = "default"
+    round_s: float = 360.0
+    gpus_per_server: int = 1
+    # Re-solve only when jobs or workers changed and at least this long after the last reset
+    # (Gavel: 1920 s, so a new job can wait up to ~5 rounds for its first allocation).
+    min_reset_interval_s: float = 1920.0
+    # Gavel's quirk: "the first time" is tested as last_reset_s == 0, so a trace starting at 0
+    # re-solves again at its first change.
+    reset_quirk_at_zero: bool = True
+    # Received time seeded per entry at a reset (and for a new job): half a round in Gavel.
+    seed_received_s: float = 180.0
+    # A picked entry that is not in the allocation: Gavel leaves its GPUs idle for the round;
+    # ours runs it (the GPUs were free anyway).
+    run_unallocated: bool = False
+    # Checkpoint/restore cost charged to a job that starts on GPUs it did not hold last round.
+    restore_s: float = 0.0
+    max_gang_failures: int = 5
+    # Gavel credits a round's time from the previous round's end, which is stale after an idle
+    # gap (and 0 before the first round); ours from when the round was dispatched.
+    round_start_from_previous_end: bool = False
+    # -- policy-dependent, see for_policy ---------------------------------------------------
+    packing: bool = False
+    only_allocated_run: bool = False  # FIFO's "no allocation, no run"
+    shuffle_type_order: bool = False
+    # Gavel's policies return a row for every entry they were given, zeros included, so every
+    # entry present at the reset counts as allocated.
+    zero_fill_allocation: bool = True
+    type_order: tuple[str, ...] = GAVEL_TYPE_ORDER
+
+    def for_policy(self, policy: str) -> MechanismSettings:
+        return replace(
+            self,
+            packing=policy in PACKING_POLICIES,
+            only_allocated_run=policy.startswith("fifo"),
+            shuffle_type_order=policy in AGNOSTIC_POLICIES,
+        )
+
+
+def gavel_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 1) -> MechanismSettings:
+    """Gavel's simulator, as docs/gavel-semantics.md specifies it."""
+    return MechanismSettings(
+        preset="gavel", round_s=round_s, gpus_per_server=gpus_per_server, round_start_from_previous_end=True
+    ).for_policy(policy)
+
+
+PRESETS = ("default", "gavel")

@@ -1,0 +1,264 @@
+"""The bus-free path: the mechanism's cores, the policy and the simulated hardware called in one
+loop, for sweeps and speed. It makes exactly the decisions the services make over the bus
+(tests/sim/test_equivalence.py checks the schedules are identical).
+
+The loop is Gavel's (docs/gavel-semantics.md section 2), one iteration per round boundary:
+
+1. stop when every measured job is done;
+2. advance the clock to the end of the running round (or to the next arrival when idle);
+3. settle the round: credit steps and time, retire finished jobs;
+4. admit the jobs that arrived meanwhile;
+5. recompute the allocation if it is due; compute priorities, pick and place this round;
+6. dispatch: each lease's steps and finish time come from the throughputs.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.messages import AllocationComputed
+from common.throughputs import ThroughputTable
+from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
+from mechanism_service.core.planning import count_extensions, pick, place, priorities, type_order
+from mechanism_service.core.policy_input import advance_isolated_time, allocation_fractions, allocation_request
+from mechanism_service.core.reducers import (
+    LeaseResult,
+    NewJob,
+    admit,
+    apply_allocation,
+    record_first_runs,
+    reset_due,
+    reset_ledgers,
+    settle_round,
+)
+from mechanism_service.core.settings import MechanismSettings
+from policy_service.answer import SolveContext, answer
+from sim.clock import SimulationStalled
+from sim.physics import lease_outcome
+from sim.results import JobOutcome, RoundRecord, SimulationResult
+from sim.traces import TraceJob
+
+Progress = Callable[[float, int, int], None]  # (simulated time s, jobs done, jobs total)
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    policy: str
+    cluster: dict[str, int]
+    settings: MechanismSettings
+    seed: int = 0
+    window: tuple[int, int] | None = None  # measured jobs: trace positions [start, end)
+    solver: str | None = None
+
+
+def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
+    """Randomness for the agnostic policies' type order. The gavel preset draws from Python's
+    Mersenne Twister seeded as Gavel seeds it (seed + 5), so runs match Gavel's draw for draw."""
+    if config.settings.preset == "gavel":
+        return random.Random(config.seed + 5).shuffle
+    rng = np.random.default_rng([config.seed, 5])
+    return lambda order: rng.shuffle(order)  # type: ignore[arg-type]
+
+
+def simulate(
+    trace: Sequence[TraceJob],
+    config: RunConfig,
+    context: SolveContext,
+    *,
+    progress: Progress | None = None,
+) -> SimulationResult:
+    if not trace:
+        raise ValueError("the trace has no jobs")
+    table = context.table
+    assert table is not None, "the simulator needs a throughput table"
+    started_wall = time.perf_counter()
+    settings = config.settings
+    state = new_state(config.cluster, settings.gpus_per_server)
+    arrivals = collections.deque(sorted(trace, key=lambda j: j.arrival_time_s))  # stable: file order on ties
+    measured = [j.job_id for j in (trace[slice(*config.window)] if config.window else trace)]
+    waiting_for = set(measured)
+    shuffle = type_shuffler(config)
+    lookup_isolated, lookup_pair = _lookups(table)
+
+    now_s = arrivals[0].arrival_time_s
+    round_start_s, round_end_s = 0.0, None
+    running: list[LeaseResult] = []
+    rounds: list[RoundRecord] = []
+    solve_times: list[float] = []
+    idle_passes = 0
+    while True:
+        # 1. stop
+        if config.window is not None:
+            if not waiting_for:
+                break
+        elif not arrivals and not state.jobs:
+            break
+        if config.window is None and not arrivals and not running:
+            state.last_reset_s = 0.0  # Gavel: nothing queued or running forces a re-solve
+        # 2. advance the clock
+        dispatched_at_s = now_s
+        if running:
+            if round_end_s is not None:
+                round_start_s = round_end_s
+            round_end_s = max(r.finish_s for r in running)
+            now_s = round_end_s
+        elif arrivals:
+            now_s = max(now_s, arrivals[0].arrival_time_s)
+        if not settings.round_start_from_previous_end:
+            round_start_s = dispatched_at_s
+        # 3. settle
+        for job in settle_round(state, running, round_start_s, settings):
+            waiting_for.discard(job.job_id)
+        running = []
+        # 4. admit
+        while arrivals and arrivals[0].arrival_time_s <= now_s:
+            j = arrivals.popleft()
+            admit(
+                state,
+                NewJob(j.job_id, j.job_type, j.scale_factor, j.total_steps, j.arrival_time_s, j.priority_weight, j.slo_s),
+                settings,
+                lookup_isolated,
+                lookup_pair,
+            )
+        # 5. allocation, priorities, pick, place
+        reset = reset_due(state, now_s, settings)
+        if reset:
+            solve_times.append(_reallocate(state, now_s, config, context))
+        order = type_order(state, settings)
+        if settings.shuffle_type_order:
+            shuffle(order)
+        assignment = place(state, pick(state, priorities(state), order, settings), order, settings)
+        extended, opportunities = count_extensions(state, assignment)
+        state.leases_extended += extended
+        state.lease_opportunities += opportunities
+        state.previous_assignment = assignment
+        record_first_runs(state, assignment, now_s)
+        # 6. dispatch
+        running = [_dispatch(state, entry, placement, now_s, settings) for entry, placement in assignment.items()]
+        if running:
+            idle_passes = 0
+            rounds.append(_round_record(state, len(rounds), now_s, running, extended, opportunities, reset))
+        elif not arrivals:
+            idle_passes += 1
+            if idle_passes > 2:
+                stuck = ", ".join(j.job_id for j in list(state.jobs.values())[:5])
+                raise SimulationStalled(f"t={now_s:.1f} s: jobs {stuck} can never be scheduled on this cluster")
+        if progress is not None:
+            progress(now_s, len(state.completed), len(trace))
+
+    return SimulationResult(
+        policy=config.policy,
+        preset=settings.preset,
+        cluster=dict(config.cluster),
+        round_s=settings.round_s,
+        seed=config.seed,
+        jobs=_outcomes(state),
+        rounds=tuple(rounds),
+        makespan_s=now_s,
+        measured_job_ids=tuple(measured),
+        resets=state.resets,
+        solve_times_s=tuple(solve_times),
+        wall_s=time.perf_counter() - started_wall,
+    )
+
+
+def _lookups(table: ThroughputTable):
+    def isolated(job_type: str, scale_factor: int, accelerator_type: str) -> float:
+        return table.isolated(job_type, scale_factor, accelerator_type)
+
+    def pair(a: str, b: str, scale_factor: int, accelerator_type: str) -> tuple[float, float] | None:
+        return table.pair(a, b, scale_factor, accelerator_type)
+
+    return isolated, pair
+
+
+def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context: SolveContext) -> float:
+    """Fold the old allocation's time into the ledgers, ask the policy, install its answer."""
+    settings = config.settings
+    advance_isolated_time(state)
+    reset_ledgers(state, now_s, settings)
+    request = allocation_request(
+        state,
+        now_s,
+        request_id=f"r{state.resets}",
+        policy=config.policy,
+        deadline_s=float("inf"),
+        preset=settings.preset,
+        # Gavel's stateful random policies seed one stream per run (the continuation carries
+        # it); ours draw afresh at each solve.
+        seed=config.seed if settings.preset == "gavel" else config.seed + state.resets,
+        solver=config.solver,
+    )
+    reply = answer(request, context)
+    if not isinstance(reply, AllocationComputed):
+        # Degraded mode, as the service does: keep the last allocation and say why later.
+        state.needs_allocation = False
+        return 0.0
+    apply_allocation(
+        state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, settings, reply.policy_state
+    )
+    return reply.solve_time_s
+
+
+def _dispatch(state: MechanismState, entry: Entry, placement: Placement, now_s: float, settings: MechanismSettings) -> LeaseResult:
+    throughputs = state.entries[entry].throughputs[placement.accelerator_type]
+    remaining = tuple(state.jobs[i].steps_remaining for i in entry)
+    steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s)
+    return LeaseResult(entry, placement, steps, now_s + duration_s)
+
+
+def _round_record(
+    state: MechanismState,
+    round_id: int,
+    start_s: float,
+    running: list[LeaseResult],
+    extended: int,
+    opportunities: int,
+    reset: bool,
+) -> RoundRecord:
+    busy = dict.fromkeys(state.gpus, 0)
+    busy_s = dict.fromkeys(state.gpus, 0.0)
+    for lease in running:
+        w = lease.placement.accelerator_type
+        busy[w] += len(lease.placement.worker_ids)
+        busy_s[w] += len(lease.placement.worker_ids) * (lease.finish_s - start_s)
+    jobs_running = sum(len(lease.entry) for lease in running)
+    return RoundRecord(
+        round_id=round_id,
+        start_s=start_s,
+        end_s=max(lease.finish_s for lease in running),
+        busy_gpus_by_type=busy,
+        busy_gpu_seconds_by_type=busy_s,
+        jobs_running=jobs_running,
+        jobs_waiting=len(state.jobs) - jobs_running,
+        leases_extended=extended,
+        lease_opportunities=opportunities,
+        reset=reset,
+    )
+
+
+def _outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
+    jobs = [*state.completed, *state.jobs.values()]
+    jobs.sort(key=lambda j: j.index)
+    return tuple(
+        JobOutcome(
+            job_id=j.job_id,
+            job_type=j.job_type,
+            scale_factor=j.scale_factor,
+            priority_weight=j.priority_weight,
+            total_steps=j.total_steps,
+            arrival_s=j.arrival_s,
+            start_s=j.first_run_s,
+            completion_s=j.last_finish_s if j.steps_remaining <= 0 else None,
+            steps_done=j.steps_done,
+            gpu_seconds_by_type=dict(j.gpu_seconds_by_type),
+            dropped=j in state.completed and j.steps_remaining > 0,
+        )
+        for j in jobs
+    )

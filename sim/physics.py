@@ -1,0 +1,22 @@
+"""The simulated hardware: what a lease does, given the throughputs (DESIGN.md section 5,
+docs/gavel-semantics.md section 7). Shared by the simulated fleet and the bus-free path, so both
+make exactly the same progress."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def lease_outcome(
+    throughputs_steps_per_s: Sequence[float], steps_remaining: Sequence[int], lease_s: float
+) -> tuple[tuple[int, ...], float]:
+    """(steps per member, seconds until the last member stops) for one lease.
+
+    Each member runs floor(T x lease) steps, or what it has left, at its own rate (a packed
+    member at its rate in the pair); the lease is over when the slowest member stops, so it is
+    a little shorter than ``lease_s`` (floor) and much shorter only when every member runs out
+    of steps.
+    """
+    steps = tuple(min(int(t * lease_s), r) for t, r in zip(throughputs_steps_per_s, steps_remaining, strict=True))
+    duration_s = max((n / t for n, t in zip(steps, throughputs_steps_per_s, strict=True) if t > 0), default=0.0)
+    return steps, max(0.0, duration_s)
