@@ -1,0 +1,152 @@
+"""A run's directory (summary.json, jobs.csv, plots), a comparison's, and a sweep's (issue 4,
+item 5). The shell around sim/metrics.py and sim/plots.py: values in, files out, paths back.
+
+Files:
+
+- ``summary.json``: the run's settings (policy, preset, cluster, round_s, seed, wall_s,
+  jobs_total) followed by every Summary field, one flat object, so ``jq .avg_jct_s`` works.
+  Undefined statistics are null.
+- ``jobs.csv``: one row per job of the run, in the result's order; columns JOB_COLUMNS, then one
+  ``gpu_seconds_<type>`` column per accelerator type (the cluster's, then any other a job used),
+  then ``dropped`` and ``measured`` (true/false). An unknown value (None) is an empty cell.
+- ``jct_cdf.png``, ``utilization.png``, ``queue.png``.
+- A comparison: ``comparison.json`` (the table's rows and each run's summary.json object),
+  ``comparison.txt`` (the table), ``comparison_jct_cdf.png``, ``comparison_utilization.png``.
+- A sweep: ``sweep.csv`` (policy, jobs_per_hour, seed, avg_jct_s) and ``sweep_jct.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pathlib
+from collections.abc import Iterable, Mapping
+
+from sim.metrics import Summary, SweepRow, compare, render_comparison
+from sim.plots import (
+    plot_jct_cdf,
+    plot_jct_cdf_overlay,
+    plot_queue,
+    plot_sweep,
+    plot_utilization,
+    plot_utilization_overlay,
+)
+from sim.results import SimulationResult
+
+JOB_COLUMNS = (
+    "job_id",
+    "job_type",
+    "scale_factor",
+    "priority_weight",
+    "arrival_s",
+    "start_s",
+    "completion_s",
+    "jct_s",
+    "total_steps",
+    "steps_done",
+)
+SWEEP_COLUMNS = ("policy", "jobs_per_hour", "seed", "avg_jct_s")
+
+
+def run_record(result: SimulationResult, summary: Summary) -> dict[str, object]:
+    """What summary.json holds: the run's settings, then the summary's fields."""
+    return {
+        "policy": result.policy,
+        "preset": result.preset,
+        "cluster": dict(result.cluster),
+        "round_s": result.round_s,
+        "seed": result.seed,
+        "wall_s": result.wall_s,
+        "jobs_total": len(result.jobs),
+        **summary.as_dict(),
+    }
+
+
+def write_run(result: SimulationResult, summary: Summary, out_dir: str | os.PathLike[str]) -> tuple[pathlib.Path, ...]:
+    """Write summary.json, jobs.csv and the run's three plots into out_dir (created if needed);
+    returns the paths in that order."""
+    out = _directory(out_dir)
+    return (
+        _write_json(out / "summary.json", run_record(result, summary)),
+        write_jobs_csv(result, out / "jobs.csv"),
+        plot_jct_cdf(result, out / "jct_cdf.png"),
+        plot_utilization(result, out / "utilization.png"),
+        plot_queue(result, out / "queue.png"),
+    )
+
+
+def write_comparison(
+    results: Mapping[str, SimulationResult], summaries: Mapping[str, Summary], out_dir: str | os.PathLike[str]
+) -> tuple[pathlib.Path, ...]:
+    """Write comparison.json, comparison.txt and the two overlay plots into out_dir for runs keyed
+    by label (usually the policy name; the same keys in both mappings); returns the paths."""
+    if list(results) != list(summaries):
+        raise ValueError(f"results and summaries have different keys: {list(results)} vs {list(summaries)}")
+    out = _directory(out_dir)
+    rows = compare(summaries)
+    record = {
+        "rows": [row.as_dict() for row in rows],
+        "runs": {label: run_record(results[label], summaries[label]) for label in results},
+    }
+    text_path = out / "comparison.txt"
+    text_path.write_text(render_comparison(rows), encoding="utf-8")
+    return (
+        _write_json(out / "comparison.json", record),
+        text_path,
+        plot_jct_cdf_overlay(results, out / "comparison_jct_cdf.png"),
+        plot_utilization_overlay(results, out / "comparison_utilization.png"),
+    )
+
+
+def write_sweep(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> tuple[pathlib.Path, ...]:
+    """Write sweep.csv and sweep_jct.png into out_dir; returns the paths."""
+    rows = list(rows)
+    out = _directory(out_dir)
+    csv_path = out / "sweep.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(SWEEP_COLUMNS)
+        writer.writerows([_cell(getattr(row, c)) for c in SWEEP_COLUMNS] for row in rows)
+    return csv_path, plot_sweep(rows, out / "sweep_jct.png")
+
+
+def write_jobs_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """jobs.csv (columns in the module docstring)."""
+    path = pathlib.Path(path)
+    types = list(result.cluster)
+    types += sorted({w for job in result.jobs for w in job.gpu_seconds_by_type} - set(types))
+    measured = set(result.measured_job_ids)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow([*JOB_COLUMNS, *(f"gpu_seconds_{w}" for w in types), "dropped", "measured"])
+        for job in result.jobs:
+            writer.writerow(
+                [
+                    *(_cell(getattr(job, c)) for c in JOB_COLUMNS),
+                    *(_cell(float(job.gpu_seconds_by_type.get(w, 0.0))) for w in types),
+                    _cell(job.dropped),
+                    _cell(job.job_id in measured),
+                ]
+            )
+    return path
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _directory(out_dir: str | os.PathLike[str]) -> pathlib.Path:
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _write_json(path: pathlib.Path, record: Mapping[str, object]) -> pathlib.Path:
+    # allow_nan=False: a NaN that slipped through is a bug to see, not invalid JSON to ship.
+    path.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path

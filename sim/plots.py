@@ -1,0 +1,251 @@
+"""PNG plots of one run, of several policies side by side, and of a sweep (issue 4, item 5).
+
+Each function draws one figure from values (sim/metrics.py computes the series) and writes it to
+``path``. Figures are built with ``matplotlib.figure.Figure`` on an Agg canvas of their own, never
+through pyplot, so nothing here selects a backend or keeps figures alive for the rest of the
+program, and plotting works without a display.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+from sim.metrics import (
+    SECONDS_PER_HOUR,
+    SweepRow,
+    TimeSeries,
+    measured_jcts_s,
+    queue_over_time,
+    sweep_lines,
+    utilization_over_time,
+)
+from sim.results import SimulationResult
+
+FIGSIZE_IN = (9.0, 5.0)
+DPI = 120
+ALL_TYPES = "all"  # the whole cluster's series in utilization_over_time
+_PLAIN_NUMBERS = FuncFormatter(lambda value, _: f"{value:g}")  # 0.1, 1, 10 rather than 10^-1
+
+
+def plot_jct_cdf(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """The CDF of the measured completed jobs' JCT, hours on a log x axis."""
+    fig, ax = _figure()
+    jct_h = measured_jcts_s(result) / SECONDS_PER_HOUR
+    _draw_cdf(ax, jct_h, label=None)
+    ax.set_title(f"Job completion times: {result.policy} ({_run_label(result)})")
+    _cdf_axes(ax, [jct_h])
+    return _save(fig, path)
+
+
+def plot_utilization(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """Leased GPUs / GPUs per accelerator type over time, and the whole cluster's (dashed)."""
+    fig, ax = _figure()
+    series = utilization_over_time(result)
+    colors = _type_colors(result.cluster)
+    for w, color in colors.items():
+        _draw_steps(ax, series, w, color=color, label=f"{w} ({result.cluster[w]} GPUs)")
+    _draw_steps(
+        ax, series, ALL_TYPES, color="black", linestyle="--", linewidth=1.2,
+        label=f"whole cluster ({sum(result.cluster.values())} GPUs)",
+    )
+    ax.set_title(f"GPU utilisation: {result.policy} ({_run_label(result)}){_smoothing_note(series)}")
+    _utilization_axes(ax, series)
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def plot_queue(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """Jobs waiting and jobs running per round over time (gaps: no round was recorded)."""
+    fig, ax = _figure()
+    series = queue_over_time(result)
+    _draw_steps(ax, series, "running", color="tab:green", label="running")
+    _draw_steps(ax, series, "waiting", color="tab:red", label="waiting (admitted, not running)")
+    ax.set_title(f"Jobs in the system: {result.policy} ({_run_label(result)}){_smoothing_note(series)}")
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("jobs")
+    ax.set_xlim(0, series.edges_s[-1] / SECONDS_PER_HOUR or 1)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def plot_jct_cdf_overlay(results: Mapping[str, SimulationResult], path: str | os.PathLike[str]) -> pathlib.Path:
+    """The JCT CDFs of several runs (keyed by label, usually the policy) on one log axis."""
+    fig, ax = _figure()
+    all_jct_h = []
+    for label, result in results.items():
+        jct_h = measured_jcts_s(result) / SECONDS_PER_HOUR
+        all_jct_h.append(jct_h)
+        mean = f", mean {jct_h.mean():.2f} h" if len(jct_h) else ""
+        _draw_cdf(ax, jct_h, label=f"{label} ({len(jct_h)} jobs{mean})")
+    ax.set_title(f"Job completion times by policy ({_shared_label(results)})")
+    _cdf_axes(ax, all_jct_h)
+    ax.legend(loc="lower right", framealpha=0.9)
+    return _save(fig, path)
+
+
+OVERLAY_WINDOWS = 150  # the overlays average every run over the same windows, this many on the longest run
+
+
+def plot_utilization_overlay(results: Mapping[str, SimulationResult], path: str | os.PathLike[str]) -> pathlib.Path:
+    """Utilisation over time of several runs: one panel for the whole cluster and one per
+    accelerator type, one line per run (keyed by label), all averaged over the same windows
+    (1/OVERLAY_WINDOWS of the longest run) so the lines can be compared."""
+    panels = [ALL_TYPES]
+    for result in results.values():
+        panels += [w for w, n in result.cluster.items() if n > 0 and w not in panels]
+    fig = Figure(figsize=(FIGSIZE_IN[0], 2.0 * len(panels) + 1.0), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    end_s = max((r.makespan_s for r in results.values()), default=0.0)
+    window_s = end_s / OVERLAY_WINDOWS if end_s > 0 else None
+    series = None
+    for i, (label, result) in enumerate(results.items()):
+        series = utilization_over_time(result, window_s=window_s)
+        cluster_mean = _time_mean(series, ALL_TYPES)
+        for ax, panel in zip(axes, panels):
+            if panel in series.values:
+                name = f"{label} (mean {cluster_mean:.0%} leased)" if panel == ALL_TYPES else label
+                _draw_steps(ax, series, panel, color=f"C{i % 10}", label=name, linewidth=1.2)
+    for ax, panel in zip(axes, panels):
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(0, end_s / SECONDS_PER_HOUR or 1)
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+        ax.set_ylabel("GPUs leased")
+        ax.set_title("whole cluster" if panel == ALL_TYPES else panel, fontsize="medium", loc="left")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("simulated time (h)")
+    _legend_outside(axes[0])
+    note = _smoothing_note(series) if series is not None else ""
+    fig.suptitle(f"GPU utilisation by policy ({_shared_label(results)}){note}")
+    return _save(fig, path)
+
+
+def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
+    """Average JCT (h) against input rate (jobs/h), one line per policy through the mean over
+    seeds, with a band from the lowest to the highest seed's value (Gavel's Figure 8 shape)."""
+    fig, ax = _figure()
+    lines = sweep_lines(rows)
+    for i, line in enumerate(lines):
+        color = f"C{i % 10}"
+        seeds = int(line.seeds.max()) if len(line.seeds) else 0
+        ax.plot(line.jobs_per_hour, line.mean_jct_h, marker="o", color=color, label=f"{line.policy} ({seeds} seeds)")
+        if seeds > 1:
+            ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)
+    ax.set_title(title or "Average JCT against input rate (line: mean over seeds; band: min to max)")
+    ax.set_xlabel("input job rate (jobs/h)")
+    ax.set_ylabel("average JCT (h)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if lines:
+        ax.legend(loc="upper left", framealpha=0.9)
+    else:
+        _no_data(ax, "no sweep runs")
+    return _save(fig, path)
+
+
+# --- drawing helpers ---------------------------------------------------------------------------
+
+
+def _figure():
+    fig = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)  # this figure's own canvas: no pyplot, no global backend
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _draw_cdf(ax, jct_h: np.ndarray, label: str | None) -> None:
+    if not len(jct_h):
+        return
+    fraction = np.arange(1, len(jct_h) + 1) / len(jct_h)
+    # Start at 0 on the left of the shortest JCT so the first step is visible.
+    ax.step(np.concatenate(([jct_h[0]], jct_h)), np.concatenate(([0.0], fraction)), where="post", label=label)
+
+
+def _cdf_axes(ax, all_jct_h: list[np.ndarray]) -> None:
+    values = np.concatenate(all_jct_h) if all_jct_h else np.empty(0)
+    positive = values[values > 0]
+    ax.set_xlabel("job completion time (h, log scale)")
+    ax.set_ylabel("fraction of measured jobs completed")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3, which="both")
+    if len(positive):
+        ax.set_xscale("log")
+        ax.set_xlim(positive.min() / 1.5, positive.max() * 1.5)
+        ax.xaxis.set_major_formatter(_PLAIN_NUMBERS)
+    else:
+        _no_data(ax, "no measured job completed")
+
+
+def _draw_steps(ax, series: TimeSeries, name: str, **style) -> None:
+    """A piecewise-constant series as steps; NaN values leave gaps."""
+    x_h = np.repeat(series.edges_s / SECONDS_PER_HOUR, 2)[1:-1]
+    y = np.repeat(series.values[name], 2)
+    ax.plot(x_h, y, **style)
+
+
+def _time_mean(series: TimeSeries, name: str) -> float:
+    """The time-weighted mean of a series over the run (NaN intervals left out)."""
+    width_s = np.diff(series.edges_s)
+    values = series.values[name]
+    known = ~np.isnan(values) & (width_s > 0)
+    return float((values[known] * width_s[known]).sum() / width_s[known].sum()) if known.any() else 0.0
+
+
+def _utilization_axes(ax, series: TimeSeries) -> None:
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("GPUs leased / GPUs of the type")
+    ax.set_xlim(0, series.edges_s[-1] / SECONDS_PER_HOUR or 1)
+    ax.set_ylim(0, 1.05)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+    ax.grid(alpha=0.3)
+
+
+def _type_colors(cluster: Mapping[str, int]) -> dict[str, str]:
+    return {w: f"C{i % 10}" for i, w in enumerate(w for w, n in cluster.items() if n > 0)}
+
+
+def _legend_outside(ax) -> None:
+    """Right of the axes: time series fill the whole plot area, wherever a legend inside would go."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small")
+
+
+def _smoothing_note(series: TimeSeries) -> str:
+    if series.window_s is None:
+        return ""
+    if series.window_s < SECONDS_PER_HOUR:
+        window = f"{series.window_s / 60:.3g} min"
+    else:
+        window = f"{series.window_s / SECONDS_PER_HOUR:.3g} h"
+    return f"\nmean over {window} windows"
+
+
+def _cluster_label(cluster: Mapping[str, int]) -> str:
+    return " ".join(f"{w}={n}" for w, n in cluster.items())
+
+
+def _run_label(result: SimulationResult) -> str:
+    return f"{_cluster_label(result.cluster)}, preset {result.preset}, seed {result.seed}"
+
+
+def _shared_label(results: Mapping[str, SimulationResult]) -> str:
+    clusters = {_cluster_label(r.cluster) for r in results.values()}
+    return next(iter(clusters)) if len(clusters) == 1 else "several clusters"
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize="large", color="gray")
