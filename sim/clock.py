@@ -42,9 +42,9 @@ class VirtualClock:
     async def sleep_until(self, time_s: float) -> None:
         if not math.isfinite(time_s):
             raise ValueError(f"cannot sleep until {time_s}")
-        if time_s <= self._now_s:
-            await asyncio.sleep(0)
-            return
+        # A sleep to "now" is a barrier: it returns once everything else due at this instant
+        # (deliveries, tasks) has been done, which is what "at the same time" means here.
+        time_s = max(time_s, self._now_s)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (time_s, next(self._order), future))
         await future
@@ -74,13 +74,19 @@ class VirtualClock:
             if done():
                 return
             wake_s = self.next_wakeup_s
+            if wake_s is not None and wake_s <= self._now_s:
+                self._release(self._now_s)
+                continue
             if wake_s is None:
                 raise SimulationStalled(f"nothing in flight and nobody asleep at t={self._now_s:.1f} s, but not done")
             if wake_s > max_time_s:
                 self._now_s = max_time_s
                 return
             self._now_s = wake_s
-            while self._sleepers and self._sleepers[0][0] <= wake_s:
-                _, _, future = heapq.heappop(self._sleepers)
-                if not future.cancelled():
-                    future.set_result(None)
+            self._release(wake_s)
+
+    def _release(self, up_to_s: float) -> None:
+        while self._sleepers and self._sleepers[0][0] <= up_to_s:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.cancelled():
+                future.set_result(None)

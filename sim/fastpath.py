@@ -25,17 +25,16 @@ import numpy as np
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
 from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
-from mechanism_service.core.planning import count_extensions, pick, place, priorities, type_order
-from mechanism_service.core.policy_input import advance_isolated_time, allocation_fractions, allocation_request
-from mechanism_service.core.reducers import (
-    LeaseResult,
-    NewJob,
-    admit,
-    apply_allocation,
-    record_first_runs,
-    reset_due,
-    reset_ledgers,
-    settle_round,
+from mechanism_service.core.policy_input import allocation_fractions, allocation_request
+from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
+from mechanism_service.core.rounds import (
+    RoundClock,
+    RoundReport,
+    admit_arrivals,
+    begin_reset,
+    close_round,
+    open_round,
+    round_report,
 )
 from mechanism_service.core.settings import MechanismSettings
 from policy_service.answer import SolveContext, answer
@@ -87,7 +86,7 @@ def simulate(
     lookup_isolated, lookup_pair = _lookups(table)
 
     now_s = arrivals[0].arrival_time_s
-    round_start_s, round_end_s = 0.0, None
+    clock = RoundClock()
     running: list[LeaseResult] = []
     rounds: list[RoundRecord] = []
     solve_times: list[float] = []
@@ -99,51 +98,36 @@ def simulate(
                 break
         elif not arrivals and not state.jobs:
             break
-        if config.window is None and not arrivals and not running:
-            state.last_reset_s = 0.0  # Gavel: nothing queued or running forces a re-solve
         # 2. advance the clock
-        dispatched_at_s = now_s
         if running:
-            if round_end_s is not None:
-                round_start_s = round_end_s
-            round_end_s = max(r.finish_s for r in running)
-            now_s = round_end_s
+            end_s = max(r.finish_s for r in running)
+            round_start_s = clock.close(end_s, settings)
+            now_s = end_s
         elif arrivals:
             now_s = max(now_s, arrivals[0].arrival_time_s)
-        if not settings.round_start_from_previous_end:
-            round_start_s = dispatched_at_s
         # 3. settle
-        for job in settle_round(state, running, round_start_s, settings):
+        for job in close_round(state, running, round_start_s if running else now_s, settings):
             waiting_for.discard(job.job_id)
         running = []
         # 4. admit
+        arrived = []
         while arrivals and arrivals[0].arrival_time_s <= now_s:
-            j = arrivals.popleft()
-            admit(
-                state,
-                NewJob(j.job_id, j.job_type, j.scale_factor, j.total_steps, j.arrival_time_s, j.priority_weight, j.slo_s),
-                settings,
-                lookup_isolated,
-                lookup_pair,
-            )
+            arrived.append(new_job(arrivals.popleft()))
+        admit_arrivals(state, arrived, settings, lookup_isolated, lookup_pair)
         # 5. allocation, priorities, pick, place
-        reset = reset_due(state, now_s, settings)
+        reset = begin_reset(state, now_s, settings)
         if reset:
             solve_times.append(_reallocate(state, now_s, config, context))
-        order = type_order(state, settings)
-        if settings.shuffle_type_order:
-            shuffle(order)
-        assignment = place(state, pick(state, priorities(state), order, settings), order, settings)
-        extended, opportunities = count_extensions(state, assignment)
-        state.leases_extended += extended
-        state.lease_opportunities += opportunities
-        state.previous_assignment = assignment
-        record_first_runs(state, assignment, now_s)
+        plan = open_round(state, now_s, settings, shuffle)
         # 6. dispatch
-        running = [_dispatch(state, entry, placement, now_s, settings) for entry, placement in assignment.items()]
+        clock.dispatched_at_s = now_s
+        running = [
+            _dispatch(state, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
+            for entry, placement in plan.assignment.items()
+        ]
         if running:
             idle_passes = 0
-            rounds.append(_round_record(state, len(rounds), now_s, running, extended, opportunities, reset))
+            rounds.append(round_record(round_report(state, len(rounds), now_s, plan, running, reset)))
         elif not arrivals:
             idle_passes += 1
             if idle_passes > 2:
@@ -158,7 +142,7 @@ def simulate(
         cluster=dict(config.cluster),
         round_s=settings.round_s,
         seed=config.seed,
-        jobs=_outcomes(state),
+        jobs=outcomes(state),
         rounds=tuple(rounds),
         makespan_s=now_s,
         measured_job_ids=tuple(measured),
@@ -178,11 +162,15 @@ def _lookups(table: ThroughputTable):
     return isolated, pair
 
 
+def new_job(job: TraceJob) -> NewJob:
+    return NewJob(
+        job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s
+    )
+
+
 def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context: SolveContext) -> float:
-    """Fold the old allocation's time into the ledgers, ask the policy, install its answer."""
+    """Ask the policy (the ledgers were just reset) and install its answer."""
     settings = config.settings
-    advance_isolated_time(state)
-    reset_ledgers(state, now_s, settings)
     request = allocation_request(
         state,
         now_s,
@@ -206,44 +194,31 @@ def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context:
     return reply.solve_time_s
 
 
-def _dispatch(state: MechanismState, entry: Entry, placement: Placement, now_s: float, settings: MechanismSettings) -> LeaseResult:
+def _dispatch(
+    state: MechanismState, entry: Entry, placement: Placement, now_s: float, restore_s: float, settings: MechanismSettings
+) -> LeaseResult:
     throughputs = state.entries[entry].throughputs[placement.accelerator_type]
     remaining = tuple(state.jobs[i].steps_remaining for i in entry)
-    steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s)
+    steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s, restore_s)
     return LeaseResult(entry, placement, steps, now_s + duration_s)
 
 
-def _round_record(
-    state: MechanismState,
-    round_id: int,
-    start_s: float,
-    running: list[LeaseResult],
-    extended: int,
-    opportunities: int,
-    reset: bool,
-) -> RoundRecord:
-    busy = dict.fromkeys(state.gpus, 0)
-    busy_s = dict.fromkeys(state.gpus, 0.0)
-    for lease in running:
-        w = lease.placement.accelerator_type
-        busy[w] += len(lease.placement.worker_ids)
-        busy_s[w] += len(lease.placement.worker_ids) * (lease.finish_s - start_s)
-    jobs_running = sum(len(lease.entry) for lease in running)
+def round_record(report: RoundReport) -> RoundRecord:
     return RoundRecord(
-        round_id=round_id,
-        start_s=start_s,
-        end_s=max(lease.finish_s for lease in running),
-        busy_gpus_by_type=busy,
-        busy_gpu_seconds_by_type=busy_s,
-        jobs_running=jobs_running,
-        jobs_waiting=len(state.jobs) - jobs_running,
-        leases_extended=extended,
-        lease_opportunities=opportunities,
-        reset=reset,
+        round_id=report.round_id,
+        start_s=report.start_s,
+        end_s=report.end_s,
+        busy_gpus_by_type=report.busy_gpus_by_type,
+        busy_gpu_seconds_by_type=report.busy_gpu_seconds_by_type,
+        jobs_running=report.jobs_running,
+        jobs_waiting=report.jobs_waiting,
+        leases_extended=report.leases_extended,
+        lease_opportunities=report.lease_opportunities,
+        reset=report.reset,
     )
 
 
-def _outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
+def outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
     jobs = [*state.completed, *state.jobs.values()]
     jobs.sort(key=lambda j: j.index)
     return tuple(

@@ -8,15 +8,16 @@ from collections.abc import Sequence
 
 
 def lease_outcome(
-    throughputs_steps_per_s: Sequence[float], steps_remaining: Sequence[int], lease_s: float
+    throughputs_steps_per_s: Sequence[float], steps_remaining: Sequence[int], lease_s: float, restore_s: float = 0.0
 ) -> tuple[tuple[int, ...], float]:
     """(steps per member, seconds until the last member stops) for one lease.
 
     Each member runs floor(T x lease) steps, or what it has left, at its own rate (a packed
     member at its rate in the pair); the lease is over when the slowest member stops, so it is
     a little shorter than ``lease_s`` (floor) and much shorter only when every member runs out
-    of steps.
+    of steps. A job that moved first spends ``restore_s`` of the lease restoring its checkpoint.
     """
-    steps = tuple(min(int(t * lease_s), r) for t, r in zip(throughputs_steps_per_s, steps_remaining, strict=True))
+    run_s = max(0.0, lease_s - restore_s)
+    steps = tuple(min(int(t * run_s), r) for t, r in zip(throughputs_steps_per_s, steps_remaining, strict=True))
     duration_s = max((n / t for n, t in zip(steps, throughputs_steps_per_s, strict=True) if t > 0), default=0.0)
-    return steps, max(0.0, duration_s)
+    return steps, restore_s + max(0.0, duration_s)

@@ -21,6 +21,9 @@ class RunJobs(Message):
     gpu_ids: tuple[int, ...]  # GPU indices on the worker
     lease_duration_s: float
     max_steps: tuple[int, ...] = ()  # per job in job_ids: stop after this many steps (remaining)
+    job_types: tuple[str, ...] = ()  # per job in job_ids: what to run (a template name)
+    scale_factor: int = 1  # GPUs of the gang; this worker runs len(gpu_ids) of them
+    restore_s: float = 0.0  # time lost restoring from a checkpoint before the first step
 
 
 @message("worker.cmd.{worker_id}.extend")
@@ -32,6 +35,10 @@ class ExtendLease(Message):
     lease_id: str
     epoch: int
     lease_duration_s: float
+    job_ids: tuple[str, ...] = ()
+    max_steps: tuple[int, ...] = ()
+    job_types: tuple[str, ...] = ()
+    scale_factor: int = 1
 
 
 @message("worker.cmd.{worker_id}.kill")

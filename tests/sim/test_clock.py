@@ -70,3 +70,33 @@ async def test_max_time_stops_the_clock():
     await clock.run_until(lambda: False, max_time_s=500.0)
     assert clock.now_s() == 500.0 and not task.done()
     task.cancel()
+
+
+async def test_a_sleep_to_now_waits_for_everything_else_due_now():
+    broker = InMemoryBroker()
+    bus = InMemoryBus(broker)
+    clock = VirtualClock(broker)
+    await bus.start()
+    seen: list[str] = []
+
+    async def record(d: Delivery) -> None:
+        seen.append(d.message.spec.job_id)  # type: ignore[attr-defined]
+
+    await bus.subscribe("q", ["job.submitted"], record)
+    order: list[str] = []
+
+    async def first_reader() -> None:
+        await clock.sleep(10.0)
+        await clock.sleep(0.0)  # barrier: the other publisher at t=10 has been handled by now
+        order.append(f"reader saw {len(seen)}")
+
+    async def publisher() -> None:
+        await clock.sleep(10.0)
+        for i in range(3):
+            await bus.publish(submitted(i))
+
+    tasks = [asyncio.create_task(first_reader()), asyncio.create_task(publisher())]
+    await clock.run_until(lambda: bool(order))
+    assert order == ["reader saw 3"] and clock.now_s() == 10.0
+    await asyncio.gather(*tasks)
+    await bus.close()

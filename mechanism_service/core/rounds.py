@@ -1,0 +1,137 @@
+"""A round boundary, as the steps both shells run in the same order (the mechanism service over
+the bus, and the simulator's bus-free path), so that they make the same decisions:
+
+    close_round      settle the leases that ended: credit steps and time, retire jobs
+    admit_arrivals   the jobs that arrived meanwhile join
+    begin_reset      if due: fold the old allocation's time into the ledgers (then the shell
+                     asks the policy and installs the answer with reducers.apply_allocation)
+    open_round       priorities, greedy pick, placement, lease accounting
+
+Pure except for mutating the MechanismState it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
+from mechanism_service.core.planning import count_extensions, pick, place, priorities, type_order
+from mechanism_service.core.policy_input import advance_isolated_time
+from mechanism_service.core.reducers import (
+    IsolatedLookup,
+    LeaseResult,
+    NewJob,
+    PairLookup,
+    admit,
+    record_first_runs,
+    reset_due,
+    reset_ledgers,
+    settle_round,
+)
+from mechanism_service.core.settings import MechanismSettings
+
+Shuffle = Callable[[list[str]], None]
+
+
+@dataclass(slots=True)
+class RoundClock:
+    """When the running round started, for crediting its time. Gavel takes the previous round's
+    end (stale after an idle gap, 0 before the first round); ours takes the dispatch time."""
+
+    previous_end_s: float | None = None
+    start_s: float = 0.0
+    dispatched_at_s: float = 0.0
+
+    def close(self, end_s: float, settings: MechanismSettings) -> float:
+        """The start to credit the round that ends at ``end_s`` from."""
+        if settings.round_start_from_previous_end:
+            if self.previous_end_s is not None:
+                self.start_s = self.previous_end_s
+        else:
+            self.start_s = self.dispatched_at_s
+        self.previous_end_s = end_s
+        return self.start_s
+
+
+def close_round(
+    state: MechanismState, results: Iterable[LeaseResult], round_start_s: float, settings: MechanismSettings
+) -> list[JobState]:
+    return settle_round(state, results, round_start_s, settings)
+
+
+def admit_arrivals(
+    state: MechanismState,
+    jobs: Iterable[NewJob],
+    settings: MechanismSettings,
+    isolated: IsolatedLookup,
+    pair: PairLookup,
+) -> list[JobState]:
+    return [admit(state, job, settings, isolated, pair) for job in jobs]
+
+
+def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:
+    """True (and the ledgers reset) when the allocation must be recomputed now."""
+    if not reset_due(state, now_s, settings):
+        return False
+    advance_isolated_time(state)
+    reset_ledgers(state, now_s, settings)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    assignment: dict[Entry, Placement]  # in placement order
+    kept: frozenset[Entry]  # entries that keep last round's GPUs (lease extensions)
+    extended: int
+    opportunities: int
+    jobs_waiting: int  # active jobs not in this round
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """One dispatched round, for metrics: when, how busy each type was, the queue, the leases."""
+
+    round_id: int
+    start_s: float
+    end_s: float
+    busy_gpus_by_type: dict[str, int]
+    busy_gpu_seconds_by_type: dict[str, float]
+    jobs_running: int
+    jobs_waiting: int
+    leases_extended: int
+    lease_opportunities: int
+    reset: bool
+
+
+def round_report(
+    state: MechanismState, round_id: int, start_s: float, plan: RoundPlan, results: Iterable[LeaseResult], reset: bool
+) -> RoundReport:
+    busy = dict.fromkeys(state.gpus, 0)
+    busy_s = dict.fromkeys(state.gpus, 0.0)
+    end_s = start_s
+    running = 0
+    for lease in results:
+        w = lease.placement.accelerator_type
+        busy[w] += len(lease.placement.worker_ids)
+        busy_s[w] += len(lease.placement.worker_ids) * (lease.finish_s - start_s)
+        end_s = max(end_s, lease.finish_s)
+        running += len(lease.entry)
+    return RoundReport(
+        round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset
+    )
+
+
+def open_round(state: MechanismState, now_s: float, settings: MechanismSettings, shuffle: Shuffle) -> RoundPlan:
+    order = type_order(state, settings)
+    if settings.shuffle_type_order:
+        shuffle(order)  # once per boundary, even an idle one, as Gavel draws
+    assignment = place(state, pick(state, priorities(state), order, settings), order, settings)
+    extended, opportunities = count_extensions(state, assignment)
+    kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
+    state.leases_extended += extended
+    state.lease_opportunities += opportunities
+    state.previous_assignment = assignment
+    record_first_runs(state, assignment, now_s)
+    running = sum(len(e) for e in assignment)
+    return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running)

@@ -1,0 +1,137 @@
+"""The simulator with the real services: mechanism, policy and a simulated fleet on the
+in-memory bus, in virtual time, fed by a trace replayer. Same inputs and same result type as
+the bus-free path (sim/fastpath.py), and the same schedule (tests/sim/test_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from common.messages import JobSpec, JobSubmitted
+from mechanism_service.core.model import MechanismState
+from mechanism_service.service import MechanismService
+from policy_service.answer import SolveContext
+from policy_service.service import PolicyService
+from services.bus.memory import InMemoryBroker, InMemoryBus
+from services.host import ServiceHost
+from sim.clock import VirtualClock
+from sim.fastpath import Progress, RunConfig, outcomes, round_record, type_shuffler
+from sim.fleet import SimulatedFleet
+from sim.results import SimulationResult
+from sim.traces import TraceJob
+
+
+class TraceReplayer:
+    """Submits each trace job at its arrival time, as a user would (``gavel submit``)."""
+
+    name = "replayer"
+
+    def __init__(self, clock: VirtualClock, trace: Sequence[TraceJob]) -> None:
+        self._clock = clock
+        self._trace = sorted(trace, key=lambda j: j.arrival_time_s)  # stable: file order on ties
+        self.submitted = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.submitted == len(self._trace)
+
+    async def start(self, bus) -> None:  # noqa: ANN001 - a Bus
+        async def replay() -> None:
+            first = True
+            for job in self._trace:
+                # Jobs that arrive at the same instant go out in one burst: the mechanism's
+                # barrier then sees all of them (a sleep per job would interleave with it).
+                if first or job.arrival_time_s > self._clock.now_s():
+                    await self._clock.sleep_until(job.arrival_time_s)
+                    first = False
+                spec = JobSpec(
+                    job.job_id, job.job_type, job.total_steps, job.scale_factor, job.priority_weight, job.slo_s,
+                    None, job.command, job.arrival_time_s,
+                )
+                await bus.publish(JobSubmitted(spec))
+                self.submitted += 1
+
+        self._task = asyncio.get_running_loop().create_task(replay(), name="trace-replayer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def simulate_services(
+    trace: Sequence[TraceJob],
+    config: RunConfig,
+    context: SolveContext,
+    *,
+    progress: Progress | None = None,
+) -> SimulationResult:
+    if not trace:
+        raise ValueError("the trace has no jobs")
+    table = context.table
+    assert table is not None, "the simulator needs a throughput table"
+    started_wall = time.perf_counter()
+    settings = config.settings
+    broker = InMemoryBroker()
+    clock = VirtualClock(broker, start_s=0.0)
+    measured = [j.job_id for j in (trace[slice(*config.window)] if config.window else trace)]
+    waiting_for = set(measured)
+    replayer = TraceReplayer(clock, trace)
+
+    def stop_when(state: MechanismState) -> bool:
+        waiting_for.difference_update(j.job_id for j in state.completed)
+        if config.window is not None:
+            return not waiting_for
+        return replayer.done and not state.jobs and not mechanism_has_submissions()
+
+    mechanism = MechanismService(
+        clock=clock,
+        settings=settings,
+        policy=config.policy,
+        isolated=table.isolated,
+        pair=table.pair,
+        shuffle=type_shuffler(config),
+        seed=config.seed,
+        solver=config.solver,
+        stop_when=stop_when,
+    )
+
+    def mechanism_has_submissions() -> bool:
+        return bool(mechanism._submitted)  # noqa: SLF001 - the driver owns both
+
+    fleet = SimulatedFleet(clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server)
+    policy = PolicyService(clock=clock, context=context, solving="inline")
+    # The replayer's first submission waits on the clock (a barrier even at t = 0), so the
+    # fleet's workers are registered before any job arrives.
+    host = ServiceHost(InMemoryBus(broker, clock=clock, source="sim"), [policy, mechanism, fleet, replayer])
+    await host.start()
+
+    def done() -> bool:
+        if progress is not None and mechanism.state is not None:
+            progress(clock.now_s(), len(mechanism.state.completed), len(trace))
+        return mechanism.stopped.is_set()
+
+    try:
+        await clock.run_until(done)
+    finally:
+        await host.stop()
+    state = mechanism.state
+    assert state is not None
+    return SimulationResult(
+        policy=config.policy,
+        preset=settings.preset,
+        cluster=dict(config.cluster),
+        round_s=settings.round_s,
+        seed=config.seed,
+        jobs=outcomes(state),
+        rounds=tuple(round_record(r) for r in mechanism.reports),
+        makespan_s=mechanism.last_boundary_s,
+        measured_job_ids=tuple(measured),
+        resets=state.resets,
+        solve_times_s=tuple(mechanism.solve_times_s),
+        wall_s=time.perf_counter() - started_wall,
+    )
+

@@ -1,0 +1,112 @@
+"""The simulated worker fleet: servers that register, obey lease commands and report progress
+from a throughput table, speaking the same protocol as real workers (worker_service).
+
+A lease's progress comes from sim.physics (the same function as the bus-free path). A gang
+spread over several servers is one lease: the fleet runs it once, when the commands for all its
+GPUs have arrived, and its lead server reports each job's progress when the lease ends. Handlers
+never sleep on the clock (a delivery in flight would stop virtual time); the lease runs in a
+task of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from common.bus import Bus, Delivery
+from common.clock import Clock
+from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerRegistered
+from common.throughputs import ThroughputTable
+from sim.physics import lease_outcome
+
+
+@dataclass
+class _Gang:
+    command: RunJobs | ExtendLease
+    gpus: int = 0
+    workers: list[str] = field(default_factory=list)
+
+
+class SimulatedFleet:
+    name = "fleet"
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        table: ThroughputTable,
+        cluster: dict[str, int],
+        gpus_per_server: int = 1,
+    ) -> None:
+        self._clock = clock
+        self._table = table
+        self._servers: list[tuple[str, str, int]] = []  # (worker id, type, gpus)
+        for accelerator_type in sorted(cluster):
+            for s in range(cluster[accelerator_type] // gpus_per_server):
+                self._servers.append((f"{accelerator_type}-{s}", accelerator_type, gpus_per_server))
+        self._type_of = {worker_id: w for worker_id, w, _ in self._servers}
+        self._gangs: dict[str, _Gang] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._bus: Bus | None = None
+
+    async def start(self, bus: Bus) -> None:
+        self._bus = bus
+        await bus.subscribe(
+            "fleet.commands",
+            [f"worker.cmd.{worker_id}.*" for worker_id, _, _ in self._servers],
+            self.on_command,
+            prefetch=256,
+        )
+        for worker_id, accelerator_type, gpus in self._servers:
+            await bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def on_command(self, d: Delivery) -> None:
+        command = d.message
+        if isinstance(command, KillJobs):
+            return  # leases end at their own time in the simulator; nothing runs past them
+        assert isinstance(command, (RunJobs, ExtendLease))
+        gang = self._gangs.setdefault(command.lease_id, _Gang(command))
+        gpus = len(command.gpu_ids) if isinstance(command, RunJobs) else None
+        gang.gpus += gpus if gpus is not None else self._gpus_of(command.worker_id)
+        gang.workers.append(command.worker_id)
+        if gang.gpus >= command.scale_factor:
+            del self._gangs[command.lease_id]
+            task = asyncio.get_running_loop().create_task(self._run(gang))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _gpus_of(self, worker_id: str) -> int:
+        return next(g for w, _, g in self._servers if w == worker_id)
+
+    async def _run(self, gang: _Gang) -> None:
+        command = gang.command
+        accelerator_type = self._type_of[command.worker_id]
+        job_types = command.job_types
+        if len(job_types) == 1:
+            rates = (self._table.isolated(job_types[0], command.scale_factor, accelerator_type),)
+        else:
+            pair = self._table.pair(job_types[0], job_types[1], command.scale_factor, accelerator_type)
+            rates = tuple(pair) if pair is not None else (0.0, 0.0)
+        restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
+        steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)
+        await self._clock.sleep(duration_s)
+        assert self._bus is not None
+        lead = min(gang.workers)
+        for job_id, done, rate, remaining in zip(command.job_ids, steps, rates, command.max_steps, strict=True):
+            await self._bus.publish(
+                JobProgress(
+                    job_id=job_id,
+                    worker_id=lead,
+                    lease_id=command.lease_id,
+                    round_id=command.round_id,
+                    steps_done=done,
+                    elapsed_s=duration_s,
+                    throughput_steps_per_s=rate,
+                    finished=done >= remaining,
+                )
+            )
