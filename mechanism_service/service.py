@@ -111,6 +111,7 @@ class MechanismService:
         self.reports: list[RoundReport] = []  # one per dispatched round, when it has ended
         self.solve_times_s: list[float] = []
         self.last_boundary_s = 0.0  # the last round boundary handled (the run's end when stopped)
+        self.rejected: list[str] = []
         self._running: tuple[float, RoundPlan, bool] | None = None  # (start, plan, reset)
         self.stopped = asyncio.Event()
 
@@ -143,11 +144,6 @@ class MechanismService:
 
     async def on_submitted(self, d: Delivery) -> None:
         spec = d.message.spec  # type: ignore[attr-defined]
-        problem = self._refusal(spec)
-        if problem:
-            assert self._bus is not None
-            await self._bus.publish(JobRejected(spec.job_id, problem))
-            return
         self._submitted.append(
             NewJob(
                 spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, spec.submit_time_s,
@@ -155,19 +151,6 @@ class MechanismService:
             )
         )
         self._submission_arrived.set()
-
-    def _refusal(self, spec) -> str:  # noqa: ANN001 - a JobSpec
-        if spec.total_steps <= 0:
-            return f"total_steps must be positive, got {spec.total_steps}"
-        if spec.scale_factor < 1:
-            return f"scale_factor must be >= 1, got {spec.scale_factor}"
-        try:
-            types = [w for w in self._servers if self._isolated(spec.job_type, spec.scale_factor, w) > 0]
-        except Exception as e:  # an unknown job type: the table says which
-            return str(e)
-        if not any(sum(g for _, g in self._servers[w]) >= spec.scale_factor for w in types):
-            return f"scale factor {spec.scale_factor} fits on no accelerator type where {spec.job_type!r} runs"
-        return ""
 
     async def on_progress(self, d: Delivery) -> None:
         report = d.message
@@ -222,7 +205,9 @@ class MechanismService:
                 results = []
                 # 3. admit
                 arrived, self._submitted = self._submitted, []
-                admit_arrivals(state, arrived, settings, self._isolated, self._pair)
+                for job, reason in admit_arrivals(state, arrived, settings, self._isolated, self._pair):
+                    self.rejected.append(job.job_id)
+                    await self._bus.publish(JobRejected(job.job_id, reason), mandatory=False)  # type: ignore[union-attr]
                 # 4. allocation
                 reset = begin_reset(state, now_s, settings)
                 if reset:

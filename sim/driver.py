@@ -83,6 +83,7 @@ async def simulate_services(
 
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)
+        waiting_for.difference_update(mechanism.rejected)
         if config.window is not None:
             return not waiting_for
         return replayer.done and not state.jobs and not mechanism_has_submissions()
@@ -133,5 +134,6 @@ async def simulate_services(
         resets=state.resets,
         solve_times_s=tuple(mechanism.solve_times_s),
         wall_s=time.perf_counter() - started_wall,
+        rejected_job_ids=tuple(mechanism.rejected),
     )
 

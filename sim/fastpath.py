@@ -90,6 +90,7 @@ def simulate(
     running: list[LeaseResult] = []
     rounds: list[RoundRecord] = []
     solve_times: list[float] = []
+    rejected: list[str] = []
     idle_passes = 0
     while True:
         # 1. stop
@@ -113,7 +114,9 @@ def simulate(
         arrived = []
         while arrivals and arrivals[0].arrival_time_s <= now_s:
             arrived.append(new_job(arrivals.popleft()))
-        admit_arrivals(state, arrived, settings, lookup_isolated, lookup_pair)
+        for job, _ in admit_arrivals(state, arrived, settings, lookup_isolated, lookup_pair):
+            rejected.append(job.job_id)
+            waiting_for.discard(job.job_id)
         # 5. allocation, priorities, pick, place
         reset = begin_reset(state, now_s, settings)
         if reset:
@@ -149,6 +152,7 @@ def simulate(
         resets=state.resets,
         solve_times_s=tuple(solve_times),
         wall_s=time.perf_counter() - started_wall,
+        rejected_job_ids=tuple(rejected),
     )
 
 

@@ -58,3 +58,4 @@ class SimulationResult:
     resets: int
     solve_times_s: tuple[float, ...]  # one per allocation computed
     wall_s: float = 0.0
+    rejected_job_ids: tuple[str, ...] = ()  # submissions that could never run on this cluster

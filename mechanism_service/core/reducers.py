@@ -28,6 +28,25 @@ class NewJob:
     entity: str | None = None
 
 
+def admission_problem(gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup) -> str:
+    """Why a submission can never run here ("" when it can): the mechanism refuses it at once
+    instead of letting it wait forever (Gavel would hang on it)."""
+    if job.total_steps <= 0:
+        return f"total_steps must be positive, got {job.total_steps}"
+    if job.scale_factor < 1:
+        return f"scale_factor must be >= 1, got {job.scale_factor}"
+    try:
+        runnable = [w for w in gpus if isolated(job.job_type, job.scale_factor, w) > 0]
+    except Exception as e:  # noqa: BLE001 - the table names the unknown job type
+        return str(e)
+    if not any(gpus[w] >= job.scale_factor for w in runnable):
+        return (
+            f"{job.scale_factor} GPUs of one type are needed, and no accelerator type where "
+            f"{job.job_type!r} runs has that many"
+        )
+    return ""
+
+
 def admit(
     state: MechanismState,
     job: NewJob,

@@ -23,6 +23,7 @@ from mechanism_service.core.reducers import (
     LeaseResult,
     NewJob,
     PairLookup,
+    admission_problem,
     admit,
     record_first_runs,
     reset_due,
@@ -66,8 +67,16 @@ def admit_arrivals(
     settings: MechanismSettings,
     isolated: IsolatedLookup,
     pair: PairLookup,
-) -> list[JobState]:
-    return [admit(state, job, settings, isolated, pair) for job in jobs]
+) -> list[tuple[NewJob, str]]:
+    """Admit the runnable jobs; return the refused ones with the reason."""
+    refused = []
+    for job in jobs:
+        problem = admission_problem(state.gpus, job, isolated)
+        if problem:
+            refused.append((job, problem))
+        else:
+            admit(state, job, settings, isolated, pair)
+    return refused
 
 
 def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:

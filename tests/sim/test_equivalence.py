@@ -1,0 +1,46 @@
+"""The services on the in-memory bus (mechanism, policy, simulated fleet, in virtual time) make
+exactly the schedule of the bus-free path that runs the same cores: every job's completion, every
+round, every reset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mechanism_service.core.settings import preset
+from policy_service.service import shipped_context
+from sim.driver import simulate_services
+from sim.fastpath import RunConfig, simulate
+from sim.traces import TraceSpec, generate_trace, read_trace
+from tests.support.data import REFERENCE
+
+CONTEXT = shipped_context()
+
+
+def assert_same_schedule(fast, services):
+    assert [(j.job_id, j.start_s, j.completion_s, j.steps_done) for j in services.jobs] == [
+        (j.job_id, j.start_s, j.completion_s, j.steps_done) for j in fast.jobs
+    ]
+    assert services.rounds == fast.rounds
+    assert (services.resets, services.makespan_s) == (fast.resets, fast.makespan_s)
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed", "fifo", "gandiva"])
+async def test_gavel_preset_on_the_static_trace(policy):
+    trace = read_trace(REFERENCE / "static_n32_seed0.trace")
+    config = RunConfig(policy, {"v100": 4, "p100": 4, "k80": 4}, preset("gavel", policy), seed=0)
+    assert_same_schedule(simulate(trace, config, CONTEXT), await simulate_services(trace, config, CONTEXT))
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness", "finish_time_fairness_perf"])
+async def test_default_preset_with_arrivals_a_window_and_multi_gpu_gangs(policy):
+    spec = TraceSpec(num_jobs=60, jobs_per_hour=3.0, multi_gpu=True)
+    trace = generate_trace(spec, CONTEXT.table, np.random.default_rng(7))
+    config = RunConfig(
+        policy, {"v100": 8, "p100": 4, "k80": 4}, preset("default", policy, gpus_per_server=2), seed=3, window=(10, 40)
+    )
+    fast = simulate(trace, config, CONTEXT)
+    finished = {j.job_id for j in fast.jobs if j.completion_s is not None}
+    assert set(fast.measured_job_ids) <= finished  # the window completed
+    assert any(j.scale_factor > 1 and j.job_id in finished for j in fast.jobs)  # gangs ran
+    assert_same_schedule(fast, await simulate_services(trace, config, CONTEXT))
