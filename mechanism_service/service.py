@@ -261,6 +261,7 @@ class MechanismService:
             preset=self._settings.preset,
             seed=self._seed if self._settings.preset == "gavel" else self._seed + state.resets,
             solver=self._solver,
+            packing=self._settings.packing,
         )
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending_request = (request_id, future)

@@ -10,6 +10,7 @@ answered with AllocationFailed and the reason, never raised.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Mapping
 
@@ -102,12 +103,17 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_s
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _accepted_parameters(name: str) -> frozenset[str]:
+    return frozenset(inspect.signature(REGISTRY.entry(name).factory).parameters)
+
+
 def policy_for(request: AllocationRequested) -> Policy:
     """The registered policy with the request's preset, solver and seed applied."""
     if request.preset not in PRESET_PARAMETERS:
         raise ProblemError(f"preset: unknown preset {request.preset!r} (known: {', '.join(PRESET_PARAMETERS)})")
     entry = REGISTRY.entry(request.policy)  # UnknownPolicyError lists the known names
-    accepted = inspect.signature(entry.factory).parameters
+    accepted = _accepted_parameters(request.policy)
     overrides: dict[str, object] = {
         k: v for k, v in PRESET_PARAMETERS[request.preset].items() if k in accepted and k not in entry.bound
     }

@@ -186,6 +186,7 @@ def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context:
         # it); ours draw afresh at each solve.
         seed=config.seed if settings.preset == "gavel" else config.seed + state.resets,
         solver=config.solver,
+        packing=settings.packing,
     )
     reply = answer(request, context)
     if not isinstance(reply, AllocationComputed):

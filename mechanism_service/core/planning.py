@@ -27,20 +27,24 @@ class QueueRow:
 
 
 def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
-    """Per type, every entry in admission order with its priority, deficit and allocation."""
+    """Per type, every entry in admission order with its priority, deficit and allocation.
+
+    (The hot loop of a simulation: plain locals and tuples on purpose.)"""
     rows: dict[str, list[QueueRow]] = {}
+    allocation = state.allocation
+    empty: dict[str, float] = {}
     for w in state.accelerator_types:
         total_s = state.type_time_s[w]
         type_rows = []
+        append = type_rows.append
         for entry, ledger in state.entries.items():
-            fractions = state.allocation.get(entry)
-            share = fractions.get(w, 0.0) if fractions is not None else 0.0
+            share = allocation.get(entry, empty).get(w, 0.0)
             if share == 0.0 or min(ledger.throughputs[w]) <= 0.0:
                 priority = 0.0
             else:
                 received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
                 priority = share / received if received > 0 else share * UNSERVED_FACTOR
-            type_rows.append(QueueRow(entry, priority, ledger.deficit_s[w], share))
+            append(QueueRow(entry, priority, ledger.deficit_s[w], share))
         rows[w] = type_rows
     return rows
 

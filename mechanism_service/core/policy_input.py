@@ -30,6 +30,7 @@ def allocation_request(
     preset: str = "default",
     seed: int | None = None,
     solver: str | None = None,
+    packing: bool = False,
 ) -> AllocationRequested:
     """The whole snapshot a stateless policy replica needs (throughputs by job type: the policy
     service holds the table; the current allocation for the policies that keep jobs in place)."""
@@ -55,7 +56,9 @@ def allocation_request(
     return AllocationRequested(
         request_id=request_id,
         policy=policy,
-        problem=PolicyProblem(worker_types=dict(state.gpus), jobs=jobs, previous=previous),
+        # pairs: None lets the policy service take every packable pair from its table; () says
+        # this policy does not pack (building the pair table would be wasted work)
+        problem=PolicyProblem(worker_types=dict(state.gpus), jobs=jobs, pairs=None if packing else (), previous=previous),
         deadline_s=deadline_s,
         solver=solver,
         preset=preset,

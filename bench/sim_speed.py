@@ -1,0 +1,128 @@
+"""Simulator speed against Gavel's own simulator.
+
+1. Gavel's calibration trace (1,200 jobs, 1.4 jobs/h, 8:8:8, window 100-299) under
+   max_min_fairness_perf with Gavel's semantics (preset gavel), on the bus-free path and on the
+   full services (in-memory bus, virtual time): wall time (median of 3), simulated rounds per wall
+   second, policy solve time in total, peak memory, average JCT; next to Gavel's recorded wall
+   time (12.4 s) and average JCT for the same run. Targets: bus-free >= 10x faster than Gavel,
+   services no slower, both with Gavel's average JCT.
+2. A 36:36:36 continuous trace of 6,000 jobs (window 2000-2999; Gavel's generator, 4 jobs/h):
+   target under 2 minutes.
+
+Each case runs in a fresh process so its peak memory is its own.
+Usage: python bench/sim_speed.py [--runs 3] [--skip-large] [--programs gavel|default] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "data" / "gavel-reference"
+GAVEL_WALL_S = 12.4  # results.json: sim_wall_s of continuous max_min_fairness_perf
+
+
+def case(engine: str, trace: str, cluster: str, window: str, seed: int, programs: str) -> dict[str, float]:
+    """Run one simulation in a child process; returns its figures."""
+    code = f"""
+import asyncio, dataclasses, json, resource, time
+import numpy as np
+from mechanism_service.core.settings import gavel_preset
+from policy_service.service import shipped_context
+from sim.fastpath import RunConfig, simulate
+from sim.driver import simulate_services
+from sim.metrics import summarize
+from sim.traces import read_trace, generate_trace, TraceSpec, TraceStreams
+ctx = shipped_context()
+trace_arg = {trace!r}
+if trace_arg.startswith("generate:"):
+    _, n, rate, seed = trace_arg.split(":")
+    trace = generate_trace(TraceSpec(num_jobs=int(n), jobs_per_hour=float(rate)), ctx.table, TraceStreams.gavel(int(seed)))
+else:
+    trace = read_trace(trace_arg)
+cluster = dict(zip(("v100", "p100", "k80"), map(int, {cluster!r}.split(":"))))
+start, end = map(int, {window!r}.split(":"))
+settings = gavel_preset("max_min_fairness_perf")
+if {programs!r} == "default":
+    settings = dataclasses.replace(settings, preset="default")
+config = RunConfig("max_min_fairness_perf", cluster, settings, seed={seed}, window=(start, end))
+began = time.perf_counter()
+if {engine!r} == "fast":
+    result = simulate(trace, config, ctx)
+else:
+    result = asyncio.run(simulate_services(trace, config, ctx))
+wall = time.perf_counter() - began
+s = summarize(result, ctx.prices_per_hour)
+print(json.dumps(dict(wall_s=wall, rounds=len(result.rounds), solve_s=sum(result.solve_times_s),
+    solves=len(result.solve_times_s), avg_jct_s=s.avg_jct_s,
+    peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument(
+        "--programs", choices=("gavel", "default"), default="gavel",
+        help="policy programs: Gavel's (ECOS, per-job variables) or ours (CLARABEL, grouped)",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    reference = json.loads((REFERENCE / "results.json").read_text())["experiments"]["continuous_rate1.4_n1200_seed1"]
+    gavel_jct_s = reference["policies"]["max_min_fairness_perf"]["avg_jct_s"]
+    trace = str(REFERENCE / "continuous_rate1.4_n1200_seed1.trace")
+    report: dict[str, object] = {"programs": args.programs, "gavel_wall_s": GAVEL_WALL_S, "gavel_avg_jct_s": gavel_jct_s}
+    for engine in ("fast", "services"):
+        runs = [case(engine, trace, "8:8:8", "100:300", 1, args.programs) for _ in range(args.runs)]
+        wall = statistics.median(r["wall_s"] for r in runs)
+        report[engine] = {
+            "wall_s": wall,
+            "runs_wall_s": [r["wall_s"] for r in runs],
+            "rounds_per_wall_s": runs[0]["rounds"] / wall,
+            "solve_s": statistics.median(r["solve_s"] for r in runs),
+            "solves": runs[0]["solves"],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "avg_jct_s": runs[0]["avg_jct_s"],
+            "speedup_vs_gavel": GAVEL_WALL_S / wall,
+        }
+    if not args.skip_large:
+        large = case("fast", "generate:6000:4.0:0", "36:36:36", "2000:3000", 0, args.programs)
+        report["large_36_36_36_6000_jobs"] = large
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"continuous_rate1.4_n1200_seed1, 8:8:8, window 100-299, max_min_fairness_perf, preset gavel, "
+          f"{args.programs} policy programs; median of {args.runs}")
+    print(f"{'path':10} {'wall s':>8} {'x Gavel':>8} {'rounds/s':>9} {'solve s':>8} {'solves':>7} {'peak MB':>8} {'avg JCT h':>10} {'vs Gavel':>9}")
+    print(f"{'gavel':10} {GAVEL_WALL_S:8.2f} {1.0:8.2f} {'':>9} {'':>8} {'':>7} {'':>8} {gavel_jct_s / 3600:10.3f}")
+    for engine in ("fast", "services"):
+        r = report[engine]
+        assert isinstance(r, dict)
+        print(
+            f"{engine:10} {r['wall_s']:8.2f} {r['speedup_vs_gavel']:8.2f} {r['rounds_per_wall_s']:9.0f} {r['solve_s']:8.2f} "
+            f"{r['solves']:7d} {r['peak_rss_mb']:8.0f} {r['avg_jct_s'] / 3600:10.3f} {100 * (r['avg_jct_s'] / gavel_jct_s - 1):+8.2f}%"
+        )
+    print("targets: fast >= 10x Gavel; services <= Gavel's wall time; both at Gavel's average JCT")
+    if "large_36_36_36_6000_jobs" in report:
+        r = report["large_36_36_36_6000_jobs"]
+        assert isinstance(r, dict)
+        print(
+            f"\n36:36:36, 6,000 jobs at 4/h (Gavel's generator, seed 0), window 2000-2999, bus-free: "
+            f"{r['wall_s']:.1f} s (target 120 s), {r['rounds']} rounds, {r['solves']} solves "
+            f"({r['solve_s']:.1f} s), avg JCT {r['avg_jct_s'] / 3600:.2f} h, peak {r['peak_rss_mb']:.0f} MB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
