@@ -54,6 +54,7 @@ from mechanism_service.core.rounds import (
     admit_arrivals,
     begin_reset,
     close_round,
+    force_reset_when_idle,
     open_round,
     round_report,
 )
@@ -86,6 +87,7 @@ class MechanismService:
         solver: str | None = None,
         allocation_timeout_s: float = 60.0,
         stop_when: Callable[[MechanismState], bool] | None = None,
+        more_arrivals: Callable[[], bool] | None = None,
     ) -> None:
         self._clock = clock
         self._settings = settings
@@ -97,6 +99,9 @@ class MechanismService:
         self._solver = solver
         self._allocation_timeout_s = allocation_timeout_s
         self._stop_when = stop_when
+        # Whether more jobs are known to be on their way (a trace replay knows; a live cluster
+        # does not, and then an idle boundary re-solves at once).
+        self._more_arrivals = more_arrivals or (lambda: False)
         self.state: MechanismState | None = None
         self._bus: Bus | None = None
         self._servers: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)  # type -> (worker, gpus)
@@ -191,9 +196,13 @@ class MechanismService:
                     await self._round_over.wait()
                     self._round_over.clear()
                     results = self._collect_results()
-                elif not self._submitted:
-                    self._submission_arrived.clear()
-                    await self._submission_arrived.wait()
+                else:
+                    idle_with_jobs = self.state is not None and bool(self.state.jobs)
+                    if idle_with_jobs and not self._submitted and not self._more_arrivals():
+                        force_reset_when_idle(self.state)  # type: ignore[arg-type]
+                    elif not self._submitted:
+                        self._submission_arrived.clear()
+                        await self._submission_arrived.wait()
                 await self._clock.sleep(0)  # everything else due at this instant first
                 now_s = self._clock.now_s()
                 self.last_boundary_s = now_s

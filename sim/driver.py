@@ -98,6 +98,7 @@ async def simulate_services(
         seed=config.seed,
         solver=config.solver,
         stop_when=stop_when,
+        more_arrivals=lambda: not replayer.done,
     )
 
     def mechanism_has_submissions() -> bool:

@@ -33,6 +33,7 @@ from mechanism_service.core.rounds import (
     admit_arrivals,
     begin_reset,
     close_round,
+    force_reset_when_idle,
     open_round,
     round_report,
 )
@@ -99,6 +100,8 @@ def simulate(
                 break
         elif not arrivals and not state.jobs:
             break
+        if not arrivals and not running:
+            force_reset_when_idle(state)
         # 2. advance the clock
         if running:
             end_s = max(r.finish_s for r in running)

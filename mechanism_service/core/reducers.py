@@ -74,7 +74,7 @@ def admit(
     # oldest partner first: this order breaks ties in the planner.
     state.entries[(index,)] = EntryLedger(
         throughputs={w: (isolated(job.job_type, job.scale_factor, w),) for w in types},
-        received_s=dict.fromkeys(types, settings.seed_received_s),
+        received_s=dict.fromkeys(types, settings.seed_s),
         deficit_s=dict.fromkeys(types, 0.0),
     )
     if settings.packing:
@@ -119,7 +119,7 @@ def reset_ledgers(state: MechanismState, now_s: float, settings: MechanismSettin
     """Section 4: fold the time received under the old allocation into the deficits, then
     re-seed every entry (and each type's total) for the new allocation."""
     elapsed_s = now_s - state.last_reset_s
-    seed = settings.seed_received_s
+    seed = settings.seed_s
     for w in state.accelerator_types:
         total = 0.0
         for entry, ledger in state.entries.items():

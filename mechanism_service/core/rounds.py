@@ -79,6 +79,14 @@ def admit_arrivals(
     return refused
 
 
+def force_reset_when_idle(state: MechanismState) -> None:
+    """Nothing ran last round and no job is on its way: re-solve at this boundary whatever the
+    minimum interval says (Gavel does this by zeroing its last reset time; without it, jobs
+    admitted since the last solve would wait, with the cluster idle, for a change that never
+    comes)."""
+    state.last_reset_s = 0.0
+
+
 def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:
     """True (and the ledgers reset) when the allocation must be recomputed now."""
     if not reset_due(state, now_s, settings):

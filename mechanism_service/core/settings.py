@@ -49,8 +49,8 @@ class MechanismSettings:
     # Gavel's quirk: "the first time" is tested as last_reset_s == 0, so a trace starting at 0
     # re-solves again at its first change.
     reset_quirk_at_zero: bool = True
-    # Received time seeded per entry at a reset (and for a new job): half a round in Gavel.
-    seed_received_s: float = 180.0
+    # Received time seeded per entry at a reset (and for a new job): half a round (Gavel).
+    seed_received_s: float | None = None  # None: round_s / 2
     # A picked entry that is not in the allocation: Gavel leaves its GPUs idle for the round;
     # ours runs it (the GPUs were free anyway).
     run_unallocated: bool = False
@@ -68,6 +68,10 @@ class MechanismSettings:
     # entry present at the reset counts as allocated.
     zero_fill_allocation: bool = True
     type_order: tuple[str, ...] = GAVEL_TYPE_ORDER
+
+    @property
+    def seed_s(self) -> float:
+        return self.round_s / 2 if self.seed_received_s is None else self.seed_received_s
 
     def for_policy(self, policy: str) -> MechanismSettings:
         return replace(

@@ -44,3 +44,20 @@ async def test_default_preset_with_arrivals_a_window_and_multi_gpu_gangs(policy)
     assert set(fast.measured_job_ids) <= finished  # the window completed
     assert any(j.scale_factor > 1 and j.job_id in finished for j in fast.jobs)  # gangs ran
     assert_same_schedule(fast, await simulate_services(trace, config, CONTEXT))
+
+
+@pytest.mark.parametrize("name", ["gavel", "default"])
+async def test_an_idle_cluster_with_unallocated_jobs_resolves_instead_of_waiting(name):
+    """Two jobs finish within 1920 s of the last solve while a third, admitted since, has no
+    allocation yet: the idle boundary re-solves (Gavel's rule) instead of stalling."""
+    from sim.traces.job import TraceJob
+
+    trace = [
+        TraceJob("0", "A3C", 3438, 1, 0.0),
+        TraceJob("1", "A3C", 3438, 1, 100.0),
+        TraceJob("2", "A3C", 1000, 1, 500.0),
+    ]
+    config = RunConfig("max_min_fairness_perf", {"k80": 2}, preset(name, "max_min_fairness_perf"), seed=0)
+    fast = simulate(trace, config, CONTEXT)
+    assert all(j.completion_s is not None for j in fast.jobs)
+    assert_same_schedule(fast, await simulate_services(trace, config, CONTEXT))
