@@ -22,10 +22,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from common.errors import PolicyParameterError
-from policy_service.core.allocation import Allocation, empty_allocation
+from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
-from policy_service.core.solving import solve
+from policy_service.core.compiled import solve_max_min
+from policy_service.core.solving import STATUS_OF, solve
 from policy_service.core.problem import Problem
 
 
@@ -63,6 +64,8 @@ class MaxMinFairness:
         # Classes must agree on everything the program reads: throughputs and scale factor
         # (added by build_space) and the priority weight.
         space = build_space(view, packing=self.space_sharing, options=self.options, columns=[problem.priority_weights])
+        if not self.space_sharing and self.options.grouping and self.options.solver == "CLARABEL":
+            return self._compiled(space, coefficients, started)
         level_matrix = sp.diags(coefficients[space.classes.representative]) @ space.throughput()
         v = cp.Variable(space.num_vars, nonneg=True)
         level = cp.Variable()
@@ -73,6 +76,28 @@ class MaxMinFairness:
         return space.allocation(
             v.value, policy=self.name, status=outcome.status, objective=objective,
             started_s=started, reason=outcome.reason, timings=outcome.timings,
+        )
+
+    def _compiled(self, space, coefficients: np.ndarray, started: float) -> Allocation:  # noqa: ANN001
+        """The same LP through a compiled, parameterised program (policy_service.core.compiled)."""
+        reps = space.classes.representative
+        allowed = space.x_index >= 0
+        solve_started = time.perf_counter()
+        x, level, status = solve_max_min(
+            coefficients[reps, None] * space.class_throughputs,
+            space.classes.sizes * space.class_scale_factors,
+            space.problem.worker_counts,
+            allowed,
+            self.options.solver,
+        )
+        timings = {"build_s": solve_started - started, "solve_call_s": time.perf_counter() - solve_started}
+        outcome_status = STATUS_OF.get(status, Status.FAILED)
+        values = x[allowed] if x is not None else None
+        return space.allocation(
+            values, policy=self.name, status=outcome_status,
+            objective=level if outcome_status.startswith("optimal") else None, started_s=started,
+            reason="" if outcome_status == Status.OPTIMAL else f"solver {self.options.solver} returned {status}",
+            timings=timings,
         )
 
 

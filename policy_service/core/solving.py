@@ -25,7 +25,7 @@ class Outcome:
     timings: Mapping[str, float]
 
 
-_STATUS = {
+STATUS_OF = {
     cp.OPTIMAL: Status.OPTIMAL,
     cp.OPTIMAL_INACCURATE: Status.OPTIMAL_INACCURATE,
     cp.INFEASIBLE: Status.INFEASIBLE,
@@ -48,6 +48,6 @@ def solve(program: cp.Problem, options: SolveOptions, *, build_s: float = 0.0) -
     solver_s = float(stats.solve_time) if stats is not None and stats.solve_time is not None else float("nan")
     compile_s = float(getattr(program, "compilation_time", None) or float("nan"))
     timings = {"build_s": build_s, "compile_s": compile_s, "solver_s": solver_s, "solve_call_s": total}
-    status = _STATUS.get(program.status, Status.FAILED)
+    status = STATUS_OF.get(program.status, Status.FAILED)
     reason = "" if status in (Status.OPTIMAL,) else f"solver {options.solver} returned {program.status}"
     return Outcome(status, reason, timings)
