@@ -41,7 +41,8 @@ SECONDS_PER_HOUR = 3600.0
 class Summary:
     """The numbers of one run. Times in seconds, money in US dollars, shares in [0, 1].
 
-    Jobs (measured window): ``jobs_measured = jobs_completed + jobs_unfinished + jobs_dropped``.
+    Jobs (measured window): ``jobs_measured = jobs_completed + jobs_unfinished + jobs_dropped +
+    jobs_rejected``.
 
     JCT over the measured completed jobs: mean, median, 95th and 99th percentile.
 
@@ -72,6 +73,7 @@ class Summary:
     jobs_completed: int
     jobs_unfinished: int
     jobs_dropped: int
+    jobs_rejected: int  # refused at submission: they could never run on this cluster
     avg_jct_s: float | None
     median_jct_s: float | None
     p95_jct_s: float | None
@@ -123,6 +125,7 @@ def summarize(
     measured_jobs = [job for job in result.jobs if job.job_id in measured]
     completed = [job for job in measured_jobs if _completed(job)]
     dropped = sum(job.dropped for job in measured_jobs)
+    rejected = len(measured & set(result.rejected_job_ids))
     jct_s = np.array([job.jct_s for job in completed], dtype=float)
     avg, median, p95, p99 = _stats(jct_s, 50, 95, 99)
 
@@ -149,8 +152,9 @@ def summarize(
     return Summary(
         jobs_measured=len(measured),
         jobs_completed=len(completed),
-        jobs_unfinished=len(measured) - len(completed) - dropped,
+        jobs_unfinished=len(measured) - len(completed) - dropped - rejected,
         jobs_dropped=dropped,
+        jobs_rejected=rejected,
         avg_jct_s=avg,
         median_jct_s=median,
         p95_jct_s=p95,

@@ -34,6 +34,9 @@ def _restore_logging() -> Iterator[None]:
     handlers, level = root.handlers[:], root.level
     libraries = {name: logging.getLogger(name).level for name in ("aiormq", "aio_pika")}
     yield
+    import services.logging
+
+    services.logging._configured = False  # the next in-process command configures it again
     structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)

@@ -72,12 +72,6 @@ def test_bus_check_and_dead_letters_against_the_broker(broker_url):
         asyncio.run(delete_topology(broker_url, exchange))
 
 
-def test_demo_runs_on_the_embedded_default():
-    out = gavel("demo", "--jobs", "2000")
-    assert out.returncode == 0, out.stderr
-    assert "2000 submissions reached the mechanism (2000) and the estimator (2000)" in out.stdout
-
-
 def test_ensure_broker_refuses_a_port_that_is_not_a_broker():
     """The test command's broker check speaks AMQP: an HTTP server on the port is not a broker."""
     server = socket.socket()

@@ -129,6 +129,7 @@ def test_summary_of_the_scenario():
             jobs_completed=4,
             jobs_unfinished=1,
             jobs_dropped=1,
+            jobs_rejected=0,
             avg_jct_s=375.0,  # (100 + 200 + 400 + 800) / 4
             median_jct_s=300.0,  # (200 + 400) / 2
             p95_jct_s=740.0,  # rank 0.95 x 3 = 2.85: 400 + 0.85 x (800 - 400)
@@ -401,3 +402,12 @@ def test_summarize_handles_ten_thousand_jobs_and_rounds():
     queue = queue_over_time(result)
     assert s.num_rounds == 10_000 and s.rho_jobs == s.jobs_completed > 0
     assert len(utilization.edges_s) <= 201 and len(queue.edges_s) <= 201  # averaged into at most 200 windows
+
+
+def test_rejected_submissions_are_counted_apart_from_unfinished_jobs():
+    import dataclasses
+
+    result = dataclasses.replace(SCENARIO, rejected_job_ids=("9",), measured_job_ids=(*SCENARIO.measured_job_ids, "9"))
+    s = summarize(result, PRICES)
+    assert s.jobs_rejected == 1
+    assert s.jobs_measured == s.jobs_completed + s.jobs_unfinished + s.jobs_dropped + s.jobs_rejected

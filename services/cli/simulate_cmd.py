@@ -1,0 +1,233 @@
+"""``gavel simulate``: replay a trace (a file, or one generated with Gavel's job distribution)
+through the scheduler in simulated time, under one policy or several side by side.
+
+Files (sim/output.py): one policy writes summary.json, jobs.csv, jct_cdf.png, utilization.png and
+queue.png into the output directory; several write those into DIR/<policy>/ and the comparison
+(comparison.txt, comparison.json, comparison_jct_cdf.png, comparison_utilization.png) into DIR.
+A generated trace is saved as DIR/trace.trace, so the run can be repeated with --trace.
+Exit codes: 0 done; 2 bad input (one line naming the flag or file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+
+from common.config import Settings
+from policy_service.answer import SolveContext
+from services.cli.common import print_json
+from services.cli.progress import ProgressBar
+from services.cli.simulation import (
+    ENGINES,
+    PRESET_NAMES,
+    Scenario,
+    bad_input,
+    check_mechanism_flags,
+    check_prices,
+    check_trace,
+    format_cluster,
+    generated_trace,
+    load_context,
+    load_trace,
+    parse_cluster,
+    parse_policies,
+    parse_window,
+    run_policy,
+)
+from sim.metrics import Summary, compare, render_comparison
+from sim.output import run_record, write_comparison, write_run
+from sim.results import SimulationResult
+from sim.traces import TraceJob, write_trace
+
+RUN_FILES = ("summary.json", "jobs.csv", "jct_cdf.png", "utilization.png", "queue.png")
+COMPARISON_FILES = ("comparison.txt", "comparison.json", "comparison_jct_cdf.png", "comparison_utilization.png")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay a trace through the scheduler in simulated time, under one policy or several",
+        description=(
+            "Replay a trace (--trace) or a generated one (--jobs with --jobs-per-hour or --static) on a simulated "
+            "cluster and report job completion times, utilisation, lease extensions, solve times, cost and "
+            "finish-time fairness. Exit codes: 0 done; 2 bad input."
+        ),
+    )
+    source = p.add_argument_group("the jobs: a trace file, or a generated trace with Gavel's job distribution")
+    source.add_argument("--trace", metavar="FILE", help="a .trace (Gavel's 10 or 7 columns) or .jsonl trace")
+    source.add_argument("--jobs", type=int, metavar="N", help="generate N jobs")
+    source.add_argument("--jobs-per-hour", type=float, metavar="R", help="generated: Poisson arrivals at R jobs per hour")
+    source.add_argument("--static", action="store_true", help="generated: every job arrives at t = 0")
+    source.add_argument("--multi-gpu", action="store_true", help="generated: jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
+    source.add_argument(
+        "--trace-seed", type=int, metavar="S", help="generated: the trace Gavel generates with seed S (default: --seed)"
+    )
+    add_policy_flags(p)
+    add_cluster_flags(p)
+    p.add_argument(
+        "--window",
+        metavar="START:END",
+        help="measure only the jobs at trace positions START..END-1 (Gavel's job ids); the run stops when they are done",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the scheduler's seed (random policies, agnostic type order); default 0")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="fast",
+        help="fast: the bus-free path (default); services: the real services on the in-memory bus (same schedule, slower)",
+    )
+    p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
+    p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
+    p.set_defaults(run=run)
+
+
+def add_policy_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", metavar="NAME", help="one policy (gavel policy list)")
+    p.add_argument("--policies", metavar="A,B,...", help="several policies, compared side by side")
+
+
+def add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        required=True,
+        metavar="SPEC",
+        help="GPUs per type: v100=36,p100=36,k80=36, or Gavel's 36:36:36 (v100:p100:k80)",
+    )
+    p.add_argument(
+        "--throughputs", metavar="TABLE.json", help="throughput table in Gavel's format (default: the shipped Gavel table)"
+    )
+    p.add_argument("--round-s", type=float, default=360.0, metavar="S", help="round length in seconds (default 360)")
+    p.add_argument("--gpus-per-server", type=int, default=1, metavar="G", help="GPUs per server (default 1)")
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default="default",
+        help="default: ours (docs/mechanism.md); gavel: Gavel's simulator, to reproduce its numbers",
+    )
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    # 1. every input, checked before any work
+    policies = parse_policies(args.policy, args.policies)
+    check_mechanism_flags(args.round_s, args.gpus_per_server)
+    context = load_context(args.throughputs)
+    assert context.table is not None
+    cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
+    check_prices(cluster, context)
+    trace, source, label = _trace(args, context)
+    check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
+    window = parse_window(args.window, len(trace))
+    scenario = Scenario(trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, args.engine)
+    out = pathlib.Path(args.out) if args.out else default_out(label)
+
+    # 2. the runs, one after the other (gavel sweep spreads runs over the cores)
+    if not args.json:
+        print(
+            f"{len(trace)} jobs ({source}) on {format_cluster(cluster)}; preset {args.preset}, rounds of "
+            f"{args.round_s:g} s, seed {args.seed}, {args.engine} engine"
+            + (f"; measured: jobs {window[0]} to {window[1] - 1}" if window else ""),
+            flush=True,
+        )
+    results, summaries = run_all(policies, scenario, context)
+
+    # 3. files, then what the user reads
+    if args.trace is None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_trace(trace, out / "trace.trace")
+    write_results(results, summaries, out)
+    if args.json:
+        print_json(results_json(results, summaries, out))
+        return 0
+    print()
+    print(render_comparison(compare(summaries)), end="")
+    print()
+    print(describe_files(out, policies))
+    return 0
+
+
+def _trace(args: argparse.Namespace, context: SolveContext) -> tuple[tuple[TraceJob, ...], str, str]:
+    """(jobs, where they come from for messages, a label for the default output directory)."""
+    generating = args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
+    if args.trace is not None:
+        if generating or args.trace_seed is not None:
+            raise bad_input(
+                "--trace",
+                "a trace file and generation options (--jobs, --jobs-per-hour, --static, --multi-gpu, --trace-seed) "
+                "exclude each other",
+            )
+        return load_trace(args.trace), args.trace, pathlib.Path(args.trace).stem
+    if args.jobs is None:
+        raise bad_input(
+            "--trace/--jobs",
+            "give a trace file (--trace FILE) or generate one (--jobs N with --jobs-per-hour R or --static)",
+        )
+    if (args.jobs_per_hour is None) == (not args.static):
+        raise bad_input(
+            "--jobs",
+            "a generated trace needs exactly one of --jobs-per-hour R (Poisson arrivals) and --static (all at t = 0)",
+        )
+    seed = args.seed if args.trace_seed is None else args.trace_seed
+    rate = None if args.static else args.jobs_per_hour
+    trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table)
+    arrivals = "static" if rate is None else f"{rate:g} jobs/hour"
+    multi_gpu = ", multi-GPU" if args.multi_gpu else ""
+    source = f"generated, {arrivals}{multi_gpu}, trace seed {seed}"
+    label = "-".join(
+        [f"n{args.jobs}", "static" if rate is None else f"r{rate:g}", *(["multigpu"] if args.multi_gpu else []), f"s{seed}"]
+    )
+    return trace, source, label
+
+
+def default_out(label: str) -> pathlib.Path:
+    return pathlib.Path("out") / f"{label}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def run_all(
+    policies: tuple[str, ...], scenario: Scenario, context: SolveContext
+) -> tuple[dict[str, SimulationResult], dict[str, Summary]]:
+    results: dict[str, SimulationResult] = {}
+    summaries: dict[str, Summary] = {}
+    width = max(len(p) for p in policies)
+    for policy in policies:
+        bar = ProgressBar(policy.ljust(width))
+        try:
+            results[policy], summaries[policy] = run_policy(policy, scenario, context, progress=bar)
+        finally:
+            bar.close()
+    return results, summaries
+
+
+def write_results(
+    results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path
+) -> None:
+    if len(results) == 1:
+        (policy,) = results
+        write_run(results[policy], summaries[policy], out)
+        return
+    for policy in results:
+        write_run(results[policy], summaries[policy], out / policy)
+    write_comparison(results, summaries, out)
+
+
+def results_json(
+    results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path
+) -> dict[str, object]:
+    """One policy: summary.json's object; several: comparison.json's; with the output directory."""
+    if len(results) == 1:
+        (policy,) = results
+        return {"out_dir": str(out), **run_record(results[policy], summaries[policy])}
+    return {
+        "out_dir": str(out),
+        "rows": [row.as_dict() for row in compare(summaries)],
+        "runs": {policy: run_record(results[policy], summaries[policy]) for policy in results},
+    }
+
+
+def describe_files(out: pathlib.Path, policies: tuple[str, ...]) -> str:
+    if len(policies) == 1:
+        return f"wrote {out}/: {', '.join(RUN_FILES)}"
+    return (
+        f"wrote {out}/: {', '.join(COMPARISON_FILES)}\n"
+        f"  and per policy, in {out}/<policy>/: {', '.join(RUN_FILES)}"
+    )

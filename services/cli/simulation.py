@@ -1,0 +1,312 @@
+"""What ``gavel simulate``, ``gavel sweep`` and ``gavel demo`` share: turning their flags into
+values (cluster, window, policies, throughput table, trace), refusing a bad one in one line
+(exit 2) before any simulated second passes, and running one policy on either engine.
+
+Engines: ``fast`` is the bus-free path (sim/fastpath.py); ``services`` runs the real mechanism,
+policy service and a simulated fleet on the in-memory bus in virtual time (sim/driver.py). Both
+make the same schedule (tests/sim/test_equivalence.py); the second is a few times slower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import math
+import pathlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from common.errors import ProblemError, TraceError
+from common.throughputs import ThroughputTable, throughput_table_from_json
+from mechanism_service.core.settings import PRESETS, preset
+from policy_service.answer import SolveContext
+from policy_service.core.catalog import policy_names
+from policy_service.service import shipped_context
+from services.cli.common import CommandFailed
+from sim.driver import simulate_services
+from sim.fastpath import Progress, RunConfig, simulate
+from sim.metrics import Summary, isolated_throughputs_from_table, summarize
+from sim.results import SimulationResult
+from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace
+
+GAVEL_CLUSTER_ORDER = ("v100", "p100", "k80")  # Gavel's "36:36:36" is v100:p100:k80
+ENGINES = ("fast", "services")
+PRESET_NAMES = tuple(PRESETS)
+REFERENCE_ACCELERATOR_TYPE = "v100"  # generated run times are sized on it, as in Gavel
+MAX_LISTED = 6  # kinds of offending jobs named in one error line
+
+
+def bad_input(flag: str, message: str) -> CommandFailed:
+    return CommandFailed(f"{flag}: {message}", exit_code=2)
+
+
+# --- flags into values -----------------------------------------------------------------------
+
+
+def parse_cluster(text: str, table: ThroughputTable, gpus_per_server: int = 1) -> dict[str, int]:
+    """``v100=36,p100=36,k80=36`` or Gavel's ``36:36:36`` (v100:p100:k80) -> accelerator type ->
+    GPUs. Types with 0 GPUs are left out; every type must be in the throughput table and fill
+    whole servers."""
+    flag = f"--cluster {text}"
+    cluster: dict[str, int] = {}
+    if "=" not in text and ":" in text:
+        counts = text.split(":")
+        if len(counts) != len(GAVEL_CLUSTER_ORDER):
+            raise bad_input(flag, f"Gavel's form is {':'.join(GAVEL_CLUSTER_ORDER)}, three GPU counts")
+        pairs = list(zip(GAVEL_CLUSTER_ORDER, counts, strict=True))
+    else:
+        pairs = []
+        for part in text.split(","):
+            name, sep, count = part.partition("=")
+            if not sep or not name.strip():
+                raise bad_input(flag, f"{part!r} is not TYPE=GPUS (e.g. v100=36,p100=36,k80=36, or 36:36:36)")
+            pairs.append((name.strip(), count))
+    for name, count in pairs:
+        gpus = _whole_number(count)
+        if gpus is None:
+            raise bad_input(flag, f"{name}: {count.strip()!r} is not a whole number of GPUs >= 0")
+        if name in cluster:
+            raise bad_input(flag, f"{name} is given twice")
+        if name not in table.accelerator_types:
+            raise bad_input(flag, f"{name!r} is not in the throughput table (known: {', '.join(table.accelerator_types)})")
+        if gpus % gpus_per_server:
+            raise bad_input(flag, f"{name}: {gpus} GPUs do not fill servers of --gpus-per-server {gpus_per_server}")
+        cluster[name] = gpus
+    cluster = {name: gpus for name, gpus in cluster.items() if gpus > 0}
+    if not cluster:
+        raise bad_input(flag, "the cluster has no GPU")
+    return cluster
+
+
+def parse_window(text: str | None, num_jobs: int) -> tuple[int, int] | None:
+    """``START:END``: the measured jobs are those at trace positions START..END-1 (Gavel's job
+    ids; its steady-state experiments measure e.g. 4000:5000 of a longer trace)."""
+    if text is None:
+        return None
+    start_text, sep, end_text = text.partition(":")
+    start, end = _whole_number(start_text), _whole_number(end_text)
+    if not sep or start is None or end is None:
+        raise bad_input(f"--window {text}", "expected START:END, two whole numbers (trace positions, END excluded)")
+    if not start < end <= num_jobs:
+        raise bad_input(
+            f"--window {text}",
+            f"out of range: the trace has {num_jobs} jobs (positions 0 to {num_jobs - 1}); "
+            "need START < END <= the number of jobs",
+        )
+    return start, end
+
+
+def parse_policies(single: str | None, several: str | None) -> tuple[str, ...]:
+    """``--policy NAME`` or ``--policies a,b,c`` (exactly one of them), each a registered name."""
+    if (single is None) == (several is None):
+        raise bad_input("--policy/--policies", "give exactly one: --policy NAME or --policies a,b,c")
+    flag = "--policy" if single is not None else "--policies"
+    names = [single] if single is not None else [n.strip() for n in several.split(",")]  # type: ignore[union-attr]
+    return check_policies(flag, names)
+
+
+def check_policies(flag: str, names: Sequence[str]) -> tuple[str, ...]:
+    known = policy_names()
+    for name in names:
+        if not name:
+            raise bad_input(flag, "an empty policy name (known: " + ", ".join(sorted(known)) + ")")
+        if name not in known:
+            raise bad_input(flag, f"unknown policy {name!r} (known: {', '.join(sorted(known))})")
+    repeated = [n for n, k in collections.Counter(names).items() if k > 1]
+    if repeated:
+        raise bad_input(flag, f"{repeated[0]} is listed twice")
+    return tuple(names)
+
+
+def parse_numbers(flag: str, text: str, convert: Callable[[str], float | int], what: str) -> tuple:
+    """A comma-separated list (``0.2,0.4`` or ``0,1,2``), each converted and checked by convert
+    (which raises ValueError with a reason)."""
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(convert(part.strip()))
+        except ValueError:
+            raise bad_input(flag, f"{part.strip()!r} is not {what}") from None
+    if len(set(values)) != len(values):
+        raise bad_input(flag, "a value is listed twice")
+    return tuple(values)
+
+
+def positive_rate(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(text)
+    return value
+
+
+def seed_number(text: str) -> int:
+    value = _whole_number(text)
+    if value is None:
+        raise ValueError(text)
+    return value
+
+
+def check_mechanism_flags(round_s: float, gpus_per_server: int) -> None:
+    if not 0 < round_s < math.inf:
+        raise bad_input("--round-s", f"expected a number of seconds > 0, got {round_s:g}")
+    if gpus_per_server < 1:
+        raise bad_input("--gpus-per-server", f"expected a whole number >= 1, got {gpus_per_server}")
+
+
+def _whole_number(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+# --- the throughput table, prices and the trace ----------------------------------------------
+
+
+def load_context(path: str | None) -> SolveContext:
+    """The shipped Gavel table and prices, or another table (Gavel's JSON format) with the
+    shipped prices."""
+    shipped = shipped_context()
+    if path is None:
+        return shipped
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise bad_input("--throughputs", f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        table = throughput_table_from_json(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise bad_input("--throughputs", f"{path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except ProblemError as e:
+        raise bad_input("--throughputs", f"{path}: {e}") from None
+    return SolveContext(table, shipped.prices_per_hour)
+
+
+def check_prices(cluster: Mapping[str, int], context: SolveContext) -> None:
+    """Every type of the cluster needs a price: summary.json reports the runs' cost."""
+    prices = context.prices_per_hour or {}
+    missing = [w for w in cluster if w not in prices]
+    if missing:
+        raise bad_input(
+            "--cluster",
+            f"no price per GPU-hour for {', '.join(missing)} (prices are known for {', '.join(prices) or 'no type'}), "
+            "so the runs' cost cannot be reported",
+        )
+
+
+def load_trace(path: str) -> tuple[TraceJob, ...]:
+    try:
+        jobs = read_trace(path)
+    except TraceError as e:  # it names the file (and line and column): one line, exit 2
+        raise bad_input("--trace", str(e)) from None
+    if not jobs:
+        raise bad_input(f"--trace {path}", "the trace has no jobs")
+    return jobs
+
+
+def generated_trace(
+    num_jobs: int, jobs_per_hour: float | None, multi_gpu: bool, seed: int, table: ThroughputTable
+) -> tuple[TraceJob, ...]:
+    """Gavel's job distribution with Gavel's random streams for the seed (the trace Gavel's
+    simulator generates with that seed); ``jobs_per_hour`` None: every job at t = 0."""
+    if num_jobs < 1:
+        raise bad_input("--jobs", f"expected a whole number >= 1, got {num_jobs}")
+    if jobs_per_hour is not None and not 0 < jobs_per_hour < math.inf:
+        raise bad_input("--jobs-per-hour", f"expected a number > 0, got {jobs_per_hour:g}")
+    if seed < 0:
+        raise bad_input("--trace-seed", f"expected a whole number >= 0, got {seed}")
+    spec = TraceSpec(
+        num_jobs=num_jobs,
+        jobs_per_hour=jobs_per_hour,
+        multi_gpu=multi_gpu,
+        reference_accelerator_type=REFERENCE_ACCELERATOR_TYPE,
+    )
+    return generate_trace(spec, table, TraceStreams.gavel(seed))
+
+
+def check_trace(trace: Sequence[TraceJob], table: ThroughputTable, cluster: Mapping[str, int], source: str) -> None:
+    """Refuse a trace with jobs this table and cluster cannot run, naming how many and which.
+
+    The mechanism would refuse each such job at its arrival and the run would go on without it
+    (sim/fastpath.py, ``rejected_job_ids``); a measured average over the jobs that happen to be
+    runnable is not what the user asked for, so the command stops first.
+    """
+    total = len(trace)
+    unknown = collections.Counter(j.job_type for j in trace if j.job_type not in table.job_types)
+    if unknown:
+        raise bad_input(
+            source,
+            f"{sum(unknown.values())} of {total} jobs have a job type the throughput table does not know: "
+            + _listing((f"{t!r}", n) for t, n in unknown.most_common()),
+        )
+    unsized = collections.Counter((j.job_type, j.scale_factor) for j in trace if not table.has_job(j.job_type, j.scale_factor))
+    if unsized:
+        raise bad_input(
+            source,
+            f"{sum(unsized.values())} of {total} jobs have a (job type, scale factor) the throughput table cannot size: "
+            + _listing((f"{t!r} x{sf}", n) for (t, sf), n in unsized.most_common())
+            + "; use a table with those entries (--throughputs) or a trace without those jobs",
+        )
+    unplaceable = collections.Counter(
+        (j.job_type, j.scale_factor) for j in trace if not _placeable(j.job_type, j.scale_factor, table, cluster)
+    )
+    if unplaceable:
+        raise bad_input(
+            source,
+            f"{sum(unplaceable.values())} of {total} jobs can never run on this cluster (they need more GPUs of one "
+            f"type than it has where their type runs): "
+            + _listing((f"{t!r} x{sf}", n) for (t, sf), n in unplaceable.most_common())
+            + f"; the cluster is {format_cluster(cluster)}",
+        )
+
+
+def _placeable(job_type: str, scale_factor: int, table: ThroughputTable, cluster: Mapping[str, int]) -> bool:
+    steps_per_s = table.isolated_steps_per_s
+    return any(
+        gpus >= scale_factor and steps_per_s.get((job_type, scale_factor, w), 0.0) > 0 for w, gpus in cluster.items()
+    )
+
+
+def _listing(counted: Iterable[tuple[str, int]]) -> str:
+    items = list(counted)
+    shown = ", ".join(f"{what} ({n} job{'s' if n != 1 else ''})" for what, n in items[:MAX_LISTED])
+    rest = len(items) - MAX_LISTED
+    return shown + (f" and {rest} more kind{'s' if rest != 1 else ''}" if rest > 0 else "")
+
+
+def format_cluster(cluster: Mapping[str, int]) -> str:
+    return ", ".join(f"{gpus} {w}" for w, gpus in cluster.items())
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Everything a run needs except the policy."""
+
+    trace: tuple[TraceJob, ...]
+    cluster: Mapping[str, int]
+    preset: str = "default"
+    round_s: float = 360.0
+    gpus_per_server: int = 1
+    seed: int = 0
+    window: tuple[int, int] | None = None
+    engine: str = "fast"
+
+    def config(self, policy: str) -> RunConfig:
+        settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
+        return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window)
+
+
+def run_policy(
+    policy: str, scenario: Scenario, context: SolveContext, progress: Progress | None = None
+) -> tuple[SimulationResult, Summary]:
+    """Simulate one policy on the scenario's engine and summarise the run."""
+    config = scenario.config(policy)
+    if scenario.engine == "services":
+        result = asyncio.run(simulate_services(scenario.trace, config, context, progress=progress))
+    else:
+        result = simulate(scenario.trace, config, context, progress=progress)
+    assert context.table is not None
+    summary = summarize(result, context.prices_per_hour or {}, isolated_throughputs_from_table(result, context.table))
+    return result, summary

@@ -1,0 +1,239 @@
+"""`gavel simulate`, `gavel sweep` and `gavel demo` as a user runs them (in-process through
+services.cli.main): the files they write, what they print, and one line with exit 2 for every bad
+input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from policy_service.service import shipped_context
+from services.cli import main
+from services.cli.progress import ProgressBar
+from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace, write_trace
+from tests.support.data import GAVEL_TRACES, REFERENCE
+
+STATIC = str(REFERENCE / "static_n32_seed0.trace")
+RECORDED = json.loads((REFERENCE / "results.json").read_text())["experiments"]["static_n32_seed0"]["policies"]
+RUN_FILES = {"summary.json", "jobs.csv", "jct_cdf.png", "utilization.png", "queue.png"}
+
+
+def gavel(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_static_reference_trace_reproduces_gavels_average_jct(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--preset", "gavel",
+        "--policy", "max_min_fairness_perf", "--out", str(out), "--json",
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["avg_jct_s"] == pytest.approx(RECORDED["max_min_fairness_perf"]["avg_jct_s"], rel=0.03)
+    assert (summary["policy"], summary["preset"], summary["cluster"]) == ("max_min_fairness_perf", "gavel", {"v100": 4, "p100": 4, "k80": 4})
+    assert {p.name for p in out.iterdir()} == RUN_FILES
+    printed = json.loads(stdout)  # --json: summary.json's object on stdout, with where it went
+    assert printed == {"out_dir": str(out), **summary}
+    with (out / "jobs.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 32
+
+
+def test_several_policies_write_a_comparison_and_print_its_table(tmp_path, capsys):
+    policies = ["max_min_fairness", "max_min_fairness_perf"]
+    out = tmp_path / "cmp"
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--trace", STATIC, "--cluster", "v100=4,p100=4,k80=4", "--preset", "gavel",
+        "--policies", ",".join(policies), "--out", str(out),
+    )
+    assert code == 0
+    assert {"comparison.json", "comparison.txt", "comparison_jct_cdf.png", "comparison_utilization.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    for policy in policies:
+        assert {p.name for p in (out / policy).iterdir()} == RUN_FILES
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert [row["policy"] for row in comparison["rows"]] == policies
+    table = (out / "comparison.txt").read_text()
+    assert table in stdout  # the printed table is the one written
+    for row in comparison["rows"]:
+        assert row["avg_jct_h"] * 3600 == pytest.approx(RECORDED[row["policy"]]["avg_jct_s"], rel=0.10)
+
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--preset", "gavel",
+        "--policies", ",".join(policies), "--out", str(tmp_path / "again"), "--json",
+    )
+    assert code == 0
+    printed = json.loads(stdout)
+    assert printed["rows"] == comparison["rows"] and list(printed["runs"]) == policies
+
+
+def test_the_services_engine_gives_the_fast_paths_numbers(tmp_path, capsys):
+    averages = {}
+    for engine in ("fast", "services"):
+        code, _, _ = gavel(
+            capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--policy", "max_min_fairness_packed",
+            "--engine", engine, "--out", str(tmp_path / engine),
+        )
+        assert code == 0
+        averages[engine] = json.loads((tmp_path / engine / "summary.json").read_text())["avg_jct_s"]
+    assert averages["services"] == averages["fast"]
+
+
+def test_generation_options_make_gavels_trace_for_the_seed(tmp_path, capsys):
+    out = tmp_path / "gen"
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--jobs", "24", "--jobs-per-hour", "3", "--multi-gpu", "--trace-seed", "3",
+        "--cluster", "8:8:8", "--policy", "fifo_perf", "--window", "4:20", "--out", str(out), "--json",
+    )
+    assert code == 0
+    table = shipped_context().table
+    expected = generate_trace(TraceSpec(24, 3.0, multi_gpu=True), table, TraceStreams.gavel(3))
+    assert read_trace(out / "trace.trace") == expected  # saved, so the run can be repeated with --trace
+    assert any(job.scale_factor > 1 for job in expected)
+    summary = json.loads(stdout)
+    assert (summary["jobs_total"], summary["jobs_measured"], summary["jobs_completed"]) == (24, 16, 16)
+
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--jobs", "10", "--static", "--cluster", "2:2:2", "--policy", "max_min_fairness",
+        "--seed", "1", "--out", str(tmp_path / "static"), "--json",
+    )
+    assert code == 0
+    assert {job.arrival_time_s for job in read_trace(tmp_path / "static" / "trace.trace")} == {0.0}
+    assert json.loads(stdout)["seed"] == 1
+
+
+@pytest.fixture
+def unknown_type_trace(tmp_path):
+    path = tmp_path / "mystery.jsonl"
+    jobs = [
+        TraceJob("0", "ResNet-18 (batch size 64)", 1000, 1, 0.0),
+        TraceJob("1", "Mystery model (batch size 7)", 1000, 1, 0.0),
+        TraceJob("2", "Mystery model (batch size 7)", 1000, 1, 0.0),
+    ]
+    write_trace(jobs, path)
+    return str(path)
+
+
+BAD_INPUTS = [
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "las"], "--policy: unknown policy 'las' (known: allox, fifo,"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,nope"], "unknown policy 'nope'"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,fifo"], "fifo is listed twice"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--policies", "fifo_perf"], "give exactly one"),
+    (["--trace", STATIC, "--cluster", "4:4", "--policy", "fifo"], "--cluster 4:4: Gavel's form is v100:p100:k80"),
+    (["--trace", STATIC, "--cluster", "v100=four", "--policy", "fifo"], "'four' is not a whole number of GPUs"),
+    (["--trace", STATIC, "--cluster", "h100=8", "--policy", "fifo"], "'h100' is not in the throughput table"),
+    (["--trace", STATIC, "--cluster", "0:0:0", "--policy", "fifo"], "the cluster has no GPU"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--window", "0:33"], "--window 0:33: out of range: the trace has 32 jobs"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--window", "7"], "expected START:END"),
+    (["--trace", "/no/such.trace", "--cluster", "4:4:4", "--policy", "fifo"], "--trace: /no/such.trace: cannot read"),
+    (["--trace", "UNKNOWN", "--cluster", "4:4:4", "--policy", "fifo"], "2 of 3 jobs have a job type the throughput table does not know: 'Mystery model (batch size 7)' (2 jobs)"),
+    (["--trace", str(GAVEL_TRACES / "msr" / "seed=0" / "0e4a51.trace"), "--cluster", "36:36:36", "--policy", "fifo"],
+     "197 of 1181 jobs have a (job type, scale factor) the throughput table cannot size: 'Recommendation (batch size 512)' x4 (20 jobs)"),
+    (["--jobs", "20", "--static", "--multi-gpu", "--cluster", "2:2:2", "--policy", "fifo"], "jobs can never run on this cluster"),
+    (["--trace", STATIC, "--jobs", "5", "--static", "--cluster", "4:4:4", "--policy", "fifo"], "exclude each other"),
+    (["--jobs", "5", "--cluster", "4:4:4", "--policy", "fifo"], "exactly one of --jobs-per-hour R"),
+    (["--cluster", "4:4:4", "--policy", "fifo"], "give a trace file (--trace FILE) or generate one"),
+    (["--trace", STATIC, "--cluster", "6:6:6", "--gpus-per-server", "4", "--policy", "fifo"], "do not fill servers of"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--round-s", "0", "--policy", "fifo"], "--round-s: expected a number of seconds > 0"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--throughputs", "/no/table.json", "--policy", "fifo"], "--throughputs: cannot read"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_INPUTS, ids=[m[:40] for _, m in BAD_INPUTS])
+def test_a_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, unknown_type_trace):
+    argv = [unknown_type_trace if a == "UNKNOWN" else a for a in argv]
+    code, stdout, stderr = gavel(capsys, "simulate", *argv, "--out", str(tmp_path / "never"))
+    assert code == 2
+    assert stdout == ""
+    assert stderr.startswith("gavel: ") and stderr.count("\n") == 1, stderr
+    assert message in stderr
+    assert not (tmp_path / "never").exists()  # refused before any work
+
+
+def test_a_sweep_runs_the_grid_on_worker_processes(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code, stdout, stderr = gavel(
+        capsys, "sweep", "--policies", "max_min_fairness_perf", "--rates", "1,3", "--seeds", "2", "--jobs", "12",
+        "--cluster", "2:2:2", "--processes", "2", "--out", str(out),
+    )
+    assert code == 0
+    with (out / "sweep.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["policy"], float(r["jobs_per_hour"]), int(r["seed"])) for r in rows] == [
+        ("max_min_fairness_perf", 1.0, 2),
+        ("max_min_fairness_perf", 3.0, 2),
+    ]
+    assert all(float(r["avg_jct_s"]) > 0 for r in rows)
+    assert (out / "sweep_jct.png").stat().st_size > 0
+    assert sum(line.startswith("[") for line in stderr.splitlines()) == 2  # one line per finished run
+    assert "jobs/hour" in stdout and "max_min_fairness_perf" in stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rates", "1,fast"], "--rates: 'fast' is not a number of jobs per hour > 0"),
+        (["--rates", "1", "--seeds", "0,-3"], "--seeds: '-3' is not a whole number >= 0"),
+        (["--rates", "1", "--window", "0:13"], "--window 0:13: out of range"),
+        (["--rates", "1", "--processes", "0"], "--processes: expected a whole number >= 1"),
+    ],
+)
+def test_a_bad_sweep_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    code, stdout, stderr = gavel(
+        capsys, "sweep", "--policies", "fifo", "--jobs", "12", "--cluster", "2:2:2", *argv, "--out", str(tmp_path / "x")
+    )
+    assert (code, stdout, stderr.count("\n")) == (2, "", 1)
+    assert message in stderr
+
+
+def test_the_demo_prints_the_comparison_and_the_winner(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, _ = gavel(capsys, "demo", "--jobs", "30", "--out", str(out))
+    assert code == 0
+    policies = ["max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed"]
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert [row["policy"] for row in comparison["rows"]] == policies
+    assert (out / "comparison.txt").read_text() in stdout
+    assert f"plots and files in {out}/" in stdout
+    averages = {row["policy"]: row["avg_jct_h"] for row in comparison["rows"]}
+    best = min(averages, key=averages.__getitem__)
+    assert f"{best} wins: average JCT {averages[best]:.2f} h" in stdout
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_progress_bar_redraws_on_a_terminal_and_stays_quiet_elsewhere():
+    clock = FakeClock()
+    terminal = io.StringIO()
+    bar = ProgressBar("fifo", terminal, interactive=True, clock=clock)
+    for step in range(1, 5):
+        clock.now_s = step * 0.5
+        bar(step * 3600.0, step, 4)
+    bar.close()
+    assert terminal.getvalue().count("\r") == 5 and terminal.getvalue().endswith("\n")
+    assert "4/4 jobs, 4.0 h simulated" in terminal.getvalue()
+
+    clock = FakeClock()
+    log = io.StringIO()
+    bar = ProgressBar("fifo", log, interactive=False, clock=clock)
+    for step in range(1, 31):
+        clock.now_s = step * 1.0
+        bar(step * 3600.0, step, 30)
+    bar.close()
+    assert log.getvalue().splitlines() == [
+        "fifo [########----------------] 10/30 jobs, 10.0 h simulated, 10.0 s",
+        "fifo [################--------] 20/30 jobs, 20.0 h simulated, 20.0 s",
+        "fifo [########################] 30/30 jobs, 30.0 h simulated, 30.0 s",
+    ]
