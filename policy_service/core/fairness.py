@@ -79,7 +79,7 @@ class MaxMinFairness:
         )
 
     def _compiled(self, space, coefficients: np.ndarray, started: float) -> Allocation:  # noqa: ANN001
-        """The same LP through a compiled, parameterised program (policy_service.core.compiled)."""
+        """The same LP in CLARABEL's standard form, without cvxpy (policy_service.core.compiled)."""
         reps = space.classes.representative
         allowed = space.x_index >= 0
         solve_started = time.perf_counter()
@@ -88,7 +88,6 @@ class MaxMinFairness:
             space.classes.sizes * space.class_scale_factors,
             space.problem.worker_counts,
             allowed,
-            self.options.solver,
         )
         timings = {"build_s": solve_started - started, "solve_call_s": time.perf_counter() - solve_started}
         outcome_status = STATUS_OF.get(status, Status.FAILED)

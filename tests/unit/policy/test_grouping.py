@@ -144,3 +144,16 @@ def test_water_filling_packed_with_entities_matches_per_job_pairs() -> None:
     a = np.sort(fairness_levels(problem, partner))
     b = np.sort(fairness_levels(problem, ungrouped))
     assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_direct_clarabel_max_min_reaches_the_cvxpy_optimum(seed) -> None:
+    """fairness.py sends max-min fairness (no packing) straight to CLARABEL; the cvxpy model of
+    the same LP (used for every other solver) must agree on the optimum."""
+    from policy_service.core import make_policy
+
+    problem = random_problem(40 + 10 * seed, seed, gpus_per_type=8)
+    direct = make_policy("max_min_fairness_perf").allocate(problem)
+    modelled = make_policy("max_min_fairness_perf", solver="ECOS").allocate(problem)
+    assert direct.status == modelled.status == "optimal"
+    assert direct.objective == pytest.approx(modelled.objective, rel=1e-6)
