@@ -18,6 +18,10 @@ def lease_outcome(
     of steps. A job that moved first spends ``restore_s`` of the lease restoring its checkpoint.
     """
     run_s = max(0.0, lease_s - restore_s)
+    if len(throughputs_steps_per_s) == 1:  # the common case, without the generic machinery
+        rate = throughputs_steps_per_s[0]
+        done = min(int(rate * run_s), steps_remaining[0])
+        return (done,), restore_s + (done / rate if rate > 0 else 0.0)
     steps = tuple(min(int(t * run_s), r) for t, r in zip(throughputs_steps_per_s, steps_remaining, strict=True))
     duration_s = max((n / t for n, t in zip(steps, throughputs_steps_per_s, strict=True) if t > 0), default=0.0)
     return steps, restore_s + max(0.0, duration_s)

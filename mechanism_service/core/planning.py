@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import operator
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.settings import MechanismSettings
@@ -18,19 +19,27 @@ from mechanism_service.core.settings import MechanismSettings
 UNSERVED_FACTOR = 1e9
 
 
-@dataclass(frozen=True, slots=True)
-class QueueRow:
+class QueueRow(NamedTuple):
+    """One entry in one type's queue (a named tuple: cheap to make in the planner's hot loop)."""
+
     entry: Entry
     priority: float
     deficit_s: float
     allocation: float
 
 
-def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
-    """Per type, every entry in admission order with its priority, deficit and allocation.
+_BY_PRIORITY = operator.itemgetter(1, 2, 3)  # (priority, deficit, allocation)
 
-    (The hot loop of a simulation: plain locals and tuples on purpose.)"""
-    rows: dict[str, list[QueueRow]] = {}
+
+def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
+    """Per type, every entry in admission order with its priority, deficit and allocation."""
+    return {w: [QueueRow(*row) for row in rows] for w, rows in priority_rows(state).items()}
+
+
+def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    """``priorities`` as plain (entry, priority, deficit_s, allocation) tuples: the hot loop of a
+    simulation (every type x every entry x every round), so plain locals and tuples."""
+    rows: dict[str, list[tuple[Entry, float, float, float]]] = {}
     allocation = state.allocation
     empty: dict[str, float] = {}
     for w in state.accelerator_types:
@@ -44,7 +53,7 @@ def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
             else:
                 received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
                 priority = share / received if received > 0 else share * UNSERVED_FACTOR
-            append(QueueRow(entry, priority, ledger.deficit_s[w], share))
+            append((entry, priority, ledger.deficit_s[w], share))
         rows[w] = type_rows
     return rows
 
@@ -57,7 +66,7 @@ def type_order(state: MechanismState, settings: MechanismSettings) -> list[str]:
 
 def pick(
     state: MechanismState,
-    queues: dict[str, list[QueueRow]],
+    queues: Mapping[str, Sequence[tuple[Entry, float, float, float]]],
     order: Sequence[str],
     settings: MechanismSettings,
 ) -> dict[str, list[tuple[Entry, int]]]:
@@ -68,24 +77,27 @@ def pick(
     left = dict(state.gpus)
     taken: set[int] = set()
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
+    entries, jobs, fifo = state.entries, state.jobs, settings.only_allocated_run
     for w in order:
-        queue = sorted(queues[w], key=lambda r: (r.priority, r.deficit_s, r.allocation), reverse=True)
-        for row in queue:
-            if left[w] == 0:
+        free = left[w]
+        chosen = picked[w]
+        for row in sorted(queues[w], key=_BY_PRIORITY, reverse=True):
+            if free == 0:
                 break
-            entry = row.entry
-            if any(i in taken for i in entry):
+            entry = row[0]
+            if entry[0] in taken or (len(entry) > 1 and entry[1] in taken):
                 continue
-            if min(state.entries[entry].throughputs[w]) <= 0.0:
+            if min(entries[entry].throughputs[w]) <= 0.0:
                 continue
-            if settings.only_allocated_run and row.priority <= 0.0:
+            if fifo and row[1] <= 0.0:
                 continue
-            scale_factor = state.jobs[entry[0]].scale_factor
-            if scale_factor > left[w]:
+            scale_factor = jobs[entry[0]].scale_factor
+            if scale_factor > free:
                 continue
-            left[w] -= scale_factor
+            free -= scale_factor
             taken.update(entry)
-            picked[w].append((entry, scale_factor))
+            chosen.append((entry, scale_factor))
+        left[w] = free
     return picked
 
 

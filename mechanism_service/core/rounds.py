@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
-from mechanism_service.core.planning import count_extensions, pick, place, priorities, type_order
+from mechanism_service.core.planning import count_extensions, pick, place, priority_rows, type_order
 from mechanism_service.core.policy_input import advance_isolated_time
 from mechanism_service.core.reducers import (
     IsolatedLookup,
@@ -143,7 +143,7 @@ def open_round(state: MechanismState, now_s: float, settings: MechanismSettings,
     order = type_order(state, settings)
     if settings.shuffle_type_order:
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
-    assignment = place(state, pick(state, priorities(state), order, settings), order, settings)
+    assignment = place(state, pick(state, priority_rows(state), order, settings), order, settings)
     extended, opportunities = count_extensions(state, assignment)
     kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
     state.leases_extended += extended

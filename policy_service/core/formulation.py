@@ -37,6 +37,8 @@ Turning both off and ``grouping`` off gives exactly Gavel's per-job (and per-job
 
 from __future__ import annotations
 
+import functools
+
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,8 +112,10 @@ class Space:
     x_index: np.ndarray  # (C, K) variable index of x[c, k], -1 = not created
     pair_index: np.ndarray  # (P, K) of W (class_pairs) or (E, K) of Z (partner_keys), -1 = none
     num_vars: int
-    budget: sp.csr_matrix  # (C, V)
-    usage: sp.csr_matrix  # (K, V)
+    # (rows, cols, values) of the budget (C, V) and usage (K, V) matrices; assembled on first use
+    # (the compiled max-min path never needs them)
+    budget_triplets: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+    usage_triplets: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
     balance: sp.csr_matrix  # (B, V) == 0
     no_self: sp.csr_matrix  # (S, V) <= 0
     class_throughputs: np.ndarray  # (C, K) isolated steps/s of each class
@@ -120,6 +124,16 @@ class Space:
     @property
     def num_classes(self) -> int:
         return self.classes.num_classes
+
+    @functools.cached_property
+    def budget(self) -> sp.csr_matrix:
+        """(C, V): each class's time (one job of it) per variable."""
+        return _csr(*self.budget_triplets, (self.num_classes, self.num_vars))
+
+    @functools.cached_property
+    def usage(self) -> sp.csr_matrix:
+        """(K, V): GPUs of each type per variable."""
+        return _csr(*self.usage_triplets, (self.problem.num_types, self.num_vars))
 
     def throughput(self, per_type: np.ndarray | None = None) -> sp.csr_matrix:
         """(C, V): steps/s of one job of each class; ``per_type`` (K,) scales each type's terms
@@ -366,8 +380,8 @@ def build_space(
         x_index=x_index,
         pair_index=pair_index,
         num_vars=num_vars,
-        budget=_csr(b_rows, b_cols, b_vals, (classes.num_classes, num_vars)),
-        usage=_csr(u_rows, u_cols, u_vals, (num_types, num_vars)),
+        budget_triplets=(b_rows, b_cols, b_vals),
+        usage_triplets=(u_rows, u_cols, u_vals),
         balance=balance,
         no_self=no_self,
         class_throughputs=class_tput,
