@@ -229,6 +229,7 @@ def round_record(report: RoundReport) -> RoundRecord:
 def outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
     jobs = [*state.completed, *state.jobs.values()]
     jobs.sort(key=lambda j: j.index)
+    retired = {j.index for j in state.completed}
     return tuple(
         JobOutcome(
             job_id=j.job_id,
@@ -241,7 +242,7 @@ def outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
             completion_s=j.last_finish_s if j.steps_remaining <= 0 else None,
             steps_done=j.steps_done,
             gpu_seconds_by_type=dict(j.gpu_seconds_by_type),
-            dropped=j in state.completed and j.steps_remaining > 0,
+            dropped=j.index in retired and j.steps_remaining > 0,
         )
         for j in jobs
     )

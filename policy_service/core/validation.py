@@ -31,6 +31,10 @@ from policy_service.core.problem import (
 
 def _number(value: object, path: str, *, minimum: float | None = 0.0, strict: bool = False) -> float:
     """A finite float >= minimum (> minimum when strict), or ProblemError naming ``path``."""
+    if type(value) is float and math.isfinite(value) and (
+        minimum is None or (value > minimum if strict else value >= minimum)
+    ):
+        return value  # the common case, checked without the general machinery below
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ProblemError(f"{path}: expected a number, got {type(value).__name__}")
     number = float(value)
