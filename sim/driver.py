@@ -17,7 +17,7 @@ from policy_service.service import PolicyService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.host import ServiceHost
 from sim.clock import VirtualClock
-from sim.fastpath import Progress, RunConfig, outcomes, round_record, type_shuffler
+from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.fleet import SimulatedFleet
 from sim.results import SimulationResult
 from sim.traces import TraceJob
@@ -69,15 +69,12 @@ async def simulate_services(
     *,
     progress: Progress | None = None,
 ) -> SimulationResult:
-    if not trace:
-        raise ValueError("the trace has no jobs")
-    table = context.table
-    assert table is not None, "the simulator needs a throughput table"
+    table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
     broker = InMemoryBroker()
     clock = VirtualClock(broker, start_s=0.0)
-    measured = [j.job_id for j in (trace[slice(*config.window)] if config.window else trace)]
+    measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
     replayer = TraceReplayer(clock, trace)
 

@@ -66,6 +66,19 @@ def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
     return lambda order: rng.shuffle(order)  # type: ignore[arg-type]
 
 
+def measured_ids(trace: Sequence[TraceJob], window: tuple[int, int] | None) -> list[str]:
+    """The jobs whose completion times count: trace positions [start, end), or all of them."""
+    return [j.job_id for j in (trace[slice(*window)] if window else trace)]
+
+
+def check_inputs(trace: Sequence[TraceJob], context: SolveContext) -> ThroughputTable:
+    if not trace:
+        raise ValueError("the trace has no jobs")
+    if context.table is None:
+        raise ValueError("the simulator needs a throughput table")
+    return context.table
+
+
 def simulate(
     trace: Sequence[TraceJob],
     config: RunConfig,
@@ -73,15 +86,12 @@ def simulate(
     *,
     progress: Progress | None = None,
 ) -> SimulationResult:
-    if not trace:
-        raise ValueError("the trace has no jobs")
-    table = context.table
-    assert table is not None, "the simulator needs a throughput table"
+    table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
     state = new_state(config.cluster, settings.gpus_per_server)
     arrivals = collections.deque(sorted(trace, key=lambda j: j.arrival_time_s))  # stable: file order on ties
-    measured = [j.job_id for j in (trace[slice(*config.window)] if config.window else trace)]
+    measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
     shuffle = type_shuffler(config)
     lookup_isolated, lookup_pair = _lookups(table)
