@@ -38,6 +38,7 @@ from common.messages import (
     JobProgress,
     JobRejected,
     JobSubmitted,
+    RoundEnded,
     RoundStarted,
     RunJobs,
     WorkerRegistered,
@@ -209,8 +210,12 @@ class MechanismService:
                 state = self._ensure_state()
                 # 2. settle
                 round_start_s = clock.close(max(r.finish_s for r in results), settings) if results else now_s
-                for job in close_round(state, results, round_start_s, settings):
+                finished = close_round(state, results, round_start_s, settings)
+                for job in finished:
                     await self._publish_end(job)
+                if results:
+                    ended = RoundEnded(self._round_id - 1, now_s, tuple(j.job_id for j in finished))
+                    await self._bus.publish(ended, mandatory=False)  # type: ignore[union-attr]
                 results = []
                 # 3. admit
                 arrived, self._submitted = self._submitted, []

@@ -15,7 +15,7 @@ from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
 from policy_service.service import PolicyService
 from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.host import ServiceHost
+from services.host import Service, ServiceHost
 from sim.clock import VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.fleet import SimulatedFleet
@@ -68,7 +68,10 @@ async def simulate_services(
     context: SolveContext,
     *,
     progress: Progress | None = None,
+    observers: Sequence[Service] = (),
 ) -> SimulationResult:
+    """``observers``: more services on the same bus (a live dashboard, a test's listener); they
+    start before the simulation does."""
     table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
@@ -105,7 +108,7 @@ async def simulate_services(
     policy = PolicyService(clock=clock, context=context, solving="inline")
     # The replayer's first submission waits on the clock (a barrier even at t = 0), so the
     # fleet's workers are registered before any job arrives.
-    host = ServiceHost(InMemoryBus(broker, clock=clock, source="sim"), [policy, mechanism, fleet, replayer])
+    host = ServiceHost(InMemoryBus(broker, clock=clock, source="sim"), [*observers, policy, mechanism, fleet, replayer])
     await host.start()
 
     def done() -> bool:

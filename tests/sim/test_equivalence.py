@@ -61,3 +61,33 @@ async def test_an_idle_cluster_with_unallocated_jobs_resolves_instead_of_waiting
     fast = simulate(trace, config, CONTEXT)
     assert all(j.completion_s is not None for j in fast.jobs)
     assert_same_schedule(fast, await simulate_services(trace, config, CONTEXT))
+
+
+async def test_the_services_publish_round_and_job_events():
+    """What an observer on the bus sees: each round's start and end, every completion."""
+    from common.bus import Delivery
+    from common.messages import JobCompleted, RoundEnded, RoundStarted
+
+    class Observer:
+        name = "observer"
+
+        def __init__(self) -> None:
+            self.seen: dict[str, int] = {"round.started": 0, "round.ended": 0, "job.completed": 0}
+
+        async def start(self, bus) -> None:  # noqa: ANN001
+            keys = [RoundStarted.ROUTING_KEY, RoundEnded.ROUTING_KEY, JobCompleted.ROUTING_KEY]
+            await bus.subscribe("observer", keys, self.observe)
+
+        async def observe(self, d: Delivery) -> None:
+            self.seen[d.routing_key] += 1
+
+        async def stop(self) -> None:
+            return None
+
+    observer = Observer()
+    trace = read_trace(REFERENCE / "static_n32_seed0.trace")
+    config = RunConfig("fifo_perf", {"v100": 4, "p100": 4, "k80": 4}, preset("gavel", "fifo_perf"), seed=0)
+    result = await simulate_services(trace, config, CONTEXT, observers=[observer])
+    assert observer.seen["round.started"] == len(result.rounds)
+    assert observer.seen["round.ended"] == len(result.rounds)  # no window: every round also ended
+    assert observer.seen["job.completed"] == 32
