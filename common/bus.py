@@ -109,6 +109,11 @@ class Bus(Protocol):
         """
         ...
 
+    async def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        """Make sure the durable queue exists and is bound, without consuming it: a producer that
+        must not lose messages while their consumer is down declares the consumer's queue."""
+        ...
+
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         """Remove and return up to ``limit`` dead letters, oldest first."""
         ...

@@ -125,11 +125,19 @@ class LogSettings:
         )
 
 
+def _path(name: str, raw: str) -> str:
+    if "\x00" in raw:
+        raise ConfigError(f"{name} is not a usable path")
+    return raw
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
     bus: BusSettings = BusSettings()
     log: LogSettings = LogSettings()
     shutdown_timeout_s: float = 30.0  # GAVEL_SHUTDOWN_TIMEOUT_S: wait for in-flight handlers
+    journal_path: str | None = None  # GAVEL_JOURNAL_PATH: the mechanism's SQLite journal
+    health_file: str | None = None  # GAVEL_HEALTH_FILE: where `gavel serve` writes its health
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -137,6 +145,8 @@ class Settings:
             bus=BusSettings.from_env(env),
             log=LogSettings.from_env(env),
             shutdown_timeout_s=_get(env, "GAVEL_SHUTDOWN_TIMEOUT_S", 30.0, _positive_float),
+            journal_path=_get(env, "GAVEL_JOURNAL_PATH", None, _path),
+            health_file=_get(env, "GAVEL_HEALTH_FILE", None, _path),
         )
 
     def as_dict(self) -> dict[str, object]:

@@ -27,6 +27,9 @@ from common.messages import (
     RoundEnded,
     RoundStarted,
     RunJobs,
+    StatusReported,
+    StatusRequested,
+    SubmissionsSealed,
     ThroughputEstimated,
     WorkerHeartbeat,
     WorkerRegistered,
@@ -35,6 +38,7 @@ from common.messages import (
 #: Every message type that travels on the bus (DESIGN.md section 3).
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     JobSubmitted,
+    SubmissionsSealed,
     JobRejected,
     JobCompleted,
     JobFailed,
@@ -50,6 +54,8 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     ThroughputEstimated,
     RoundStarted,
     RoundEnded,
+    StatusRequested,
+    StatusReported,
 )
 
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")

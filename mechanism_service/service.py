@@ -1,36 +1,43 @@
 """The mechanism service: realises the policy's allocation in rounds over the bus.
 
-It owns the MechanismState and changes it only through the core (mechanism_service/core); this
-module turns messages into core calls and core results into messages. The round loop, as
-numbered steps (the same steps, in the same order, as the simulator's bus-free path):
+It changes its state only through the core (mechanism_service/core); this module turns messages
+into core calls and core results into messages. The round loop, as numbered steps (the same as the
+simulator's bus-free path):
 
-1. wait until every lease of the running round has reported (or, when nothing runs, until a
-   job is submitted), then for everything else due at this instant;
-2. settle the round: credit steps and time, publish completions;
-3. admit the jobs submitted meanwhile;
+1. wait until every lease of the running round has reported (or, when nothing runs, until work
+   arrives), then for everything else due at this instant;
+2. settle the round: credit steps and time, publish completions and the round's end;
+3. admit the jobs whose arrival time has come;
 4. if the allocation is due: reset the ledgers, ask the policy service, install its answer
-   (degraded mode: keep the last allocation when no answer comes in time);
-5. priorities, pick, place; send run / extend commands to the workers; publish the round.
+   (degraded mode: keep the last allocation when no answer comes in time, and say so);
+5. priorities, pick, place; journal the boundary; send run / extend commands; publish the round.
 
-Lockstep: a round ends when its last lease reports, which in the simulator is the virtual
-instant its slowest job stops (docs/gavel-semantics.md section 2).
+Time: the injected Clock (the simulator's virtual clock, or the wall clock for a live cluster),
+or ``lockstep=True``: the mechanism moves time itself, to a round's end when every lease has
+reported and to the next submitted job's arrival when idle, so that separate processes make the
+same schedule as the in-process simulator.
+
+Durability: with a journal, every accepted input is written before it is acknowledged, and the
+whole memory at each boundary before its commands go out (mechanism_service/journal.py); a
+restarted mechanism resumes from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
 
 from common.bus import Bus, Delivery
 from common.clock import Clock
+from common.codec import DEFAULT_CODEC
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
-    AllocationRequested,
     Assignment,
     ExtendLease,
     JobCompleted,
@@ -41,9 +48,15 @@ from common.messages import (
     RoundEnded,
     RoundStarted,
     RunJobs,
+    StatusReported,
+    StatusRequested,
+    SubmissionsSealed,
+    ThroughputEstimated,
     WorkerRegistered,
 )
 from common.messages.base import Message
+from mechanism_service.clocks import LockstepClock
+from mechanism_service.core import status as status_core
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
 from mechanism_service.core.reducers import IsolatedLookup, LeaseResult, NewJob, PairLookup, apply_allocation
@@ -60,16 +73,44 @@ from mechanism_service.core.rounds import (
     round_report,
 )
 from mechanism_service.core.settings import MechanismSettings
+from mechanism_service.journal import Journal
 
 log = structlog.get_logger("gavel.mechanism")
 
+NO_DEADLINE_S = 1e18  # finite (the wire refuses infinities), and far beyond any clock
 
-@dataclass(frozen=True, slots=True)
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Lease:
     lease_id: str
     entry: Entry
     placement: Placement
     dispatched_at_s: float
+
+
+@dataclasses.dataclass
+class Memory:
+    """Everything the mechanism must remember across a restart (the journal's snapshot)."""
+
+    state: MechanismState | None = None
+    servers: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
+    submitted: list[NewJob] = dataclasses.field(default_factory=list)  # accepted, not yet admitted
+    known_jobs: set[str] = dataclasses.field(default_factory=set)  # every job id ever accepted
+    sealed: int | None = None  # jobs announced by a sealed batch (lockstep replays)
+    expected: dict[str, Lease] = dataclasses.field(default_factory=dict)  # leases of the running round
+    reports: dict[str, list[JobProgress]] = dataclasses.field(default_factory=dict)
+    round_clock: RoundClock = dataclasses.field(default_factory=RoundClock)
+    round_id: int = 0
+    running: tuple[float, RoundPlan, bool] | None = None  # (start, plan, reset) of the running round
+    round_reports: list[RoundReport] = dataclasses.field(default_factory=list)
+    solve_times_s: list[float] = dataclasses.field(default_factory=list)
+    last_boundary_s: float = 0.0
+    now_s: float = 0.0  # lockstep time
+    shuffle: Shuffle | None = None
+    commands: list[bytes] = dataclasses.field(default_factory=list)  # the last boundary's, encoded
+    estimates: dict[str, str] = dataclasses.field(default_factory=dict)  # job id -> provenance
+    observations: status_core.Observations = dataclasses.field(default_factory=status_core.Observations)
+    allocations: dict[str, bytes] = dataclasses.field(default_factory=dict)  # replies replayed from the journal
 
 
 class MechanismService:
@@ -89,13 +130,18 @@ class MechanismService:
         allocation_timeout_s: float = 60.0,
         stop_when: Callable[[MechanismState], bool] | None = None,
         more_arrivals: Callable[[], bool] | None = None,
+        lockstep: bool = False,
+        expected_gpus: int | None = None,
+        journal: Journal | None = None,
+        round_timeout_s: float | None = None,
+        deadlines: bool = True,
     ) -> None:
-        self._clock = clock
+        self._clock: Clock = LockstepClock() if lockstep else clock
+        self._lockstep = lockstep
         self._settings = settings
         self._policy = policy
         self._isolated = isolated
         self._pair = pair
-        self._shuffle = shuffle
         self._seed = seed
         self._solver = solver
         self._allocation_timeout_s = allocation_timeout_s
@@ -103,165 +149,351 @@ class MechanismService:
         # Whether more jobs are known to be on their way (a trace replay knows; a live cluster
         # does not, and then an idle boundary re-solves at once).
         self._more_arrivals = more_arrivals or (lambda: False)
-        self.state: MechanismState | None = None
+        self._expected_gpus = expected_gpus
+        self._journal = journal
+        # A live round ends when its leases report, or this long after it began (a worker that
+        # never reports must not stop the cluster); lockstep and virtual time wait for all.
+        self._round_timeout_s = round_timeout_s
+        self._deadlines = deadlines and not lockstep
+        self.memory = Memory(shuffle=shuffle)
         self._bus: Bus | None = None
-        self._servers: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)  # type -> (worker, gpus)
-        self._submitted: list[NewJob] = []
-        self._submission_arrived = asyncio.Event()
-        self._reports: dict[str, list[JobProgress]] = {}
-        self._expected: dict[str, Lease] = {}
-        self._round_over = asyncio.Event()
+        self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self._pending_request: tuple[str, asyncio.Future[Message]] | None = None
         self._loop_task: asyncio.Task[None] | None = None
-        self._round_id = 0
-        self.reports: list[RoundReport] = []  # one per dispatched round, when it has ended
-        self.solve_times_s: list[float] = []
-        self.last_boundary_s = 0.0  # the last round boundary handled (the run's end when stopped)
-        self.rejected: list[str] = []
-        self._running: tuple[float, RoundPlan, bool] | None = None  # (start, plan, reset)
         self.stopped = asyncio.Event()
+        self._log = log.bind(policy=policy, preset=settings.preset)
+
+    # -- views for drivers and tests --------------------------------------------------------------
+
+    @property
+    def state(self) -> MechanismState | None:
+        return self.memory.state
+
+    @property
+    def reports(self) -> list[RoundReport]:
+        return self.memory.round_reports
+
+    @property
+    def solve_times_s(self) -> list[float]:
+        return self.memory.solve_times_s
+
+    @property
+    def last_boundary_s(self) -> float:
+        return self.memory.last_boundary_s
+
+    @property
+    def rejected(self) -> list[str]:
+        return list(self.memory.observations.rejected)
+
+    @property
+    def has_submissions(self) -> bool:
+        return bool(self.memory.submitted)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        if self._journal is not None:
+            await self._recover(self._journal)
         await bus.subscribe("mechanism.workers", [WorkerRegistered.ROUTING_KEY], self.on_worker)
-        await bus.subscribe("mechanism.submissions", [JobSubmitted.ROUTING_KEY], self.on_submitted)
+        await bus.subscribe(
+            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY], self.on_submitted
+        )
         await bus.subscribe("mechanism.progress", [JobProgress.ROUTING_KEY], self.on_progress)
         await bus.subscribe(
             "mechanism.allocations", [AllocationComputed.ROUTING_KEY, AllocationFailed.ROUTING_KEY], self.on_allocation
         )
+        await bus.subscribe("mechanism.throughputs", [ThroughputEstimated.ROUTING_KEY], self.on_estimate)
+        await bus.subscribe("mechanism.status", [StatusRequested.ROUTING_KEY], self.on_status)
+        if self.memory.commands:
+            await self._republish()
         self._loop_task = asyncio.get_running_loop().create_task(self._round_loop(), name="mechanism-rounds")
 
     async def stop(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._journal is not None:
+            self._journal.close()
 
-    # -- handlers: record what arrived, wake the loop ---------------------------------------------
+    # -- handlers: journal what arrived, wake the loop --------------------------------------------
+
+    def _record(self, kind: str, d: Delivery) -> None:
+        if self._journal is not None:
+            self._journal.append(kind, self._wire(d))
+
+    @staticmethod
+    def _wire(d: Delivery) -> bytes:
+        env = d.envelope
+        return DEFAULT_CODEC.encode(
+            d.message, source=env.source, sent_at_s=env.sent_at_s, message_id=env.message_id,
+            correlation_id=env.correlation_id,
+        )
 
     async def on_worker(self, d: Delivery) -> None:
         w = d.message
         assert isinstance(w, WorkerRegistered)
-        if self.state is not None:
-            log.warning("worker_ignored_after_start", worker_id=w.worker_id)  # elastic clusters: issue 5
+        if any(w.worker_id == known for known, _ in self.memory.servers[w.accelerator_type]):
+            return  # registered already (a heartbeat-like repeat, or a redelivery)
+        if self.memory.state is not None:
+            self._log.warning("worker_ignored_after_start", worker_id=w.worker_id)  # elastic clusters: later
             return
-        self._servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
+        self._record("worker", d)
+        self._apply_worker(w)
+        self._wake.set()
+
+    def _apply_worker(self, w: WorkerRegistered) -> None:
+        self.memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
 
     async def on_submitted(self, d: Delivery) -> None:
-        spec = d.message.spec  # type: ignore[attr-defined]
-        self._submitted.append(
+        message = d.message
+        if isinstance(message, SubmissionsSealed):
+            self._record("sealed", d)
+            self.memory.sealed = (self.memory.sealed or 0) + message.count
+        else:
+            assert isinstance(message, JobSubmitted)
+            if message.spec.job_id in self.memory.known_jobs:
+                return  # a duplicate submission (a retried publish, a resubmitted trace): absorbed
+            self._record("submitted", d)
+            self._apply_submission(message)
+        self._wake.set()
+
+    def _apply_submission(self, message: JobSubmitted) -> None:
+        spec = message.spec
+        self.memory.known_jobs.add(spec.job_id)
+        self.memory.submitted.append(
             NewJob(
                 spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, spec.submit_time_s,
                 spec.priority_weight, spec.slo_s, spec.entity,
             )
         )
-        self._submission_arrived.set()
 
     async def on_progress(self, d: Delivery) -> None:
         report = d.message
         assert isinstance(report, JobProgress)
-        if report.lease_id not in self._expected:
-            return  # a stale or duplicate report (at-least-once delivery): already settled
-        reports = self._reports.setdefault(report.lease_id, [])
-        if any(r.job_id == report.job_id for r in reports):
-            return
-        reports.append(report)
-        if all(len(self._reports.get(lid, [])) == len(lease.entry) for lid, lease in self._expected.items()):
-            self._round_over.set()
+        if not self._accepts(report):
+            return  # a stale or duplicate report (at-least-once delivery): already counted
+        self._record("progress", d)
+        self._apply_progress(report)
+
+    def _accepts(self, report: JobProgress) -> bool:
+        if report.lease_id not in self.memory.expected:
+            return False
+        return not any(r.job_id == report.job_id for r in self.memory.reports.get(report.lease_id, []))
+
+    def _apply_progress(self, report: JobProgress) -> None:
+        self.memory.reports.setdefault(report.lease_id, []).append(report)
+        if self._round_complete():
+            self._wake.set()
+
+    def _round_complete(self) -> bool:
+        return all(len(self.memory.reports.get(lid, [])) == len(lease.entry) for lid, lease in self.memory.expected.items())
 
     async def on_allocation(self, d: Delivery) -> None:
         reply = d.message
         pending = self._pending_request
         if pending is None or getattr(reply, "request_id", None) != pending[0] or pending[1].done():
             return  # an answer to a request we gave up on
+        self._record("allocation", d)
         pending[1].set_result(reply)
+
+    async def on_estimate(self, d: Delivery) -> None:
+        estimate = d.message
+        assert isinstance(estimate, ThroughputEstimated)
+        for job_id in estimate.job_ids:
+            self.memory.estimates[job_id] = str(estimate.provenance)
+
+    async def on_status(self, d: Delivery) -> None:
+        request = d.message
+        assert isinstance(request, StatusRequested) and self._bus is not None
+        memory = self.memory
+        obs = dataclasses.replace(memory.observations, waiting=[j.job_id for j in memory.submitted])
+        now_s = self._clock.now_s()
+        body: object
+        if request.query == "jobs":
+            body = status_core.jobs_report(memory.state, now_s, obs)
+        elif request.query == "job":
+            body = status_core.job_report(memory.state, request.job_id, now_s, obs)
+            if isinstance(body, dict) and "error" not in body:
+                body["throughput_provenance"] = memory.estimates.get(request.job_id)
+        elif request.query == "workers":
+            body = status_core.workers_report(memory.state, memory.servers)
+        elif request.query == "cluster":
+            body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
+        else:
+            body = {"error": f"unknown query {request.query!r} (jobs, job, workers, cluster)"}
+        reply = StatusReported(request.request_id, request.reply_to, json.dumps(body))
+        await self._bus.publish(reply, correlation_id=d.envelope.message_id, mandatory=False)
+
+    # -- recovery ---------------------------------------------------------------------------------
+
+    async def _recover(self, journal: Journal) -> None:
+        """Rebuild the memory from the last snapshot and the inputs accepted after it."""
+        memory, last_seq = journal.load_snapshot()
+        if memory is not None:
+            self.memory = memory
+        if isinstance(self._clock, LockstepClock):
+            self._clock.advance_to(self.memory.now_s)
+        replayed = 0
+        for _, kind, body in journal.events(after_seq=last_seq):
+            message = DEFAULT_CODEC.decode(body).message
+            if kind == "worker" and isinstance(message, WorkerRegistered):
+                self._apply_worker(message)
+            elif kind == "submitted" and isinstance(message, JobSubmitted):
+                self._apply_submission(message)
+            elif kind == "sealed" and isinstance(message, SubmissionsSealed):
+                self.memory.sealed = (self.memory.sealed or 0) + message.count
+            elif kind == "progress" and isinstance(message, JobProgress) and self._accepts(message):
+                self._apply_progress(message)
+            elif kind == "allocation":
+                self.memory.allocations[getattr(message, "request_id", "")] = body
+            replayed += 1
+        if memory is not None or replayed:
+            self._log.info(
+                "mechanism_recovered", journal=str(journal.path), snapshot=memory is not None, events_replayed=replayed,
+                round_id=self.memory.round_id, jobs_active=len(self.memory.state.jobs) if self.memory.state else 0,
+            )
+
+    async def _republish(self) -> None:
+        """The last boundary's commands again, same lease ids: a worker that already has them
+        repeats its report, and duplicate reports are absorbed."""
+        assert self._bus is not None
+        for body in self.memory.commands:
+            await self._bus.publish(DEFAULT_CODEC.decode(body).message, mandatory=False)
+        self._log.info("commands_republished", count=len(self.memory.commands))
 
     # -- the round loop ---------------------------------------------------------------------------
 
     async def _round_loop(self) -> None:
         settings = self._settings
-        clock = RoundClock()
-        results: list[LeaseResult] = []
+        memory = self.memory
         try:
+            if self._lockstep:
+                await self._until(self._ready_for_lockstep)
             while True:
                 # 0. stop (checked where Gavel checks it: before the next boundary is handled);
                 # the round already dispatched still runs and is reported, not settled
-                if self.state is not None and self._stop_when is not None and self._stop_when(self.state):
-                    if self._expected:
-                        await self._round_over.wait()
+                if memory.state is not None and self._stop_when is not None and self._stop_when(memory.state):
+                    if memory.expected:
+                        await self._until(self._round_complete)
                         self._collect_results()
                     break
                 # 1. wait for the running round to end, or for work
-                if self._expected:
-                    await self._round_over.wait()
-                    self._round_over.clear()
+                results: list[LeaseResult] = []
+                if memory.expected:
+                    await self._wait_for_round()
                     results = self._collect_results()
+                    if self._lockstep and results:
+                        self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
                 else:
-                    idle_with_jobs = self.state is not None and bool(self.state.jobs)
-                    if idle_with_jobs and not self._submitted and not self._more_arrivals():
-                        force_reset_when_idle(self.state)  # type: ignore[arg-type]
-                    elif not self._submitted:
-                        self._submission_arrived.clear()
-                        await self._submission_arrived.wait()
+                    await self._wait_when_idle()
                 await self._clock.sleep(0)  # everything else due at this instant first
                 now_s = self._clock.now_s()
-                self.last_boundary_s = now_s
+                memory.last_boundary_s = memory.now_s = now_s
                 state = self._ensure_state()
                 # 2. settle
-                round_start_s = clock.close(max(r.finish_s for r in results), settings) if results else now_s
+                round_start_s = memory.round_clock.close(max(r.finish_s for r in results), settings) if results else now_s
                 finished = close_round(state, results, round_start_s, settings)
                 for job in finished:
                     await self._publish_end(job)
                 if results:
-                    ended = RoundEnded(self._round_id - 1, now_s, tuple(j.job_id for j in finished))
-                    await self._bus.publish(ended, mandatory=False)  # type: ignore[union-attr]
-                results = []
-                # 3. admit
-                arrived, self._submitted = self._submitted, []
-                for job, reason in admit_arrivals(state, arrived, settings, self._isolated, self._pair):
-                    self.rejected.append(job.job_id)
-                    await self._bus.publish(JobRejected(job.job_id, reason), mandatory=False)  # type: ignore[union-attr]
+                    ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
+                    await self._publish(ended)
+                # 3. admit the jobs whose arrival has come
+                due = [j for j in memory.submitted if j.arrival_s <= now_s]
+                memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
+                for job, reason in admit_arrivals(state, due, settings, self._isolated, self._pair):
+                    memory.observations.rejected[job.job_id] = reason
+                    await self._publish(JobRejected(job.job_id, reason))
                 # 4. allocation
                 reset = begin_reset(state, now_s, settings)
                 if reset:
                     await self._reallocate(state, now_s)
-                # 5. plan and dispatch
-                plan = open_round(state, now_s, settings, self._shuffle)
-                clock.dispatched_at_s = now_s
+                # 5. plan, journal, dispatch
+                assert memory.shuffle is not None
+                plan = open_round(state, now_s, settings, memory.shuffle)
+                memory.round_clock.dispatched_at_s = now_s
                 await self._dispatch(state, plan, now_s, reset)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._log.exception("round_loop_crashed")
+            raise
         finally:
             self.stopped.set()
 
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _ready_for_lockstep(self) -> bool:
+        """A lockstep replay starts when the whole trace is in and the whole fleet registered."""
+        memory = self.memory
+        gpus = sum(g for servers in memory.servers.values() for _, g in servers)
+        enough_gpus = self._expected_gpus is None or gpus >= self._expected_gpus
+        return memory.state is not None or (
+            memory.sealed is not None and len(memory.known_jobs) >= memory.sealed and enough_gpus
+        )
+
+    async def _wait_for_round(self) -> None:
+        if self._round_timeout_s is None:
+            await self._until(self._round_complete)
+            return
+        try:
+            await asyncio.wait_for(self._until(self._round_complete), self._round_timeout_s)
+        except asyncio.TimeoutError:
+            missing = [lid for lid, lease in self.memory.expected.items() if len(self.memory.reports.get(lid, [])) < len(lease.entry)]
+            self._log.warning("leases_unreported", leases=missing[:10], count=len(missing), action="count as no progress")
+
+    async def _wait_when_idle(self) -> None:
+        memory = self.memory
+        future = [j.arrival_s for j in memory.submitted if j.arrival_s > self._clock.now_s()]
+        if self._lockstep and future:
+            self._clock.advance_to(min(future))  # type: ignore[attr-defined]
+            return
+        if memory.submitted:
+            return  # jobs due now
+        more = self._more_arrivals() or (self._lockstep and bool(future))
+        if memory.state is not None and memory.state.jobs and not more:
+            force_reset_when_idle(memory.state)
+            return
+        await self._until(lambda: bool(memory.submitted))
+
     def _ensure_state(self) -> MechanismState:
-        if self.state is None:
-            gpus = {w: sum(g for _, g in servers) for w, servers in self._servers.items()}
-            self.state = new_state(gpus, self._settings.gpus_per_server)
-        return self.state
+        memory = self.memory
+        if memory.state is None:
+            gpus = {w: sum(g for _, g in servers) for w, servers in memory.servers.items()}
+            memory.state = new_state(gpus, self._settings.gpus_per_server)
+        return memory.state
 
     def _collect_results(self) -> list[LeaseResult]:
+        memory = self.memory
+        assert memory.state is not None
         results = []
-        for lease_id, lease in self._expected.items():
-            by_job = {r.job_id: r for r in self._reports.pop(lease_id, [])}
-            assert self.state is not None
-            members = [self.state.jobs.get(i) for i in lease.entry]
-            steps = tuple(by_job[m.job_id].steps_done if m is not None else 0 for m in members)
-            elapsed = max(r.elapsed_s for r in by_job.values())
+        for lease_id, lease in memory.expected.items():
+            by_job = {r.job_id: r for r in memory.reports.pop(lease_id, [])}
+            members = [memory.state.jobs.get(i) for i in lease.entry]
+            steps = tuple(by_job[m.job_id].steps_done if m is not None and m.job_id in by_job else 0 for m in members)
+            elapsed = max((r.elapsed_s for r in by_job.values()), default=self._clock.now_s() - lease.dispatched_at_s)
             results.append(LeaseResult(lease.entry, lease.placement, steps, lease.dispatched_at_s + elapsed))
-        self._expected = {}
-        if self._running is not None:
-            start_s, plan, reset = self._running
-            self.reports.append(round_report(self.state, len(self.reports), start_s, plan, results, reset))
-            self._running = None
+        memory.expected = {}
+        if memory.running is not None:
+            start_s, plan, reset = memory.running
+            memory.round_reports.append(round_report(memory.state, len(memory.round_reports), start_s, plan, results, reset))
+            memory.running = None
         return results
 
-    async def _publish_end(self, job: JobState) -> None:
+    async def _publish(self, message: Message) -> None:
         assert self._bus is not None
+        await self._bus.publish(message, mandatory=False)
+
+    async def _publish_end(self, job: JobState) -> None:
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
         else:
             message = JobFailed(job.job_id, "a gang got fewer steps than GPUs too many times", self._clock.now_s())
-        await self._bus.publish(message, mandatory=False)
+        await self._publish(message)
 
     async def _reallocate(self, state: MechanismState, now_s: float) -> None:
         assert self._bus is not None
@@ -271,46 +503,64 @@ class MechanismService:
             now_s,
             request_id=request_id,
             policy=self._policy,
-            deadline_s=now_s + self._allocation_timeout_s,
+            # A deadline compares the policy service's clock with ours: only wall time is shared.
+            deadline_s=now_s + self._allocation_timeout_s if self._deadlines else NO_DEADLINE_S,
             preset=self._settings.preset,
             seed=self._seed if self._settings.preset == "gavel" else self._seed + state.resets,
             solver=self._solver,
             packing=self._settings.packing,
         )
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending_request = (request_id, future)
-        try:
-            await self._bus.publish(request)
-            reply = await asyncio.wait_for(future, self._allocation_timeout_s)
-        except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - degraded mode, said once
-            log.warning("allocation_unavailable", request_id=request_id, error=repr(e), action="keep last allocation")
-            state.needs_allocation = False
-            return
-        finally:
-            self._pending_request = None
+        reply: Message | None = None
+        replayed = self.memory.allocations.pop(request_id, None)
+        if replayed is not None:
+            reply = DEFAULT_CODEC.decode(replayed).message  # answered before a restart
+        else:
+            future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+            self._pending_request = (request_id, future)
+            try:
+                await self._bus.publish(request)
+                reply = await self._await_reply(future, request_id)
+            except Exception as e:  # noqa: BLE001 - degraded mode, said once
+                self._log.warning("allocation_unavailable", request_id=request_id, error=repr(e), action="keep last allocation")
+            finally:
+                self._pending_request = None
         if isinstance(reply, AllocationComputed):
             apply_allocation(
                 state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, self._settings,
                 reply.policy_state,
             )
-            self.solve_times_s.append(reply.solve_time_s)
+            self.memory.solve_times_s.append(reply.solve_time_s)
+            self.memory.observations.last_solve_s = reply.solve_time_s
         else:
-            log.warning("allocation_failed", request_id=request_id, reason=getattr(reply, "reason", ""))
+            if reply is not None:
+                self._log.warning("allocation_failed", request_id=request_id, reason=getattr(reply, "reason", ""))
             state.needs_allocation = False
 
+    async def _await_reply(self, future: asyncio.Future[Message], request_id: str) -> Message:
+        """Wait for the policy service. In lockstep and virtual time a round never passes without
+        an answer; on a live cluster the round goes on with the last allocation."""
+        if self._lockstep:
+            waiting_s = 0.0
+            while True:
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), 10.0)
+                except asyncio.TimeoutError:
+                    waiting_s += 10.0
+                    self._log.warning("waiting_for_policy_service", request_id=request_id, waited_s=waiting_s)
+        return await asyncio.wait_for(future, self._allocation_timeout_s)
+
     async def _dispatch(self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool) -> None:
-        assert self._bus is not None
+        memory = self.memory
         assignment = plan.assignment
-        if not assignment:
-            return
-        round_id = self._round_id
-        self._round_id += 1
-        self._running = (now_s, plan, reset)
-        assignments = []
         commands: list[Message] = []
+        assignments = []
+        round_id = memory.round_id
+        if assignment:
+            memory.round_id += 1
+            memory.running = (now_s, plan, reset)
         for entry, placement in assignment.items():
             lease_id = f"{round_id}:{'+'.join(str(i) for i in entry)}"
-            self._expected[lease_id] = Lease(lease_id, entry, placement, now_s)
+            memory.expected[lease_id] = Lease(lease_id, entry, placement, now_s)
             jobs = [state.jobs[i] for i in entry]
             extended = entry in plan.kept
             for worker_id, gpu_ids in self._workers_of(placement):
@@ -327,30 +577,42 @@ class MechanismService:
                 if extended:
                     commands.append(ExtendLease(**common, **job_fields))
                 else:
-                    commands.append(
-                        RunJobs(**common, gpu_ids=gpu_ids, restore_s=self._settings.restore_s, **job_fields)
-                    )
+                    commands.append(RunJobs(**common, gpu_ids=gpu_ids, restore_s=self._settings.restore_s, **job_fields))
                 assignments.append(
                     Assignment(tuple(j.job_id for j in jobs), worker_id, placement.accelerator_type, gpu_ids, lease_id, extended)
                 )
+            for job in jobs:
+                memory.observations.history.setdefault(job.job_id, []).append(
+                    {"round": round_id, "time_s": now_s, "accelerator_type": placement.accelerator_type,
+                     "workers": list(placement.worker_ids), "extended": extended, "packed_with": [
+                         j.job_id for j in jobs if j is not job]}
+                )
+        # Write ahead: the boundary's whole memory, commands included, before any goes out.
+        memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
+        if self._journal is not None:
+            self._journal.save_snapshot(memory)
         for command in commands:
-            await self._bus.publish(command)
-        await self._bus.publish(
-            RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments)), mandatory=False
-        )
+            await self._publish_command(command)
+        if assignment:
+            await self._publish(RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments)))
+
+    async def _publish_command(self, command: Message) -> None:
+        assert self._bus is not None
+        await self._bus.publish(command)  # mandatory: a command to a worker that left must fail loudly
 
     def _workers_of(self, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
         """Core worker ids -> (server worker id, GPU indices on it), in the core's numbering:
         types in sorted order, servers in registration order, consecutive ids."""
-        assert self.state is not None
+        state = self.memory.state
+        assert state is not None
         offset = 0
-        for w in self.state.gpus:
+        for w in state.gpus:
             if w == placement.accelerator_type:
                 break
-            offset += self.state.gpus[w]
+            offset += state.gpus[w]
         by_server: dict[str, list[int]] = {}
         per_server = self._settings.gpus_per_server
-        servers = self._servers[placement.accelerator_type]
+        servers = self.memory.servers[placement.accelerator_type]
         for core_id in placement.worker_ids:
             local = core_id - offset
             worker_id = servers[local // per_server][0]

@@ -99,6 +99,9 @@ class ServiceBus:
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         return await self._bus.take_dead_letters(limit)
 
+    async def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        await self._bus.declare(queue, bindings)
+
     async def cancel_subscriptions(self, timeout_s: float = 30.0) -> None:
         await asyncio.gather(*(sub.cancel(timeout_s) for sub in self.subscriptions))
 

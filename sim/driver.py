@@ -86,7 +86,7 @@ async def simulate_services(
         waiting_for.difference_update(mechanism.rejected)
         if config.window is not None:
             return not waiting_for
-        return replayer.done and not state.jobs and not mechanism_has_submissions()
+        return replayer.done and not state.jobs and not mechanism.has_submissions
 
     mechanism = MechanismService(
         clock=clock,
@@ -100,9 +100,6 @@ async def simulate_services(
         stop_when=stop_when,
         more_arrivals=lambda: not replayer.done,
     )
-
-    def mechanism_has_submissions() -> bool:
-        return bool(mechanism._submitted)  # noqa: SLF001 - the driver owns both
 
     fleet = SimulatedFleet(clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server)
     policy = PolicyService(clock=clock, context=context, solving="inline")

@@ -15,12 +15,10 @@ The loop is Gavel's (docs/gavel-semantics.md section 2), one iteration per round
 from __future__ import annotations
 
 import collections
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
@@ -37,6 +35,7 @@ from mechanism_service.core.rounds import (
     open_round,
     round_report,
 )
+from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
 from policy_service.answer import SolveContext, answer
 from sim.clock import SimulationStalled
@@ -58,12 +57,7 @@ class RunConfig:
 
 
 def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
-    """Randomness for the agnostic policies' type order. The gavel preset draws from Python's
-    Mersenne Twister seeded as Gavel seeds it (seed + 5), so runs match Gavel's draw for draw."""
-    if config.settings.preset == "gavel":
-        return random.Random(config.seed + 5).shuffle
-    rng = np.random.default_rng([config.seed, 5])
-    return lambda order: rng.shuffle(order)  # type: ignore[arg-type]
+    return rounds_type_shuffler(config.settings.preset, config.seed)
 
 
 def measured_ids(trace: Sequence[TraceJob], window: tuple[int, int] | None) -> list[str]:

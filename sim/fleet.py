@@ -1,6 +1,12 @@
 """The simulated worker fleet: servers that register, obey lease commands and report progress
 from a throughput table, speaking the same protocol as real workers (worker_service).
 
+Time: on the simulator's virtual clock, or on a (scaled) wall clock, a lease's report goes out
+when the lease ends. In lockstep (``lockstep=True``: a fleet in its own process replaying a trace
+with a lockstep mechanism) it goes out at once, with the lease's simulated length; the mechanism
+moves time. A command seen before (same lease id, redelivered or re-sent by a restarted mechanism)
+gets the same report again.
+
 A lease's progress comes from sim.physics (the same function as the bus-free path). A gang
 spread over several servers is one lease: the fleet runs it once, when the commands for all its
 GPUs have arrived, and its lead server reports each job's progress when the lease ends. Handlers
@@ -37,8 +43,13 @@ class SimulatedFleet:
         table: ThroughputTable,
         cluster: dict[str, int],
         gpus_per_server: int = 1,
+        lockstep: bool = False,
+        heartbeat_s: float | None = None,
     ) -> None:
         self._clock = clock
+        self._lockstep = lockstep
+        self._heartbeat_s = heartbeat_s
+        self._reported: dict[str, list[JobProgress]] = {}  # lease id -> its reports
         self._table = table
         self._servers: list[tuple[str, str, int]] = []  # (worker id, type, gpus)
         for accelerator_type in sorted(cluster):
@@ -58,7 +69,23 @@ class SimulatedFleet:
             prefetch=256,
         )
         for worker_id, accelerator_type, gpus in self._servers:
-            await bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id))
+            # not mandatory: a fleet may start before the mechanism (its queue keeps them if it
+            # ever ran; a mechanism that starts later learns the fleet from the next heartbeat)
+            await bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id), mandatory=False)
+        if self._heartbeat_s:
+            self._spawn(self._heartbeats())
+
+    async def _heartbeats(self) -> None:
+        assert self._bus is not None and self._heartbeat_s is not None
+        while True:
+            await self._clock.sleep(self._heartbeat_s)
+            for worker_id, accelerator_type, gpus in self._servers:
+                await self._bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id), mandatory=False)
+
+    def _spawn(self, coroutine) -> None:  # noqa: ANN001
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -70,15 +97,20 @@ class SimulatedFleet:
         if isinstance(command, KillJobs):
             return  # leases end at their own time in the simulator; nothing runs past them
         assert isinstance(command, (RunJobs, ExtendLease))
+        if command.lease_id in self._reported:
+            # Seen before: report the same again (the mechanism absorbs duplicates).
+            assert self._bus is not None
+            for report in self._reported[command.lease_id]:
+                await self._bus.publish(report, mandatory=False)
+            return
         gang = self._gangs.setdefault(command.lease_id, _Gang(command))
         gpus = len(command.gpu_ids) if isinstance(command, RunJobs) else None
         gang.gpus += gpus if gpus is not None else self._gpus_of(command.worker_id)
         gang.workers.append(command.worker_id)
         if gang.gpus >= command.scale_factor:
             del self._gangs[command.lease_id]
-            task = asyncio.get_running_loop().create_task(self._run(gang))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._reported[command.lease_id] = []  # running: a repeat of the command waits for it
+            self._spawn(self._run(gang))
 
     def _gpus_of(self, worker_id: str) -> int:
         return next(g for w, _, g in self._servers if w == worker_id)
@@ -94,12 +126,12 @@ class SimulatedFleet:
             rates = tuple(pair) if pair is not None else (0.0, 0.0)
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
         steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)
-        await self._clock.sleep(duration_s)
+        if not self._lockstep:
+            await self._clock.sleep(duration_s)
         assert self._bus is not None
         lead = min(gang.workers)
         for job_id, done, rate, remaining in zip(command.job_ids, steps, rates, command.max_steps, strict=True):
-            await self._bus.publish(
-                JobProgress(
+            report = JobProgress(
                     job_id=job_id,
                     worker_id=lead,
                     lease_id=command.lease_id,
@@ -108,5 +140,10 @@ class SimulatedFleet:
                     elapsed_s=duration_s,
                     throughput_steps_per_s=rate,
                     finished=done >= remaining,
-                )
             )
+            self._reported[command.lease_id].append(report)
+            await self._bus.publish(report)
+        # A command older than the last couple of rounds will not be repeated: forget its reports.
+        stale = [lid for lid, reports in self._reported.items() if reports and reports[0].round_id < command.round_id - 2]
+        for lease_id in stale:
+            del self._reported[lease_id]

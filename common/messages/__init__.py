@@ -19,9 +19,11 @@ from common.messages.jobs import (
     JobRejected,
     JobSpec,
     JobSubmitted,
+    SubmissionsSealed,
 )
 from common.messages.leases import ExtendLease, KillJobs, RunJobs
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
+from common.messages.status import StatusReported, StatusRequested
 from common.messages.throughput import Provenance, ThroughputEstimated
 from common.messages.workers import WorkerHeartbeat, WorkerRegistered
 
@@ -49,6 +51,9 @@ __all__ = [
     "RoundStarted",
     "RunJobs",
     "SolveStatus",
+    "StatusReported",
+    "StatusRequested",
+    "SubmissionsSealed",
     "ThroughputEstimated",
     "WorkerHeartbeat",
     "WorkerRegistered",

@@ -25,6 +25,15 @@ class JobSubmitted(Message):
     spec: JobSpec
 
 
+@message("job.submissions.sealed")
+class SubmissionsSealed(Message):
+    """Everything a client meant to submit in one batch (a trace) has been published before this,
+    on the same queue: a mechanism replaying a trace in lockstep may start its clock."""
+
+    batch_id: str
+    count: int
+
+
 @message("job.rejected")
 class JobRejected(Message):
     """A submission the mechanism refused; nothing of it was accepted."""

@@ -174,6 +174,16 @@ class InMemoryBroker:
 
     # -- consumers ------------------------------------------------------------------------------
 
+    def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        check_subscription(queue, bindings)
+        q = self._queues.get(queue)
+        if q is None:
+            q = self._queues[queue] = _Queue(queue, durable=True)
+        for pattern in bindings:
+            if (pattern, queue) not in self._bindings:
+                self._bindings.append((pattern, queue))
+        self._routes.clear()
+
     def attach(
         self,
         owner: InMemoryBus,
@@ -406,6 +416,10 @@ class InMemoryBus:
         )
         self._subscriptions.append(sub)
         return sub
+
+    async def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        self._check_open()
+        self.broker.declare(queue, bindings)
 
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         return self.broker.take_dead_letters(limit)

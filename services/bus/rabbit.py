@@ -333,6 +333,17 @@ class RabbitBus:
         self._subscriptions.append(sub)
         return sub
 
+    async def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        channel, exchange, _ = self._require()
+        check_subscription(queue, bindings)
+        name = self.queue_name(queue)
+        amqp_queue = await channel.declare_queue(
+            name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name}
+        )
+        for pattern in bindings:
+            await amqp_queue.bind(exchange, pattern)
+        self._declared_queues.add(name)
+
     def _forget(self, sub: RabbitSubscription) -> None:
         if sub in self._subscriptions:
             self._subscriptions.remove(sub)

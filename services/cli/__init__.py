@@ -19,11 +19,33 @@ from collections.abc import Sequence
 
 from common.config import Settings
 from common.errors import BusError, ConfigError, GavelError
-from services.cli import bus_cmd, config_cmd, demo_cmd, policy_cmd, simulate_cmd, sweep_cmd, trace_cmd
+from services.cli import (
+    bus_cmd,
+    config_cmd,
+    demo_cmd,
+    policy_cmd,
+    serve_cmd,
+    simulate_cmd,
+    status_cmd,
+    submit_cmd,
+    sweep_cmd,
+    trace_cmd,
+)
 from services.cli.common import CommandFailed
 from services.logging import configure_logging
 
-GROUPS = (config_cmd, bus_cmd, policy_cmd, trace_cmd, simulate_cmd, sweep_cmd, demo_cmd)
+GROUPS = (
+    config_cmd,
+    bus_cmd,
+    serve_cmd,
+    submit_cmd,
+    status_cmd,
+    policy_cmd,
+    trace_cmd,
+    simulate_cmd,
+    sweep_cmd,
+    demo_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,8 +28,10 @@ class ProgressBar:
         *,
         interactive: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        simulated: bool = True,
     ) -> None:
         self._label = label
+        self._simulated = simulated  # False: a plain count (submissions), no simulated hours
         self._stream = stream if stream is not None else sys.stderr
         self._interactive = _is_tty(self._stream) if interactive is None else interactive
         self._clock = clock
@@ -61,10 +63,8 @@ class ProgressBar:
         share = jobs_done / jobs_total if jobs_total else 1.0
         filled = round(share * BAR_WIDTH)
         bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-        return (
-            f"{self._label} [{bar}] {jobs_done}/{jobs_total} jobs, {now_s / 3600:,.1f} h simulated, "
-            f"{wall_s - self._started_s:.1f} s"
-        )
+        simulated = f", {now_s / 3600:,.1f} h simulated" if self._simulated else ""
+        return f"{self._label} [{bar}] {jobs_done}/{jobs_total} jobs{simulated}, {wall_s - self._started_s:.1f} s"
 
     def _draw(self, text: str) -> None:
         padding = " " * max(0, self._drawn - len(text))  # wipe what a longer line left behind

@@ -281,3 +281,15 @@ async def test_bad_subscriptions_are_refused_with_a_reason(harness, queue, bindi
     bus = await harness.connect()
     with pytest.raises(SubscriptionError):
         await bus.subscribe(queue, bindings, Collector())
+
+
+async def test_a_declared_queue_keeps_messages_until_its_consumer_comes(harness):
+    producer = await harness.connect("producer")
+    await producer.declare("mechanism.submissions", ["job.submitted"])
+    for i in range(3):
+        await producer.publish(submitted(i))  # nobody consumes yet: not unroutable, not lost
+    consumer = await harness.connect("mechanism")
+    got = Collector()
+    await consumer.subscribe("mechanism.submissions", ["job.submitted"], got)
+    await got.wait_for_count(3)
+    assert job_ids(got) == ["0", "1", "2"]

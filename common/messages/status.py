@@ -1,0 +1,21 @@
+"""Asking the mechanism what it is doing (``gavel jobs``, ``gavel cluster``, ...): a request on a
+shared topic, the reply on the asker's own key."""
+
+from __future__ import annotations
+
+from common.messages.base import Message, message
+
+
+@message("status.requested")
+class StatusRequested(Message):
+    request_id: str
+    query: str  # jobs | job | workers | cluster
+    reply_to: str  # the asker's id: the reply goes to status.reply.<reply_to>
+    job_id: str = ""  # for query "job"
+
+
+@message("status.reply.{reply_to}")
+class StatusReported(Message):
+    request_id: str
+    reply_to: str
+    body: str  # JSON: the answer, or {"error": "..."}

@@ -1,0 +1,44 @@
+"""Clocks a mechanism process can run on besides the wall clock.
+
+- ScaledClock: wall time sped up (``--time-scale 100``: a 360 s round lasts 3.6 s), for a fake
+  fleet that sleeps through its leases at the same speed.
+- LockstepClock: time that only moves when the mechanism moves it, to a round's end (when every
+  lease has reported) or to the next submitted job's arrival; across processes it makes the same
+  schedule as the in-process simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class ScaledClock:
+    def __init__(self, scale: float, start_s: float = 0.0) -> None:
+        if scale <= 0:
+            raise ValueError(f"time scale must be positive, got {scale}")
+        self._scale = scale
+        self._origin_wall = time.monotonic()
+        self._start_s = start_s
+
+    def now_s(self) -> float:
+        return self._start_s + (time.monotonic() - self._origin_wall) * self._scale
+
+    async def sleep(self, duration_s: float) -> None:
+        await asyncio.sleep(max(0.0, duration_s) / self._scale)
+
+
+class LockstepClock:
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now_s = start_s
+
+    def now_s(self) -> float:
+        return self._now_s
+
+    def advance_to(self, time_s: float) -> None:
+        self._now_s = max(self._now_s, time_s)
+
+    async def sleep(self, duration_s: float) -> None:
+        # Nobody waits on lockstep time: it moves when the mechanism moves it.
+        self.advance_to(self._now_s + max(0.0, duration_s))
+        await asyncio.sleep(0)

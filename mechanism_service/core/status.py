@@ -1,0 +1,114 @@
+"""Answers to status queries (``gavel jobs``, ``gavel job ID``, ``gavel workers``, ``gavel cluster``)
+as plain JSON-ready values, computed from the mechanism's state. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
+
+
+@dataclass
+class Observations:
+    """What the shell remembers beyond the core state, for status answers."""
+
+    history: dict[str, list[dict[str, object]]] = field(default_factory=dict)  # job id -> rounds it ran
+    rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
+    last_solve_s: float | None = None
+    waiting: Sequence[str] = ()  # submitted, not yet admitted (arrival in the future)
+
+
+def _job_row(job: JobState, state: MechanismState, now_s: float, running_on: Mapping[int, Placement], status: str) -> dict[str, object]:
+    placement = running_on.get(job.index)
+    return {
+        "id": job.job_id,
+        "type": job.job_type,
+        "scale_factor": job.scale_factor,
+        "state": status,
+        "accelerator_type": placement.accelerator_type if placement is not None else None,
+        "steps_done": job.steps_done,
+        "steps_total": job.total_steps,
+        "attained_service_gpu_s": round(sum(job.gpu_seconds_by_type.values()), 3),
+        "waiting_s": round(max(0.0, (job.first_run_s if job.first_run_s is not None else now_s) - job.arrival_s), 3),
+        "jct_s": round(job.last_finish_s - job.arrival_s, 3)
+        if status == "completed" and job.last_finish_s is not None
+        else None,
+    }
+
+
+def running_placements(assignment: Mapping[Entry, Placement]) -> dict[int, Placement]:
+    return {i: placement for entry, placement in assignment.items() for i in entry}
+
+
+def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    if state is not None:
+        running_on = running_placements(state.previous_assignment)
+        for job in state.completed:
+            rows.append(_job_row(job, state, now_s, running_on, "completed" if job.steps_remaining <= 0 else "failed"))
+        for job in state.jobs.values():
+            rows.append(_job_row(job, state, now_s, running_on, "running" if job.index in running_on else "queued"))
+    rows += [{"id": job_id, "state": "submitted"} for job_id in obs.waiting]
+    rows += [{"id": job_id, "state": "rejected", "reason": reason} for job_id, reason in obs.rejected.items()]
+    return rows
+
+
+def job_report(state: MechanismState | None, job_id: str, now_s: float, obs: Observations) -> dict[str, object]:
+    row = next((r for r in jobs_report(state, now_s, obs) if r["id"] == job_id), None)
+    if row is None:
+        return {"error": f"no job {job_id!r}"}
+    shares: dict[str, float] = {}
+    if state is not None:
+        index = next((i for i, j in state.jobs.items() if j.job_id == job_id), None)
+        if index is not None:
+            for entry, fractions in state.allocation.items():
+                if index in entry:
+                    for w, f in fractions.items():
+                        shares[w] = round(shares.get(w, 0.0) + f, 6)
+    history = obs.history.get(job_id, [])
+    return {
+        **row,
+        "allocation_share": shares,
+        "rounds": history,
+        "lease_extensions": sum(1 for h in history if h.get("extended")),
+    }
+
+
+def workers_report(state: MechanismState | None, servers: Mapping[str, Sequence[tuple[str, int]]]) -> list[dict[str, object]]:
+    busy: dict[str, int] = {}
+    if state is not None:
+        running_on = running_placements(state.previous_assignment)
+        for placement in {id(p): p for p in running_on.values()}.values():
+            busy[placement.accelerator_type] = busy.get(placement.accelerator_type, 0) + len(placement.worker_ids)
+    return [
+        {"worker_id": worker_id, "accelerator_type": w, "gpus": gpus}
+        for w, entries in sorted(servers.items())
+        for worker_id, gpus in entries
+    ]
+
+
+def cluster_report(
+    state: MechanismState | None,
+    servers: Mapping[str, Sequence[tuple[str, int]]],
+    policy: str,
+    now_s: float,
+    obs: Observations,
+    rounds: int,
+) -> dict[str, object]:
+    capacity = {w: sum(g for _, g in entries) for w, entries in sorted(servers.items())}
+    in_use = dict.fromkeys(capacity, 0)
+    if state is not None:
+        for placement in state.previous_assignment.values():
+            in_use[placement.accelerator_type] += len(placement.worker_ids)
+    return {
+        "time_s": now_s,
+        "policy": policy,
+        "capacity_gpus": capacity,
+        "in_use_gpus": in_use,
+        "jobs_active": len(state.jobs) if state is not None else 0,
+        "jobs_completed": len(state.completed) if state is not None else 0,
+        "rounds": rounds,
+        "resets": state.resets if state is not None else 0,
+        "last_solve_s": obs.last_solve_s,
+    }

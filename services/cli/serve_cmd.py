@@ -1,0 +1,197 @@
+"""``gavel serve policy|mechanism|estimator|fleet`` (one service per process), ``gavel up`` (a
+chosen set in one process, on either bus) and ``gavel health`` (for container healthchecks).
+
+Services find each other only through the exchange, so they start in any order: a mechanism
+without a policy service waits for it and says so; a policy replica started later takes its
+share of the requests; a fleet re-announces its workers until a mechanism has heard them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from collections.abc import Sequence
+
+import structlog
+
+from common.clock import Clock
+from common.config import BusSettings, Settings
+from estimator_service.service import EstimatorService
+from mechanism_service.clocks import ScaledClock
+from mechanism_service.core.rounds import type_shuffler
+from mechanism_service.core.settings import PRESETS, preset
+from mechanism_service.journal import Journal
+from mechanism_service.service import MechanismService
+from policy_service.core.catalog import policy_names
+from policy_service.service import PolicyService
+from services.bus import make_bus
+from services.cli.common import CommandFailed
+from services.cli.simulation import load_context, parse_cluster
+from services.clock import WallClock
+from services.host import Service, ServiceHost
+from services.logging import bind_service
+from sim.fleet import SimulatedFleet
+
+log = structlog.get_logger("gavel.serve")
+SERVICES = ("policy", "mechanism", "estimator", "fleet")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="run one service in this process, on RabbitMQ")
+    serve_sub = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
+    for name, help_text in (
+        ("policy", "the policy service: allocation requests in, allocations out (scale it out)"),
+        ("mechanism", "the mechanism: rounds, leases, job lifecycle, the journal"),
+        ("estimator", "the throughput estimator (answers from the throughput table for now)"),
+        ("fleet", "a fake worker fleet that makes progress from the throughput table"),
+    ):
+        p = serve_sub.add_parser(name, help=help_text)
+        _common_options(p)
+        _service_options(p, only=name)
+        p.set_defaults(run=run_serve, services=(name,), bus_kind="amqp")
+
+    up = sub.add_parser("up", help="run several services in one process, on the in-memory bus or RabbitMQ")
+    up.add_argument("--services", default=",".join(SERVICES), help=f"comma-separated, of {', '.join(SERVICES)}")
+    up.add_argument("--bus", dest="bus_kind", choices=("memory", "amqp"), default="memory")
+    _common_options(up)
+    _service_options(up, only=None)
+    up.set_defaults(run=run_serve)
+
+    health = sub.add_parser("health", help="exit 0 when the service writing FILE is ready (container healthchecks)")
+    health.add_argument("file", help="the health file (GAVEL_HEALTH_FILE of the service)")
+    health.add_argument("--max-age-s", type=float, default=30.0, help="older than this counts as dead (default 30)")
+    health.set_defaults(run=run_health)
+
+
+def _common_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
+    p.add_argument("--throughputs", metavar="TABLE.json", help="throughput table (default: the shipped Gavel table)")
+    p.add_argument("--health-file", help="write health here every few seconds (default: GAVEL_HEALTH_FILE)")
+
+
+def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
+    if only in (None, "policy"):
+        p.add_argument("--replica", help="this policy replica's name (default: policy-<pid>)")
+        p.add_argument("--solving", choices=("process", "inline"), default="process", help="where solves run (default: a worker process)")
+    if only in (None, "mechanism"):
+        p.add_argument("--policy", default="max_min_fairness_perf", help="the policy to run (default max_min_fairness_perf)")
+        p.add_argument("--preset", choices=sorted(PRESETS), default="default")
+        p.add_argument("--journal", help="the SQLite journal (default: GAVEL_JOURNAL_PATH; none: state is not kept)")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--expect-gpus", type=int, help="lockstep: start when this many GPUs registered")
+    if only in (None, "mechanism", "fleet"):
+        p.add_argument("--round-s", type=float, default=360.0)
+        p.add_argument("--gpus-per-server", type=int, default=1)
+        timing = p.add_mutually_exclusive_group()
+        timing.add_argument("--time-scale", type=float, help="run time this many times faster than the wall clock")
+        timing.add_argument("--lockstep", action="store_true", help="virtual time that moves round by round (trace replays)")
+    if only in (None, "fleet"):
+        p.add_argument("--cluster", help="fleet: GPUs per type, v100=4,p100=4,k80=4 or 4:4:4")
+
+
+def _clock(args: argparse.Namespace) -> Clock:
+    scale = getattr(args, "time_scale", None)
+    return ScaledClock(scale) if scale else WallClock()
+
+
+def build_services(names: Sequence[str], args: argparse.Namespace, settings: Settings) -> list[Service]:
+    context = load_context(args.throughputs)
+    table = context.table
+    assert table is not None
+    clock = _clock(args)
+    services: list[Service] = []
+    for name in names:
+        if name == "policy":
+            replica = args.replica or ("policy" if len(names) > 1 else f"policy-{os.getpid()}")
+            services.append(PolicyService(clock=clock, context=context, solving=args.solving, name=replica))
+        elif name == "mechanism":
+            if args.policy not in policy_names():
+                raise CommandFailed(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}", exit_code=2)
+            mechanism_settings = preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server)
+            journal_path = args.journal or settings.journal_path
+            services.append(
+                MechanismService(
+                    clock=clock,
+                    settings=mechanism_settings,
+                    policy=args.policy,
+                    isolated=table.isolated,
+                    pair=table.pair,
+                    shuffle=type_shuffler(args.preset, args.seed),
+                    seed=args.seed,
+                    lockstep=args.lockstep,
+                    expected_gpus=args.expect_gpus,
+                    journal=Journal(journal_path) if journal_path else None,
+                    round_timeout_s=None if args.lockstep else args.round_s * 1.5 + 60.0,
+                    deadlines=not args.lockstep and not args.time_scale,
+                )
+            )
+        elif name == "estimator":
+            services.append(EstimatorService(table=table))
+        elif name == "fleet":
+            if not args.cluster:
+                raise CommandFailed("--cluster is required for the fleet, e.g. v100=4,p100=4,k80=4", exit_code=2)
+            services.append(
+                SimulatedFleet(
+                    clock=clock,
+                    table=table,
+                    cluster=parse_cluster(args.cluster, table, args.gpus_per_server),
+                    gpus_per_server=args.gpus_per_server,
+                    lockstep=args.lockstep,
+                    heartbeat_s=5.0 * (args.time_scale or 1.0),
+                )
+            )
+        else:
+            raise CommandFailed(f"--services: unknown service {name!r} (known: {', '.join(SERVICES)})", exit_code=2)
+    return services
+
+
+async def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    names = list(args.services) if isinstance(args.services, tuple) else [s.strip() for s in args.services.split(",") if s.strip()]
+    if not names:
+        raise CommandFailed("--services: name at least one service", exit_code=2)
+    bus_settings = dataclasses.replace(settings.bus, kind=args.bus_kind)
+    if args.amqp:
+        bus_settings = dataclasses.replace(
+            bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": args.amqp}).amqp_url
+        )
+    services = build_services(names, args, settings)
+    bind_service("+".join(names))
+    host = ServiceHost(make_bus(bus_settings, source="+".join(names)), services, shutdown_timeout_s=settings.shutdown_timeout_s)
+    health_file = args.health_file or settings.health_file
+    writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
+    try:
+        await host.run_until_stopped()
+    finally:
+        if writer is not None:
+            writer.cancel()
+    return 0
+
+
+async def _write_health(host: ServiceHost, path: str) -> None:
+    target = pathlib.Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        body = {**host.health().as_dict(), "written_at": time.time(), "pid": os.getpid()}
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body))
+        temporary.replace(target)  # atomic: a reader never sees half a file
+        await asyncio.sleep(2.0)
+
+
+def run_health(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        body = json.loads(pathlib.Path(args.file).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CommandFailed(f"no health at {args.file}: {e}") from None
+    age_s = time.time() - float(body.get("written_at", 0))
+    if age_s > args.max_age_s:
+        raise CommandFailed(f"health is {age_s:.0f} s old (limit {args.max_age_s:.0f} s): the service is not running")
+    if not body.get("ready"):
+        raise CommandFailed(f"not ready: {json.dumps(body.get('services'))}")
+    print("ready")
+    return 0
