@@ -398,13 +398,13 @@ class MechanismService:
                     await self._publish_end(job)
                 if results:
                     ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
-                    await self._publish(ended)
+                    await self._publish(ended, f"round-ended:{ended.round_id}")
                 # 3. admit the jobs whose arrival has come
                 due = [j for j in memory.submitted if j.arrival_s <= now_s]
                 memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
                 for job, reason in admit_arrivals(state, due, settings, self._isolated, self._pair):
                     memory.observations.rejected[job.job_id] = reason
-                    await self._publish(JobRejected(job.job_id, reason))
+                    await self._publish(JobRejected(job.job_id, reason), f"job-rejected:{job.job_id}")
                 # 4. allocation
                 reset = begin_reset(state, now_s, settings)
                 if reset:
@@ -484,16 +484,18 @@ class MechanismService:
             memory.running = None
         return results
 
-    async def _publish(self, message: Message) -> None:
+    async def _publish(self, message: Message, message_id: str | None = None) -> None:
+        """Events carry ids derived from what they say, so that the same event published again by
+        a restarted mechanism is recognisably the same (consumers dedupe by message id)."""
         assert self._bus is not None
-        await self._bus.publish(message, mandatory=False)
+        await self._bus.publish(message, mandatory=False, message_id=message_id)
 
     async def _publish_end(self, job: JobState) -> None:
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
         else:
             message = JobFailed(job.job_id, "a gang got fewer steps than GPUs too many times", self._clock.now_s())
-        await self._publish(message)
+        await self._publish(message, f"job-end:{job.job_id}")
 
     async def _reallocate(self, state: MechanismState, now_s: float) -> None:
         assert self._bus is not None
@@ -594,7 +596,8 @@ class MechanismService:
         for command in commands:
             await self._publish_command(command)
         if assignment:
-            await self._publish(RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments)))
+            started = RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments))
+            await self._publish(started, f"round-started:{round_id}")
 
     async def _publish_command(self, command: Message) -> None:
         assert self._bus is not None

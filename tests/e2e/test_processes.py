@@ -1,0 +1,214 @@
+"""The services as separate OS processes over RabbitMQ (issue 5): two policy replicas, the
+mechanism, the estimator and a fake fleet, fed by `gavel submit --trace`, in lockstep virtual
+time. The per-job completion times must equal the in-process simulator's on the same trace, and
+a mechanism killed with SIGKILL mid-run and restarted on its journal must change nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from common.bus import Delivery
+from common.config import BusSettings
+from common.messages import AllocationComputed, JobCompleted, RoundStarted
+from mechanism_service.core.settings import preset
+from policy_service.service import shipped_context
+from services.bus.rabbit import RabbitBus
+from sim.driver import simulate_services
+from sim.fastpath import RunConfig
+from sim.traces import read_trace
+from tests.support.broker import delete_topology
+from tests.support.data import REFERENCE
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = REFERENCE / "static_n32_seed0.trace"
+POLICY = "max_min_fairness_perf"
+QUEUES = (
+    "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
+    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.submissions",
+    "fleet.commands", "observer",
+)
+
+
+class Cluster:
+    """Processes of one test, on a private exchange; all killed and cleaned up at the end."""
+
+    def __init__(self, url: str, workdir: Path) -> None:
+        self.url = url
+        self.exchange = f"gavel-e2e-{uuid.uuid4().hex[:8]}"
+        self.workdir = workdir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")},
+            "GAVEL_AMQP_URL": url,
+            "GAVEL_EXCHANGE": self.exchange,
+            "GAVEL_LOG_FORMAT": "json",
+            "GAVEL_LOG_LEVEL": "info",
+        }
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.processes[name] = process
+        return process
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def kill(self, name: str) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.processes.clear()
+
+    def logs(self) -> str:
+        return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))
+
+
+class Observer:
+    """Listens to the run from outside, deduplicating events by message id (at-least-once)."""
+
+    def __init__(self) -> None:
+        self.seen_ids: set[str] = set()
+        self.completions: dict[str, list[float]] = {}
+        self.rounds: dict[int, list[RoundStarted]] = {}
+        self.solved_by: set[str] = set()
+
+    async def __call__(self, d: Delivery) -> None:
+        m = d.message
+        if isinstance(m, AllocationComputed):
+            self.solved_by.add(d.envelope.source)
+        if d.envelope.message_id in self.seen_ids:
+            return
+        self.seen_ids.add(d.envelope.message_id)
+        if isinstance(m, JobCompleted):
+            self.completions.setdefault(m.job_id, []).append(m.jct_s)
+        elif isinstance(m, RoundStarted):
+            self.rounds.setdefault(m.round_id, []).append(m)
+
+
+@pytest.fixture
+def cluster(broker_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(broker_url, tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        asyncio.run(delete_topology(broker_url, c.exchange, QUEUES))
+
+
+@pytest.fixture
+async def observer(cluster: Cluster) -> AsyncIterator[Observer]:
+    bus = RabbitBus(BusSettings(kind="amqp", amqp_url=cluster.url, exchange=cluster.exchange), source="observer")
+    await bus.start()
+    obs = Observer()
+    await bus.subscribe(
+        "observer", [JobCompleted.ROUTING_KEY, RoundStarted.ROUTING_KEY, AllocationComputed.ROUTING_KEY], obs, prefetch=256
+    )
+    try:
+        yield obs
+    finally:
+        await bus.close()
+
+
+def expected_jcts() -> dict[str, float]:
+    """The in-process simulator (services on the in-memory bus) on the same trace and settings."""
+    context = shipped_context()
+    config = RunConfig(POLICY, {"v100": 4, "p100": 4, "k80": 4}, preset("gavel", POLICY), seed=0)
+    result = asyncio.run(simulate_services(read_trace(TRACE), config, context))
+    return {j.job_id: j.jct_s for j in result.jobs if j.jct_s is not None}
+
+
+EXPECTED: dict[str, float] = {}
+
+
+def mechanism_args(journal: Path) -> list[str]:
+    return [
+        "serve", "mechanism", "--lockstep", "--expect-gpus", "12", "--preset", "gavel", "--policy", POLICY,
+        "--journal", str(journal), "--health-file", str(journal.with_suffix(".health")),
+    ]
+
+
+async def start_system(cluster: Cluster, observer: Observer, journal: Path) -> None:
+    cluster.start("fleet", "serve", "fleet", "--cluster", "4:4:4", "--lockstep")
+    cluster.start("policy-a", "serve", "policy", "--replica", "policy-a", "--solving", "inline")
+    cluster.start("policy-b", "serve", "policy", "--replica", "policy-b", "--solving", "inline")
+    cluster.start("estimator", "serve", "estimator")
+    # submitted before the mechanism ever ran: the durable queue keeps them
+    out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(TRACE))
+    assert out.strip() == "submitted 32 jobs (0 .. 31)"
+    cluster.start("mechanism", *mechanism_args(journal))
+
+
+async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 180.0) -> None:
+    try:
+        await eventually(lambda: len(observer.completions) == 32, timeout_s=timeout_s, poll_s=0.2)
+    except TimeoutError:
+        raise AssertionError(f"{len(observer.completions)} of 32 jobs completed\n{cluster.logs()}") from None
+
+
+def check_invariants(observer: Observer) -> None:
+    # every job completed exactly once (a repeat after a restart carries the same id and time)
+    assert all(len(times) == 1 for times in observer.completions.values()), observer.completions
+    # no GPU holds two leases in one round, and a round re-sent after a restart is the same round
+    for round_id, copies in observer.rounds.items():
+        assert all(c.assignments == copies[0].assignments for c in copies), round_id
+        gpus = [(a.worker_id, g) for a in copies[0].assignments for g in a.gpu_ids]
+        assert len(gpus) == len(set(gpus)), (round_id, gpus)
+
+
+async def test_separate_processes_make_the_in_process_schedule(cluster, observer, tmp_path):
+    if not EXPECTED:
+        EXPECTED.update(await asyncio.to_thread(expected_jcts))
+    await start_system(cluster, observer, tmp_path / "mechanism.sqlite")
+    await wait_for_all(observer, cluster)
+    check_invariants(observer)
+    jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
+    assert jcts == pytest.approx(EXPECTED, abs=1e-6)
+    assert observer.solved_by == {"policy-a", "policy-b"}  # both replicas took requests
+    status = json.loads(await asyncio.to_thread(cluster.run, "cluster", "--json"))
+    assert status["jobs_completed"] == 32 and status["policy"] == POLICY
+
+
+async def test_a_mechanism_killed_mid_run_resumes_from_its_journal(cluster, observer, tmp_path):
+    if not EXPECTED:
+        EXPECTED.update(await asyncio.to_thread(expected_jcts))
+    journal = tmp_path / "mechanism.sqlite"
+    await start_system(cluster, observer, journal)
+    await eventually(lambda: len(observer.rounds) >= 300, timeout_s=120, poll_s=0.05)
+    cluster.kill("mechanism")  # SIGKILL: no goodbye, mid-round
+    assert len(observer.completions) < 32
+    cluster.start("mechanism", *mechanism_args(journal))
+    await wait_for_all(observer, cluster)
+    check_invariants(observer)
+    jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
+    # the issue allows a round per job; the journal makes it exact
+    assert jcts == pytest.approx(EXPECTED, abs=1e-6)
+    assert "mechanism_recovered" in (tmp_path / "mechanism.log").read_text()
