@@ -162,6 +162,7 @@ class MechanismService:
         self._loop_task: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
         self._log = log.bind(policy=policy, preset=settings.preset)
+        self._commit_waiter: asyncio.Future[None] | None = None
 
     # -- views for drivers and tests --------------------------------------------------------------
 
@@ -196,10 +197,13 @@ class MechanismService:
         if self._journal is not None:
             await self._recover(self._journal)
         await bus.subscribe("mechanism.workers", [WorkerRegistered.ROUTING_KEY], self.on_worker)
+        # Several handlers at a time so that their journal writes share a commit; each records
+        # and applies its message before its first await, so arrival order is kept.
         await bus.subscribe(
-            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY], self.on_submitted
+            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY], self.on_submitted,
+            prefetch=512, concurrency=128,
         )
-        await bus.subscribe("mechanism.progress", [JobProgress.ROUTING_KEY], self.on_progress)
+        await bus.subscribe("mechanism.progress", [JobProgress.ROUTING_KEY], self.on_progress, prefetch=512, concurrency=128)
         await bus.subscribe(
             "mechanism.allocations", [AllocationComputed.ROUTING_KEY, AllocationFailed.ROUTING_KEY], self.on_allocation
         )
@@ -222,6 +226,29 @@ class MechanismService:
         if self._journal is not None:
             self._journal.append(kind, self._wire(d))
 
+    async def _durable(self) -> None:
+        """Return once what was recorded is committed (one commit for every handler waiting)."""
+        if self._journal is None or not self._journal_pending():
+            return
+        if self._commit_waiter is None:
+            loop = asyncio.get_running_loop()
+            self._commit_waiter = loop.create_future()
+            loop.call_soon(self._commit)
+        await asyncio.shield(self._commit_waiter)
+
+    def _journal_pending(self) -> bool:
+        return self._journal is not None and self._journal.pending
+
+    def _commit(self) -> None:
+        waiter, self._commit_waiter = self._commit_waiter, None
+        assert waiter is not None and self._journal is not None
+        try:
+            self._journal.commit()
+        except Exception as e:  # noqa: BLE001 - every waiting handler fails, so nothing is acked
+            waiter.set_exception(e)
+        else:
+            waiter.set_result(None)
+
     @staticmethod
     def _wire(d: Delivery) -> bytes:
         env = d.envelope
@@ -241,6 +268,7 @@ class MechanismService:
         self._record("worker", d)
         self._apply_worker(w)
         self._wake.set()
+        await self._durable()
 
     def _apply_worker(self, w: WorkerRegistered) -> None:
         self.memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
@@ -257,6 +285,7 @@ class MechanismService:
             self._record("submitted", d)
             self._apply_submission(message)
         self._wake.set()
+        await self._durable()
 
     def _apply_submission(self, message: JobSubmitted) -> None:
         spec = message.spec
@@ -275,6 +304,7 @@ class MechanismService:
             return  # a stale or duplicate report (at-least-once delivery): already counted
         self._record("progress", d)
         self._apply_progress(report)
+        await self._durable()
 
     def _accepts(self, report: JobProgress) -> bool:
         if report.lease_id not in self.memory.expected:
@@ -295,7 +325,9 @@ class MechanismService:
         if pending is None or getattr(reply, "request_id", None) != pending[0] or pending[1].done():
             return  # an answer to a request we gave up on
         self._record("allocation", d)
-        pending[1].set_result(reply)
+        await self._durable()
+        if not pending[1].done():
+            pending[1].set_result(reply)
 
     async def on_estimate(self, d: Delivery) -> None:
         estimate = d.message

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import pathlib
 import sys
 import time
 import uuid
+from importlib import resources
 
 from common.config import BusSettings, Settings
+from common.errors import TraceError
+from common.throughputs import ThroughputTable, throughput_table_from_json
 from common.messages import JobSpec, JobSubmitted, SubmissionsSealed
 from services.bus import make_bus
 from services.cli.common import CommandFailed, print_json
 from services.cli.progress import ProgressBar
-from services.cli.simulation import load_context, load_trace
+from sim.traces import TraceJob, read_trace
 
 SUBMISSION_QUEUE = "mechanism.submissions"  # the mechanism's queue (mechanism_service/service.py)
 SUBMISSION_BINDINGS = (JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY)
@@ -41,15 +46,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-gpus", type=int, help="refuse gangs larger than this (default: the table's largest scale factor)")
     p.add_argument("--throughputs", metavar="TABLE.json", help="to check job types (default: the shipped Gavel table)")
     p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
-    p.add_argument("--json", action="store_true", help="print the ids as JSON")
+    p.add_argument("--json", action="store_true", help='print {"job_ids": [...], "publish_s": ...} as JSON')
     p.set_defaults(run=run_submit)
 
 
+def _table(path: str | None) -> ThroughputTable:
+    """The table to check job types against (no solver stack: this command must start fast)."""
+    try:
+        text = pathlib.Path(path).read_text() if path else (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
+        return throughput_table_from_json(json.loads(text))
+    except (OSError, json.JSONDecodeError) as e:
+        raise CommandFailed(f"--throughputs: cannot read {path}: {e}", exit_code=2) from None
+
+
+def _trace(path: str) -> tuple[TraceJob, ...]:
+    try:
+        jobs = read_trace(path)
+    except (TraceError, OSError) as e:
+        raise CommandFailed(f"--trace: {e}", exit_code=2) from None
+    if not jobs:
+        raise CommandFailed(f"--trace {path}: the trace has no jobs", exit_code=2)
+    return jobs
+
+
 def _specs(args: argparse.Namespace) -> list[JobSpec]:
-    table = load_context(args.throughputs).table
-    assert table is not None
+    table = _table(args.throughputs)
     if args.trace:
-        jobs = load_trace(args.trace)
+        jobs = _trace(args.trace)
         specs = [
             JobSpec(j.job_id, j.job_type, j.total_steps, j.scale_factor, j.priority_weight, j.slo_s, None, j.command, j.arrival_time_s)
             for j in jobs
@@ -94,6 +117,7 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
     try:
         await bus.declare(SUBMISSION_QUEUE, SUBMISSION_BINDINGS)
         progress = ProgressBar("submit", sys.stderr, simulated=False) if len(specs) > 1 else None
+        publishing = time.monotonic()
         window = 512
         for start in range(0, len(specs), window):
             batch = [JobSubmitted(spec) for spec in specs[start : start + window]]
@@ -102,13 +126,14 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
                 progress(0.0, min(start + window, len(specs)), len(specs))
         if args.trace:
             await bus.publish(SubmissionsSealed(args.trace, len(specs)))
+        publish_s = time.monotonic() - publishing
         if progress is not None:
             progress.close()
     finally:
         await bus.close()
     ids = [spec.job_id for spec in specs]
     if args.json:
-        print_json(ids)
+        print_json({"job_ids": ids, "published": len(ids), "publish_s": publish_s})
     elif len(ids) == 1:
         print(ids[0])
     else:
