@@ -54,6 +54,7 @@ from common.messages import (
     ThroughputEstimated,
     WorkerRegistered,
 )
+from common.errors import ServiceError
 from common.messages.base import Message
 from mechanism_service.clocks import LockstepClock
 from mechanism_service.core import status as status_core
@@ -163,6 +164,7 @@ class MechanismService:
         self.stopped = asyncio.Event()
         self._log = log.bind(policy=policy, preset=settings.preset)
         self._commit_waiter: asyncio.Future[None] | None = None
+        self._idle_boundaries = 0  # boundaries in a row that ran nothing while jobs waited
 
     # -- views for drivers and tests --------------------------------------------------------------
 
@@ -446,6 +448,8 @@ class MechanismService:
                 plan = open_round(state, now_s, settings, memory.shuffle)
                 memory.round_clock.dispatched_at_s = now_s
                 await self._dispatch(state, plan, now_s, reset)
+                if plan.assignment:
+                    self._idle_boundaries = 0
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -484,13 +488,40 @@ class MechanismService:
         if self._lockstep and future:
             self._clock.advance_to(min(future))  # type: ignore[attr-defined]
             return
-        if memory.submitted:
+        if len(future) < len(memory.submitted):
             return  # jobs due now
+        if future:
+            # Submitted with an arrival still ahead (a replayed trace, a skewed client clock):
+            # wait for it, or for anything else that comes meanwhile.
+            await self._sleep_or_wake(min(future) - self._clock.now_s())
+            return
         more = self._more_arrivals() or (self._lockstep and bool(future))
         if memory.state is not None and memory.state.jobs and not more:
+            self._idle_boundaries += 1
+            if self._idle_boundaries == 1:
+                force_reset_when_idle(memory.state)  # re-solve once, at once
+                return
+            if self._round_timeout_s is not None:
+                # A live cluster: still nothing can run (no worker fits, no allocation yet). Wait
+                # for something to change, or a round, rather than spin.
+                await self._sleep_or_wake(self._settings.round_s)
+                force_reset_when_idle(memory.state)
+                return
+            if self._idle_boundaries > 3:
+                stuck = ", ".join(j.job_id for j in list(memory.state.jobs.values())[:5])
+                raise ServiceError(f"t={self._clock.now_s():.1f} s: jobs {stuck} can never be scheduled on this cluster")
             force_reset_when_idle(memory.state)
             return
         await self._until(lambda: bool(memory.submitted))
+
+    async def _sleep_or_wake(self, duration_s: float) -> None:
+        """Wait ``duration_s`` on the clock, or less if an input arrives meanwhile."""
+        self._wake.clear()
+        sleeper = asyncio.ensure_future(self._clock.sleep(duration_s))
+        waker = asyncio.ensure_future(self._wake.wait())
+        await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (sleeper, waker):
+            task.cancel()
 
     def _ensure_state(self) -> MechanismState:
         memory = self.memory
