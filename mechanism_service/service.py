@@ -292,9 +292,12 @@ class MechanismService:
     def _apply_submission(self, message: JobSubmitted) -> None:
         spec = message.spec
         self.memory.known_jobs.add(spec.job_id)
+        # Lockstep replays take the trace's arrival times; a live cluster counts from when the
+        # job reached it (the submitter's clock is not ours: another host, or unscaled time).
+        arrival_s = spec.submit_time_s if self._lockstep else self._clock.now_s()
         self.memory.submitted.append(
             NewJob(
-                spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, spec.submit_time_s,
+                spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, arrival_s,
                 spec.priority_weight, spec.slo_s, spec.entity,
             )
         )

@@ -334,12 +334,23 @@ class RabbitBus:
         return sub
 
     async def declare(self, queue: str, bindings: Sequence[str]) -> None:
+        """Passively first: a queue that exists (made by its consumer or by the broker's
+        definitions) needs no permission from us, so a least-privilege producer can check it;
+        only a missing queue is created and bound (which needs configure and read rights)."""
         channel, exchange, _ = self._require()
+        assert self._connection is not None
         check_subscription(queue, bindings)
         name = self.queue_name(queue)
-        amqp_queue = await channel.declare_queue(
-            name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name}
-        )
+        probe = await self._connection.channel(publisher_confirms=False)
+        try:
+            await probe.declare_queue(name, passive=True)
+            return
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            pass  # 404: the probe channel is closed by the broker; create the queue below
+        finally:
+            if not probe.is_closed:
+                await probe.close()
+        amqp_queue = await channel.declare_queue(name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name})
         for pattern in bindings:
             await amqp_queue.bind(exchange, pattern)
         self._declared_queues.add(name)

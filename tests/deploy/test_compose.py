@@ -1,0 +1,1110 @@
+"""deploy/: the compose file, the broker's definitions and configuration, the image, the docs.
+
+Docker does not run on the machine that builds this project, so the deployment is checked by
+reading it:
+- docker-compose.yml: every service has an image or a build, runs a command the `gavel` parser
+  accepts (argparse itself parses each argv, after the ${...} are filled in from .env.example),
+  has a healthcheck (`gavel health`, and `rabbitmq-diagnostics -q check_port_connectivity` for the
+  broker), a restart policy, and depends on a healthy broker; the policy service can be scaled;
+  the mechanism's journal is on a volume; each service connects as its own broker user;
+- .env.example defines every variable the compose file uses;
+- definitions.json: one vhost, no guest, the topology the bus declares (same arguments, so a
+  service's declaration is accepted), and permissions evaluated the way RabbitMQ evaluates them
+  (an unanchored regex search; "" means "^$") against what each service does on the broker
+  (the operation -> permission table of RabbitMQ's access-control guide): everything it needs is
+  granted, other services' queues and routing keys are not;
+- the password hashes in definitions.json are those of the passwords in .env.example;
+- max_message_size in rabbitmq.conf equals GAVEL_MAX_MESSAGE_BYTES;
+- the Dockerfile: python:3.11-slim, dependency layer before the source, non-root, `gavel` entry
+  point; .dockerignore keeps secrets out of the build context;
+- every `gavel ...` command shown in docs/deploy.md parses.
+
+Where a RabbitMQ broker and `rabbitmqctl` are at hand, the last tests go further: they import the
+definitions (under a unique vhost and unique user names, removed afterwards), perform every
+service's bus operations as that service's user and expect exactly the refusals the regexes
+promise; then they run compose's four services as local processes, each with its compose command
+and environment and its own user, and have the CLI user submit a trace that must complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import dataclasses
+import fnmatch
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.parse
+import uuid
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.broker import broker_required
+
+from common.messages import (
+    AllocationComputed,
+    AllocationFailed,
+    AllocationRequested,
+    ExtendLease,
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobRejected,
+    JobSubmitted,
+    KillJobs,
+    Message,
+    RoundEnded,
+    RoundStarted,
+    RunJobs,
+    StatusReported,
+    StatusRequested,
+    SubmissionsSealed,
+    ThroughputEstimated,
+    WorkerHeartbeat,
+    WorkerRegistered,
+)
+
+yaml = pytest.importorskip("yaml", reason="PyYAML parses docker-compose.yml: pip install pyyaml (dev extra)")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+COMPOSE = DEPLOY / "docker-compose.yml"
+ENV_EXAMPLE = DEPLOY / ".env.example"
+DEFINITIONS = DEPLOY / "rabbitmq" / "definitions.json"
+RABBITMQ_CONF = DEPLOY / "rabbitmq" / "rabbitmq.conf"
+DOCKERFILE = DEPLOY / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+
+VHOST = "gavel"
+EXCHANGE = "gavel"
+DLX = "gavel.dlx"
+DEAD_LETTERS = "gavel.dead-letters"
+UP_SERVICES = {"rabbitmq", "policy", "mechanism", "estimator", "fleet"}  # what `docker compose up` starts
+GAVEL_SERVICES = ("policy", "mechanism", "estimator", "fleet", "cli")
+ADMIN_USER = "gavel-admin"
+ADMIN_PASSWORD_VAR = "RABBITMQ_ADMIN_PASSWORD"
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSpec:
+    """What one service does on the broker, besides what every service does at start (declare the
+    exchanges and the dead-letter queue, bind that queue to the DLX, republish failures to the DLX)."""
+
+    user: str
+    password_var: str
+    queues: tuple[str, ...]  # declared (with x-dead-letter-exchange), bound to the exchange, consumed
+    bindings: tuple[str, ...]  # binding keys on the exchange
+    publishes: tuple[str, ...]  # routing keys published to the exchange
+    gets: tuple[str, ...] = ()  # queues it only takes messages from (basic.get)
+    exclusive: bool = False  # its queues are private (exclusive, auto-delete)
+
+
+def key(cls: type[Message], **fields: str) -> str:
+    """A concrete routing key of a message class (its placeholders filled in)."""
+    return cls.ROUTING_KEY.format(**fields)
+
+
+REPLY_TO = "3f9a1c2b7d4e"  # one `gavel jobs` invocation: its queue gavel.cli.<id>, its key status.reply.<id>
+
+SERVICES: Mapping[str, ServiceSpec] = {
+    "policy": ServiceSpec(
+        "gavel-policy",
+        "POLICY_AMQP_PASSWORD",
+        queues=("gavel.policy.allocation-requests",),
+        bindings=(key(AllocationRequested),),
+        publishes=(key(AllocationComputed), key(AllocationFailed)),
+    ),
+    "mechanism": ServiceSpec(
+        "gavel-mechanism",
+        "MECHANISM_AMQP_PASSWORD",
+        queues=(
+            "gavel.mechanism.workers",
+            "gavel.mechanism.submissions",
+            "gavel.mechanism.progress",
+            "gavel.mechanism.allocations",
+            "gavel.mechanism.status",
+            "gavel.mechanism.throughputs",
+        ),
+        bindings=(
+            key(WorkerRegistered),
+            key(WorkerHeartbeat),
+            key(JobSubmitted),
+            key(SubmissionsSealed),
+            key(JobProgress),
+            key(AllocationComputed),
+            key(AllocationFailed),
+            key(ThroughputEstimated),
+            key(StatusRequested),
+        ),
+        publishes=(
+            key(AllocationRequested),
+            key(RunJobs, worker_id="v100-0"),
+            key(ExtendLease, worker_id="v100-0"),
+            key(KillJobs, worker_id="k80-3"),
+            key(JobRejected),
+            key(JobCompleted),
+            key(JobFailed),
+            key(RoundStarted),
+            key(RoundEnded),
+            key(StatusReported, reply_to=REPLY_TO),
+        ),
+    ),
+    "estimator": ServiceSpec(
+        "gavel-estimator",
+        "ESTIMATOR_AMQP_PASSWORD",
+        queues=("gavel.estimator.submissions",),
+        bindings=(key(JobSubmitted),),
+        publishes=(key(ThroughputEstimated),),
+    ),
+    "fleet": ServiceSpec(
+        "gavel-fleet",
+        "FLEET_AMQP_PASSWORD",
+        queues=("gavel.fleet.commands",),
+        bindings=("worker.cmd.v100-0.*", "worker.cmd.k80-3.*"),  # one binding per simulated server
+        publishes=(key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress)),
+    ),
+    # The CLI's only queues are private reply queues. It does not declare the mechanism's
+    # submissions queue: definitions.json does (so a submission is kept while the mechanism is
+    # down), and a passive declaration, which is all the CLI needs, requires no permission.
+    "cli": ServiceSpec(
+        "gavel-cli",
+        "CLI_AMQP_PASSWORD",
+        queues=(f"gavel.cli.{REPLY_TO}",),
+        bindings=(key(StatusReported, reply_to=REPLY_TO),),
+        publishes=(key(JobSubmitted), key(SubmissionsSealed), key(StatusRequested)),
+        gets=(DEAD_LETTERS,),
+        exclusive=True,
+    ),
+}
+PASSWORD_VARS = {spec.user: spec.password_var for spec in SERVICES.values()} | {ADMIN_USER: ADMIN_PASSWORD_VAR}
+
+
+# -- reading the files -----------------------------------------------------------------------------
+
+
+@cache
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@cache
+def env_example() -> dict[str, str]:
+    values: dict[str, str] = {}
+    for n, raw in enumerate(ENV_EXAMPLE.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", name), f".env.example:{n}: not NAME=value: {raw!r}"
+        assert name not in values, f".env.example:{n}: {name} defined twice"
+        assert value == value.strip() and not value.startswith(("'", '"')) and " #" not in value, (
+            f".env.example:{n}: keep values bare (no quotes, spaces or inline comments): {raw!r}"
+        )
+        values[name] = value
+    return values
+
+
+@cache
+def definitions() -> dict[str, Any]:
+    return json.loads(DEFINITIONS.read_text())
+
+
+@cache
+def rabbitmq_conf() -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for raw in RABBITMQ_CONF.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep, f"rabbitmq.conf: not key = value: {raw!r}"
+            settings[name.strip()] = value.strip()
+    return settings
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def referenced_variables(text: str) -> set[str]:
+    return {m.group(1) for m in _VAR.finditer(text.replace("$$", ""))}
+
+
+def interpolate(value: str, env: Mapping[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error} and $$."""
+
+    def one(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        v = env.get(name)
+        if op in (":-", ":?") and v == "":
+            v = None
+        if v is not None:
+            return v
+        if op in (":-", "-"):
+            return arg
+        raise AssertionError(f"${{{name}}} is not set (.env.example) and has no default")
+
+    parts = value.split("$$")
+    return "$".join(_VAR.sub(one, part) for part in parts)
+
+
+def service(name: str) -> dict[str, Any]:
+    return compose()["services"][name]
+
+
+def environment(name: str) -> dict[str, str]:
+    env = service(name).get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: interpolate(str(v), env_example()) for k, v in env.items()}
+
+
+def command(name: str) -> list[str]:
+    cmd = service(name)["command"]
+    argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+    return [interpolate(a, env_example()) for a in argv]
+
+
+def parse_gavel(argv: list[str]) -> Any:
+    """The namespace `gavel argv...` would run with; an AssertionError if argparse refuses it."""
+    from services.cli import build_parser
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return build_parser().parse_args(argv)
+        except SystemExit as e:
+            refusal = err.getvalue().strip()
+            raise AssertionError(f"`gavel {shlex.join(argv)}` is refused by the CLI (exit {e.code}): {refusal}") from None
+
+
+def seconds(duration: str | int | float) -> float:
+    if isinstance(duration, (int, float)):
+        return float(duration)
+    total, units = 0.0, {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration):
+        total += float(amount) * units[unit]
+    return total
+
+
+# -- the compose file ------------------------------------------------------------------------------
+
+
+def test_up_starts_the_broker_and_the_four_services_and_the_cli_is_a_tool() -> None:
+    services = compose()["services"]
+    assert {name for name, s in services.items() if not s.get("profiles")} == UP_SERVICES
+    assert services["cli"].get("profiles") == ["tools"]
+
+
+@pytest.mark.parametrize("name", sorted(UP_SERVICES | {"cli"}))
+def test_every_service_has_an_image_or_a_build(name: str) -> None:
+    s = service(name)
+    assert s.get("image") or s.get("build"), f"{name}: neither image nor build"
+    if name != "rabbitmq":
+        assert s["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+
+
+@pytest.mark.parametrize("name", ("policy", "mechanism", "estimator", "fleet"))
+def test_each_service_runs_its_own_gavel_serve_command(name: str) -> None:
+    argv = command(name)
+    assert argv[:2] == ["serve", name], f"{name}: runs `gavel {shlex.join(argv)}`"
+    args = parse_gavel(argv)
+    assert args.command == "serve"
+
+
+def test_the_cli_service_runs_a_gavel_command() -> None:
+    parse_gavel(command("cli"))
+
+
+def test_the_mechanism_and_the_fleet_share_a_clock_and_a_server_size() -> None:
+    mechanism, fleet = parse_gavel(command("mechanism")), parse_gavel(command("fleet"))
+    assert (mechanism.time_scale, mechanism.lockstep) == (fleet.time_scale, fleet.lockstep)
+    assert mechanism.gpus_per_server == fleet.gpus_per_server
+
+
+def test_the_broker_healthcheck_checks_port_connectivity() -> None:
+    test = service("rabbitmq")["healthcheck"]["test"]
+    assert test[0] in ("CMD", "CMD-SHELL")
+    argv = shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]
+    # `rabbitmq-diagnostics ping` answers while the broker application is down (DESIGN.md section 6).
+    assert argv == ["rabbitmq-diagnostics", "-q", "check_port_connectivity"]
+
+
+@pytest.mark.parametrize("name", ("policy", "mechanism", "estimator", "fleet"))
+def test_every_gavel_service_is_healthy_only_when_gavel_health_says_so(name: str) -> None:
+    hc = service(name)["healthcheck"]
+    assert not hc.get("disable")
+    assert hc["test"][:3] == ["CMD", "gavel", "health"], hc["test"]
+    args = parse_gavel(hc["test"][2:])
+    assert args.command == "health"
+    health_file = hc["test"][3]
+    assert environment(name).get("GAVEL_HEALTH_FILE") == health_file
+    for key in ("interval", "timeout", "retries", "start_period"):
+        assert key in hc, f"{name}: healthcheck without {key}"
+    assert seconds(hc["timeout"]) < seconds(hc["interval"])
+
+
+def test_the_image_writes_health_where_compose_looks_and_may_write_there() -> None:
+    env = dockerfile_env()
+    health_dir = os.path.dirname(env["GAVEL_HEALTH_FILE"])
+    assert all(environment(n)["GAVEL_HEALTH_FILE"] == env["GAVEL_HEALTH_FILE"] for n in GAVEL_SERVICES)
+    assert re.search(rf"install -d -o gavel -g gavel [^\n]*{re.escape(health_dir)}", dockerfile_text())
+
+
+@pytest.mark.parametrize("name", sorted(UP_SERVICES - {"rabbitmq"} | {"cli"}))
+def test_every_gavel_service_waits_for_a_healthy_broker(name: str) -> None:
+    depends = service(name)["depends_on"]
+    assert isinstance(depends, dict), f"{name}: depends_on without conditions"
+    assert depends["rabbitmq"]["condition"] == "service_healthy"
+    for other, how in depends.items():
+        assert how.get("condition") in ("service_started", "service_healthy", "service_completed_successfully"), other
+
+
+@pytest.mark.parametrize("name", sorted(UP_SERVICES))
+def test_every_long_running_service_restarts(name: str) -> None:
+    assert service(name).get("restart") in ("always", "unless-stopped", "on-failure")
+    assert service(name).get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
+
+
+def test_the_policy_service_can_be_scaled() -> None:
+    policy = service("policy")
+    # A fixed container name, host port or hostname would make a second replica fail or collide.
+    for key in ("container_name", "ports", "hostname"):
+        assert key not in policy, f"policy: {key} prevents `--scale policy=3`"
+    assert "--replica" not in command("policy"), "one fixed replica name for every replica"
+
+
+def test_the_mechanism_journal_is_on_a_named_volume() -> None:
+    journal = environment("mechanism")["GAVEL_JOURNAL_PATH"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in service("mechanism")["volumes"]}
+    volume = mounts.get(os.path.dirname(journal))
+    assert volume, f"no volume at {os.path.dirname(journal)} for the journal {journal}"
+    assert volume in compose()["volumes"], f"{volume} is not a named volume"
+    assert journal == dockerfile_env()["GAVEL_JOURNAL_PATH"]
+
+
+def test_the_broker_loads_its_config_and_definitions_and_keeps_its_data() -> None:
+    rabbit = service("rabbitmq")
+    assert "management" in interpolate(rabbit["image"], env_example())
+    mounts = {}
+    for m in rabbit["volumes"]:
+        source, target, *_ = interpolate(m, env_example()).split(":")
+        mounts[target] = source
+    assert mounts["/var/lib/rabbitmq"] in compose()["volumes"]
+    assert mounts[rabbitmq_conf()["load_definitions"]] == "./rabbitmq/definitions.json"
+    conf_target = next(t for t, s in mounts.items() if s == "./rabbitmq/rabbitmq.conf")
+    assert conf_target.startswith("/etc/rabbitmq/")
+    assert rabbit.get("hostname"), "the node's data directory is named after its hostname"
+    env = rabbit.get("environment") or {}
+    assert not any(k.startswith("RABBITMQ_DEFAULT_") for k in env), "no default (guest-like) user"
+
+
+def test_stop_grace_outlasts_the_graceful_shutdown() -> None:
+    shutdown_s = float(env_example()["GAVEL_SHUTDOWN_TIMEOUT_S"])
+    for name in ("policy", "mechanism", "estimator", "fleet"):
+        assert seconds(service(name).get("stop_grace_period", "10s")) > shutdown_s, name
+
+
+def test_env_example_defines_every_variable_the_compose_file_uses() -> None:
+    missing = referenced_variables(COMPOSE.read_text()) - env_example().keys()
+    assert not missing, f"add to deploy/.env.example: {sorted(missing)}"
+
+
+def test_every_setting_the_services_read_is_wired() -> None:
+    """Every GAVEL_* variable the settings know is given to the services by compose or the image."""
+    names = set(re.findall(r'"(GAVEL_[A-Z0-9_]+)"', (ROOT / "common" / "config.py").read_text()))
+    given = set(dockerfile_env())
+    for name in GAVEL_SERVICES:
+        given |= set(environment(name))
+    assert not names - given, f"wire these into docker-compose.yml (and .env.example): {sorted(names - given)}"
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_each_service_connects_as_its_own_user_with_only_its_own_secret(name: str) -> None:
+    spec = SERVICES[name]
+    raw_env = service(name)["environment"]
+    raw_url = raw_env["GAVEL_AMQP_URL"]
+    url = urllib.parse.urlparse(environment(name)["GAVEL_AMQP_URL"])
+    assert url.scheme in ("amqp", "amqps")
+    assert url.hostname == "rabbitmq"
+    assert url.path == f"/{VHOST}", "the vhost is the URL's path"
+    assert url.username == spec.user
+    assert referenced_variables(raw_url) == {spec.password_var}
+    others = set(PASSWORD_VARS.values()) - {spec.password_var}
+    assert not referenced_variables(json.dumps(service(name))) & others, f"{name} sees another service's password"
+    assert environment(name)["GAVEL_BUS"] == "amqp"
+    assert environment(name)["GAVEL_EXCHANGE"] == EXCHANGE
+    assert environment(name)["GAVEL_LOG_FORMAT"] == "json"
+
+
+def test_the_broker_and_the_codec_agree_on_the_largest_message() -> None:
+    broker = int(rabbitmq_conf()["max_message_size"])
+    assert int(env_example()["GAVEL_MAX_MESSAGE_BYTES"]) == broker
+    for name in GAVEL_SERVICES:
+        assert int(environment(name)["GAVEL_MAX_MESSAGE_BYTES"]) == broker, name
+
+
+def test_the_broker_loads_the_definitions_at_boot() -> None:
+    assert rabbitmq_conf()["load_definitions"] == "/etc/rabbitmq/definitions.json"
+
+
+# -- definitions.json: users, vhost, topology ------------------------------------------------------
+
+
+def test_one_vhost_and_no_guest() -> None:
+    d = definitions()
+    assert [v["name"] for v in d["vhosts"]] == [VHOST]
+    users = {u["name"] for u in d["users"]}
+    assert "guest" not in users
+    assert users == set(PASSWORD_VARS)
+    for section in ("permissions", "topic_permissions", "queues", "exchanges", "bindings", "policies"):
+        assert all(item["vhost"] == VHOST for item in d.get(section, [])), section
+    assert all(p["user"] != "guest" for p in d["permissions"] + d["topic_permissions"])
+
+
+def test_only_the_admin_is_an_administrator() -> None:
+    for user in definitions()["users"]:
+        assert ("administrator" in user["tags"]) == (user["name"] == ADMIN_USER), user["name"]
+
+
+def test_the_topology_is_the_one_the_bus_declares() -> None:
+    """Same names and arguments as RabbitBus declares, so a service's declaration is accepted."""
+    from common.config import BusSettings
+    from services.bus.rabbit import RabbitBus
+
+    bus = RabbitBus(BusSettings(kind="amqp", exchange=EXCHANGE))
+    assert (bus.exchange_name, bus.dlx_name, bus.dead_letter_queue) == (EXCHANGE, DLX, DEAD_LETTERS)
+    d = definitions()
+    exchanges = {e["name"]: e for e in d["exchanges"]}
+    for name in (EXCHANGE, DLX):
+        e = exchanges[name]
+        declared = (e["type"], e["durable"], e["auto_delete"], e["internal"], e["arguments"])
+        assert declared == ("topic", True, False, False, {}), name
+    queues = {q["name"]: q for q in d["queues"]}
+    assert (queues[DEAD_LETTERS]["durable"], queues[DEAD_LETTERS]["arguments"]) == (True, {})
+    submissions = queues[bus.queue_name("mechanism.submissions")]
+    assert (submissions["durable"], submissions["auto_delete"]) == (True, False)
+    assert submissions["arguments"] == {"x-dead-letter-exchange": DLX}
+    bindings = {(b["source"], b["destination"], b["routing_key"]) for b in d["bindings"]}
+    assert (DLX, DEAD_LETTERS, "#") in bindings
+    # The bindings `gavel submit` and the mechanism make, so that a submission sent before the
+    # mechanism ever ran is kept.
+    from services.cli.submit_cmd import SUBMISSION_BINDINGS, SUBMISSION_QUEUE
+
+    assert bus.queue_name(SUBMISSION_QUEUE) == "gavel.mechanism.submissions"
+    submission_bindings = {k for src, dst, k in bindings if (src, dst) == (EXCHANGE, "gavel.mechanism.submissions")}
+    assert submission_bindings == set(SUBMISSION_BINDINGS)
+    assert set(queues) == {DEAD_LETTERS, "gavel.mechanism.submissions"}, "other queues belong to their services"
+
+
+def test_the_dead_letter_cap_touches_only_the_dead_letter_queue() -> None:
+    for policy in definitions()["policies"]:
+        assert policy["apply-to"] == "queues"
+        every_queue = [q for spec in SERVICES.values() for q in spec.queues] + [DEAD_LETTERS]
+        assert [q for q in every_queue if rabbit_matches(policy["pattern"], q)] == [DEAD_LETTERS]
+
+
+# -- definitions.json: permissions, as RabbitMQ evaluates them -------------------------------------
+
+
+def rabbit_matches(pattern: str, name: str, user: str = "", vhost: str = VHOST) -> bool:
+    """RabbitMQ's test: an unanchored regex search; the empty pattern means "^$" (nothing);
+    topic patterns may name {username} and {vhost}."""
+    if pattern == "":
+        pattern = "^$"
+    pattern = pattern.replace("{username}", re.escape(user)).replace("{vhost}", re.escape(vhost))
+    return re.search(pattern, name) is not None
+
+
+def permissions_of(user: str) -> dict[str, str]:
+    found = [p for p in definitions()["permissions"] if p["user"] == user and p["vhost"] == VHOST]
+    assert len(found) == 1, f"{user}: {len(found)} permission entries on vhost {VHOST}"
+    return found[0]
+
+
+def topic_permissions_of(user: str) -> dict[str, str] | None:
+    found = [t for t in definitions()["topic_permissions"] if t["user"] == user and t["exchange"] == EXCHANGE]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def needs(spec: ServiceSpec) -> set[tuple[str, str]]:
+    """(permission, resource) pairs the service's operations need (RabbitMQ access-control guide,
+    AMQP 0-9-1 table)."""
+    need = {
+        # exchange.declare x2, queue.declare of the dead-letter queue (passive=false)
+        ("configure", EXCHANGE), ("configure", DLX), ("configure", DEAD_LETTERS),
+        # queue.bind of the dead-letter queue to the DLX: write on the queue, read on the exchange
+        ("write", DEAD_LETTERS), ("read", DLX),
+        # basic.publish to the exchange, and of failed deliveries to the DLX
+        ("write", EXCHANGE), ("write", DLX),
+    }  # fmt: skip
+    for q in spec.queues:
+        # queue.declare with a DLX: configure and read on the queue, write on the DLX;
+        # queue.bind: write on the queue, read on the exchange; basic.consume: read on the queue
+        need |= {("configure", q), ("read", q), ("write", DLX), ("write", q), ("read", EXCHANGE)}
+    need |= {("read", q) for q in spec.gets}
+    return need
+
+
+def other_services_queues(name: str) -> set[str]:
+    mine = set(SERVICES[name].queues) | set(SERVICES[name].gets)
+    return {q for other, spec in SERVICES.items() if other != name for q in spec.queues} - mine
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_each_user_may_do_what_its_service_does(name: str) -> None:
+    spec = SERVICES[name]
+    perms = permissions_of(spec.user)
+    missing = sorted((perm, res) for perm, res in needs(spec) if not rabbit_matches(perms[perm], res))
+    assert not missing, f"{spec.user} lacks {missing}"
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_no_user_may_touch_another_services_queues(name: str) -> None:
+    spec = SERVICES[name]
+    perms = permissions_of(spec.user)
+    granted = sorted(
+        (perm, q)
+        for q in other_services_queues(name)
+        for perm in ("configure", "write", "read")
+        if rabbit_matches(perms[perm], q)
+    )
+    assert not granted, f"{spec.user} may {granted}"
+
+
+@pytest.mark.parametrize("name", sorted(set(GAVEL_SERVICES) - {"cli"}))
+def test_only_the_cli_reads_dead_letters(name: str) -> None:
+    assert not rabbit_matches(permissions_of(SERVICES[name].user)["read"], DEAD_LETTERS)
+
+
+def test_the_cli_needs_no_permission_on_the_submissions_queue() -> None:
+    """A passive declaration needs none; a full one would need configure (which allows deleting
+    the queue) and read (which allows consuming other people's submissions)."""
+    perms = permissions_of("gavel-cli")
+    for perm in ("configure", "write", "read"):
+        assert not rabbit_matches(perms[perm], "gavel.mechanism.submissions"), perm
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_each_user_may_publish_and_bind_its_own_routing_keys(name: str) -> None:
+    spec = SERVICES[name]
+    topic = topic_permissions_of(spec.user)
+    assert topic is not None, f"{spec.user}: no topic permissions on {EXCHANGE} (it could publish anything)"
+    refused_pub = [k for k in spec.publishes if not rabbit_matches(topic["write"], k, spec.user)]
+    refused_bind = [k for k in spec.bindings if not rabbit_matches(topic["read"], k, spec.user)]
+    assert not refused_pub and not refused_bind, f"{spec.user}: publish {refused_pub}, bind {refused_bind}"
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_no_user_may_publish_another_services_messages(name: str) -> None:
+    spec = SERVICES[name]
+    topic = topic_permissions_of(spec.user)
+    assert topic is not None
+    theirs = {k for other, s in SERVICES.items() if other != name for k in s.publishes}
+    forged = sorted(k for k in theirs - set(spec.publishes) if rabbit_matches(topic["write"], k, spec.user))
+    assert not forged, f"{spec.user} may publish {forged}"
+
+
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_no_user_may_bind_to_all_traffic(name: str) -> None:
+    spec = SERVICES[name]
+    topic = topic_permissions_of(spec.user)
+    assert topic is not None
+    for key in ("#", "*.#", "#.#", "*.*", "worker.#", "allocation.#"):
+        assert not rabbit_matches(topic["read"], key, spec.user), f"{spec.user} may bind {key!r}"
+    if name != "mechanism":
+        # Commands for workers: only the fleet, and only per worker (no wildcard worker id).
+        for key in ("worker.cmd.#", "worker.cmd.*.*", "worker.cmd.*.run"):
+            assert not rabbit_matches(topic["read"], key, spec.user), f"{spec.user} may bind {key!r}"
+
+
+def test_the_admin_may_do_anything_in_the_vhost() -> None:
+    perms = permissions_of(ADMIN_USER)
+    assert all(rabbit_matches(perms[p], "anything.at-all") for p in ("configure", "write", "read"))
+
+
+def test_permission_matching_follows_rabbitmq() -> None:
+    assert not rabbit_matches("", "gavel")  # "" is "^$": nothing
+    assert rabbit_matches("gavel", "xgavelx")  # unanchored
+    assert not rabbit_matches(r"^gavel$", "gavel.dlx")
+    assert rabbit_matches(r"^{username}\.", "gavel-cli.x", user="gavel-cli")
+
+
+# -- passwords -------------------------------------------------------------------------------------
+
+
+def rabbit_sha256(password: str, salt: bytes) -> str:
+    """rabbit_password_hashing_sha256: base64(salt + sha256(salt + utf-8 password)), 4-byte salt."""
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode("utf-8")).digest()).decode()
+
+
+def test_the_hash_function_is_rabbitmqs() -> None:
+    # The worked example of RabbitMQ's "Credentials and Passwords" guide.
+    assert rabbit_sha256("test12", bytes.fromhex("908DC60A")) == "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"
+
+
+@pytest.mark.parametrize("user", sorted(PASSWORD_VARS))
+def test_the_password_hashes_are_those_of_the_example_passwords(user: str) -> None:
+    record = next(u for u in definitions()["users"] if u["name"] == user)
+    assert record["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+    stored = base64.b64decode(record["password_hash"])
+    assert len(stored) == 4 + 32
+    password = env_example()[PASSWORD_VARS[user]]
+    assert rabbit_sha256(password, stored[:4]) == record["password_hash"], (
+        f"{user}: the hash in definitions.json is not that of {PASSWORD_VARS[user]} in .env.example"
+    )
+
+
+def test_example_passwords_are_url_safe_placeholders() -> None:
+    for var in PASSWORD_VARS.values():
+        password = env_example()[var]
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", password), f"{var}: would need escaping in an amqp:// URL"
+        assert "change-me" in password, f"{var}: the example password must say it is one"
+    assert len({env_example()[v] for v in PASSWORD_VARS.values()}) == len(PASSWORD_VARS), "one password per user"
+
+
+# -- the image -------------------------------------------------------------------------------------
+
+
+@cache
+def dockerfile_text() -> str:
+    return DOCKERFILE.read_text()
+
+
+@cache
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    lines = [ln for ln in dockerfile_text().splitlines() if not ln.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    out = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instructions = dockerfile_instructions()
+    last_from = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    return instructions[last_from:]
+
+
+@cache
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in final_stage():
+        if word == "ENV":
+            for name, value in re.findall(r"([A-Z_][A-Z0-9_]*)=(\S+)", rest):
+                env[name] = value
+    return env
+
+
+def build_args() -> dict[str, str]:
+    return {m.group(1): m.group(2).strip('"') for m in re.finditer(r"^ARG (\w+)=(.*)$", dockerfile_text(), re.M)}
+
+
+def test_the_image_is_python_311_slim() -> None:
+    assert build_args()["PYTHON_IMAGE"] == "python:3.11-slim"
+    froms = [rest for word, rest in dockerfile_instructions() if word == "FROM"]
+    assert froms and all(f.startswith("${PYTHON_IMAGE}") for f in froms)
+
+
+def test_the_image_installs_the_amqp_extra_and_no_torch_by_default() -> None:
+    assert build_args()["GAVEL_EXTRAS"] == "amqp"
+    assert "download.pytorch.org" in build_args()["TORCH_INDEX_URL"]
+
+
+def test_dependencies_are_a_layer_of_their_own() -> None:
+    """pyproject.toml is copied and the dependencies installed before any source is copied."""
+    instructions = dockerfile_instructions()
+    copies = [(i, rest) for i, (word, rest) in enumerate(instructions) if word == "COPY" and "--from" not in rest]
+    first_pyproject = next(i for i, rest in copies if rest.startswith("pyproject.toml"))
+    first_source = next(i for i, rest in copies if not rest.startswith("pyproject.toml"))
+    assert first_pyproject < first_source
+    assert any(w == "RUN" and "pip install" in r for w, r in instructions[first_pyproject:first_source])
+
+
+def test_the_image_copies_every_package_it_installs() -> None:
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = {rest.split()[0] for word, rest in dockerfile_instructions() if word == "COPY" and "--from" not in rest}
+    assert {p.rstrip("*") for p in include} <= copied
+    assert "README.md" in copied, "pyproject.toml names README.md as the long description"
+
+
+def test_the_image_runs_gavel_as_a_non_root_user() -> None:
+    stage = final_stage()
+    users = [rest for word, rest in stage if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    entrypoints = [rest for word, rest in stage if word == "ENTRYPOINT"]
+    assert entrypoints and json.loads(entrypoints[-1]) == ["gavel"]
+
+
+def test_the_build_context_leaves_secrets_out_and_sources_in() -> None:
+    patterns = [ln.strip() for ln in DOCKERIGNORE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    excluded = [p.rstrip("/") for p in patterns if not p.startswith("!")]
+    assert "**/.env" in excluded, "deploy/.env (the secrets) must stay out of the build context"
+    copied = {rest.split()[0] for word, rest in dockerfile_instructions() if word == "COPY" and "--from" not in rest}
+    for source in copied:
+        dropped = [p for p in excluded if fnmatch.fnmatch(source, p) or fnmatch.fnmatch(source, p.removeprefix("**/"))]
+        assert not dropped, f".dockerignore {dropped} drops {source}, which the Dockerfile copies"
+
+
+# -- docs/deploy.md --------------------------------------------------------------------------------
+
+
+_RUN_OPTIONS_WITH_VALUE = ("-v", "--volume", "-e", "--env", "-w", "--workdir", "-u", "--user", "--name", "--entrypoint")
+
+
+def doc_commands() -> Iterator[list[str]]:
+    """The gavel commands in deploy.md's shell blocks: `gavel ...`, `docker compose run ... cli ...`
+    and `docker compose exec SERVICE gavel ...`."""
+    text = DEPLOY_DOC.read_text()
+    for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.S):
+        for raw in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            line = re.sub(r"^(\w+=\S+\s+)+", "", line)  # VAR=value gavel ...
+            if line.split()[:1] not in (["gavel"], ["docker"]):
+                continue  # heredoc bodies, other tools
+            words = shlex.split(line)
+            if words[:1] == ["gavel"]:
+                yield words[1:]
+            elif words[:3] == ["docker", "compose", "run"]:
+                rest = words[3:]
+                while rest and rest[0].startswith("-"):  # options of `run` itself
+                    rest = rest[2:] if rest[0] in _RUN_OPTIONS_WITH_VALUE else rest[1:]
+                if rest[:1] == ["cli"]:
+                    yield rest[1:]
+            elif words[:3] == ["docker", "compose", "exec"] and "gavel" in words:
+                yield words[words.index("gavel") + 1 :]
+
+
+def test_the_deploy_guide_exists_and_shows_gavel_commands() -> None:
+    assert DEPLOY_DOC.exists()
+    assert len(list(doc_commands())) >= 8
+
+
+def test_the_deploy_guide_shows_the_permissions_that_are_granted() -> None:
+    text = DEPLOY_DOC.read_text().replace("\\|", "|")
+    shown = [t[op] for t in definitions()["topic_permissions"] for op in ("write", "read")]
+    policy = permissions_of("gavel-policy")
+    shown += [policy["configure"], policy["read"]]
+    missing = [regex for regex in shown if f"`{regex}`" not in text]
+    assert not missing, f"docs/deploy.md, section 5, shows other regexes than definitions.json: {missing}"
+
+
+def test_every_gavel_command_in_the_deploy_guide_parses() -> None:
+    refused = []
+    for argv in doc_commands():
+        try:
+            parse_gavel(argv)
+        except AssertionError as e:
+            refused.append(str(e))
+    assert not refused, "\n".join(refused)
+
+
+# -- on a real broker: the definitions, imported, allow and refuse what they should ---------------
+
+
+def _rabbitmqctl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["rabbitmqctl", "-q", *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+@contextlib.contextmanager
+def _imported_definitions(broker_url: str) -> Iterator[dict[str, str]]:
+    """definitions.json imported into the local test broker under a unique vhost and unique user
+    names (users are broker-wide), removed afterwards. Yields service name -> its AMQP URL."""
+    host = urllib.parse.urlparse(broker_url)
+    # Under `make test`/CI this broker is local (scripts/ensure-broker), so these fail rather
+    # than skip; a developer pointing GAVEL_AMQP_URL at a remote broker gets a skip with the reason.
+    unavailable = None
+    if shutil.which("rabbitmqctl") is None or host.hostname not in ("127.0.0.1", "localhost", "::1"):
+        unavailable = "importing definitions needs rabbitmqctl and the test broker on this host"
+    elif _rabbitmqctl("status").returncode != 0:
+        unavailable = "rabbitmqctl cannot reach the local broker node"
+    if unavailable:
+        if broker_required() and host.hostname in ("127.0.0.1", "localhost", "::1"):
+            pytest.fail(unavailable)
+        pytest.skip(unavailable)
+    suffix = uuid.uuid4().hex[:8]
+    vhost = f"gavel-deploy-test-{suffix}"
+    d = copy.deepcopy(definitions())
+    users = {u["name"]: f"{u['name']}-{suffix}" for u in d["users"]}
+    d["vhosts"] = [{"name": vhost}]
+    for u in d["users"]:
+        u["name"] = users[u["name"]]
+    for section in ("permissions", "topic_permissions", "queues", "exchanges", "bindings", "policies"):
+        for item in d.get(section, []):
+            item["vhost"] = vhost
+            if "user" in item:
+                item["user"] = users[item["user"]]
+    result = _rabbitmqctl("import_definitions", "--format", "json", stdin=json.dumps(d))
+    assert result.returncode == 0, result.stderr
+    try:
+        where = f"{host.hostname}:{host.port or 5672}/{vhost}"
+        yield {
+            name: f"amqp://{users[spec.user]}:{env_example()[spec.password_var]}@{where}" for name, spec in SERVICES.items()
+        }
+    finally:
+        _rabbitmqctl("delete_vhost", vhost)
+        for user in users.values():
+            _rabbitmqctl("delete_user", user)
+
+
+@pytest.fixture(scope="module")
+def deployed(broker_url: str) -> Iterator[dict[str, str]]:
+    """The definitions on the test broker, for probing permissions (leaves messages behind)."""
+    with _imported_definitions(broker_url) as urls:
+        yield urls
+
+
+def _bus(url: str, name: str) -> Any:
+    from common.config import BusSettings
+    from services.bus.rabbit import RabbitBus
+
+    settings = BusSettings(kind="amqp", amqp_url=url, exchange=EXCHANGE, confirm_timeout_s=10)
+    return RabbitBus(settings, source=f"deploy-test-{name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GAVEL_SERVICES)
+def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: dict[str, str]) -> None:
+    """The service's own bus operations (RabbitBus), as its user: start, subscribe to its queues,
+    publish its routing keys, dead-letter what it cannot decode, take dead letters (the CLI)."""
+    spec = SERVICES[name]
+
+    async def work() -> None:
+        bus = _bus(deployed[name], name)
+        await bus.start()
+        try:
+            for queue in spec.queues:
+                async def ignore(delivery: Any) -> None:
+                    pass
+
+                name_on_bus = queue.removeprefix(f"{EXCHANGE}.")
+                await bus.subscribe(name_on_bus, list(spec.bindings), ignore, durable=not spec.exclusive)
+            for routing_key in spec.publishes:
+                # Not msgpack: a subscriber of this very key (the cli's reply queue) dead-letters it.
+                await bus.publish_raw(routing_key, b"deploy-test", mandatory=False)
+            for routing_key in spec.bindings:
+                if routing_key in spec.publishes:
+                    await asyncio.sleep(0.2)  # let the dead-letter republish happen
+            if spec.gets:
+                await bus.take_dead_letters(limit=5)
+        finally:
+            await bus.close()
+
+    asyncio.run(work())
+
+
+def test_the_cli_can_make_sure_the_submissions_queue_exists(deployed: dict[str, str]) -> None:
+    """`gavel submit` makes sure the mechanism's queue exists before publishing. definitions.json
+    creates it, and the CLI has no permission on it: a passive declaration (no permission needed)
+    must come first, and a full one only where the queue is missing (a broker without these
+    definitions, where the CLI has the permissions)."""
+    from services.cli.submit_cmd import SUBMISSION_BINDINGS, SUBMISSION_QUEUE
+
+    async def declare() -> None:
+        bus = _bus(deployed["cli"], "cli")
+        await bus.start()
+        try:
+            await bus.declare(SUBMISSION_QUEUE, list(SUBMISSION_BINDINGS))
+        finally:
+            await bus.close()
+
+    asyncio.run(declare())
+
+
+@pytest.mark.slow
+def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]) -> None:
+    import aio_pika
+    import aiormq
+
+    dlx_args = {"x-dead-letter-exchange": DLX}
+
+    async def attempt(service_name: str, operation: Any) -> str:
+        connection = await aio_pika.connect(deployed[service_name])
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+            try:
+                await operation(channel)
+            except aiormq.exceptions.ChannelAccessRefused:
+                return "refused"
+            return "ok"
+        finally:
+            await connection.close()
+
+    def subscribe(queue: str, bindings: tuple[str, ...], exclusive: bool = False) -> Any:
+        async def op(ch: Any) -> None:  # what RabbitBus.subscribe() does
+            q = await ch.declare_queue(
+                queue, durable=not exclusive, exclusive=exclusive, auto_delete=exclusive, arguments=dlx_args
+            )
+            exchange = await ch.get_exchange(EXCHANGE, ensure=False)
+            for binding in bindings:
+                await q.bind(exchange, binding)
+            tag = await q.consume(lambda message: None)
+            await q.cancel(tag)
+
+        return op
+
+    def publish(routing_key: str) -> Any:
+        async def op(ch: Any) -> None:
+            exchange = await ch.get_exchange(EXCHANGE, ensure=False)
+            await exchange.publish(aio_pika.Message(b"deploy-test"), routing_key, mandatory=False)
+
+        return op
+
+    def get(queue: str) -> Any:
+        async def op(ch: Any) -> None:
+            q = await ch.get_queue(queue, ensure=False)
+            await q.get(no_ack=False, fail=False)
+
+        return op
+
+    def delete(queue: str) -> Any:
+        async def op(ch: Any) -> None:
+            await ch.queue_delete(queue)
+
+        return op
+
+    def passive(queue: str) -> Any:
+        async def op(ch: Any) -> None:
+            await ch.declare_queue(queue, passive=True)
+
+        return op
+
+    cases: list[tuple[str, str, Any, str]] = []
+    for name, spec in SERVICES.items():
+        for queue in sorted(other_services_queues(name))[:3]:
+            cases.append((name, f"subscribe to {queue}", subscribe(queue, ("job.submitted",)), "refused"))
+        if name != "mechanism":
+            cases.append((name, "delete the submissions queue", delete("gavel.mechanism.submissions"), "refused"))
+        cases.append((name, "bind its queue to #", subscribe(spec.queues[0], ("#",), spec.exclusive), "refused"))
+        forged = next(k for o, s in SERVICES.items() if o != name for k in s.publishes if k not in spec.publishes)
+        cases.append((name, f"publish {forged}", publish(forged), "refused"))
+        if name != "cli":
+            cases.append((name, f"take from {DEAD_LETTERS}", get(DEAD_LETTERS), "refused"))
+    cases.append(("cli", "passively declare the submissions queue", passive("gavel.mechanism.submissions"), "ok"))
+    cases.append(("cli", "take a submission", get("gavel.mechanism.submissions"), "refused"))
+
+    async def run_all() -> list[str]:
+        wrong = []
+        for name, what, operation, want in cases:
+            got = await attempt(name, operation)
+            if got != want:
+                wrong.append(f"{SERVICES[name].user}: {what}: expected {want}, got {got}")
+        return wrong
+
+    wrong = asyncio.run(run_all())
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.fixture(scope="module")
+def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """docker-compose.yml's four services, each started as a local process with the command and
+    environment compose gives it (the broker and the paths pointed at this machine), as its own
+    user on the imported definitions. Yields {"dir": Path, "env": the cli's environment}."""
+    run = tmp_path_factory.mktemp("deploy-run")
+    gavel = str(Path(sys.executable).with_name("gavel"))  # the venv's console script
+
+    def env_for(name: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+        env.update(environment(name))
+        env["GAVEL_AMQP_URL"] = deployed[name]
+        env["GAVEL_HEALTH_FILE"] = str(run / f"{name}.json")
+        if "GAVEL_JOURNAL_PATH" in env:
+            env["GAVEL_JOURNAL_PATH"] = str(run / "mechanism.sqlite")
+        return env
+
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    with contextlib.ExitStack() as stack:
+        deployed = stack.enter_context(_imported_definitions(broker_url))  # a vhost of their own
+        stack.callback(_stop, processes)
+        for name in ("policy", "mechanism", "estimator", "fleet"):
+            log = open(run / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+            argv = [gavel, *command(name)]
+            processes[name] = subprocess.Popen(argv, env=env_for(name), stdout=log, stderr=subprocess.STDOUT)
+        yield {"dir": run, "env": env_for("cli"), "gavel": gavel, "processes": processes}
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    for p in processes.values():
+        p.terminate()
+    for p in processes.values():
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _gavel(running: dict[str, Any], *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    argv_ = [running["gavel"], *argv]
+    return subprocess.run(argv_, env=running["env"], capture_output=True, text=True, timeout=timeout_s)
+
+
+def _logs(running: dict[str, Any]) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(running["dir"].glob("*.log")))
+
+
+@pytest.mark.slow
+def test_the_compose_services_run_as_their_users(services_running: dict[str, Any]) -> None:
+    """Each becomes healthy (`gavel health`, as the compose healthcheck runs it) and the CLI, as
+    gavel-cli, gets the mechanism's answer."""
+    deadline = time.monotonic() + 90
+    waiting = {"policy", "mechanism", "estimator", "fleet"}
+    while waiting and time.monotonic() < deadline:
+        for name in sorted(waiting):
+            assert services_running["processes"][name].poll() is None, f"{name} exited\n{_logs(services_running)}"
+            hc = service(name)["healthcheck"]["test"][2:]
+            argv = [*hc[:1], str(services_running["dir"] / f"{name}.json"), *hc[2:]]
+            if _gavel(services_running, *argv).returncode == 0:
+                waiting.discard(name)
+        time.sleep(0.5)
+    assert not waiting, f"not healthy: {sorted(waiting)}\n{_logs(services_running)}"
+    answer = _gavel(services_running, "cluster", "--json", "--timeout-s", "20")
+    assert answer.returncode == 0, answer.stderr
+    assert json.loads(answer.stdout)["capacity_gpus"]
+
+
+@pytest.mark.slow
+def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str, Any]) -> None:
+    test_the_compose_services_run_as_their_users(services_running)
+    trace = services_running["dir"] / "small.jsonl"
+    jobs = [
+        {"job_id": n, "arrival_time_s": 0.0, "job_type": job_type, "total_steps": 2000, "scale_factor": 1,
+         "priority_weight": 1.0, "slo_s": None, "command": "", "working_directory": "", "num_steps_arg": "",
+         "needs_data_dir": False}
+        for n, job_type in enumerate(
+            ("ResNet-18 (batch size 64)", "Transformer (batch size 16)", "Recommendation (batch size 2048)")
+        )
+    ]  # fmt: skip
+    trace.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    submitted = _gavel(services_running, "submit", "--trace", str(trace))
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    deadline = time.monotonic() + 120
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        answer = _gavel(services_running, "jobs", "--json", "--timeout-s", "20")
+        if answer.returncode == 0:
+            states = {str(row["id"]): row["state"] for row in json.loads(answer.stdout)}
+            if all(states.get(str(j["job_id"])) == "completed" for j in jobs):
+                break
+        time.sleep(1)
+    assert all(states.get(str(j["job_id"])) == "completed" for j in jobs), f"{states}\n{_logs(services_running)}"
+    letters = _gavel(services_running, "bus", "dead-letters", "--json")
+    assert letters.returncode == 0 and json.loads(letters.stdout) == [], letters.stdout
