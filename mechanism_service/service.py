@@ -54,13 +54,13 @@ from common.messages import (
     ThroughputEstimated,
     WorkerRegistered,
 )
-from common.errors import ServiceError
+from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
 from mechanism_service.clocks import LockstepClock
 from mechanism_service.core import status as status_core
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
-from mechanism_service.core.reducers import IsolatedLookup, LeaseResult, NewJob, PairLookup, apply_allocation
+from mechanism_service.core.reducers import IsolatedLookup, LeaseResult, NewJob, PairLookup, add_server, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
     RoundPlan,
@@ -109,6 +109,7 @@ class Memory:
     now_s: float = 0.0  # lockstep time
     shuffle: Shuffle | None = None
     commands: list[bytes] = dataclasses.field(default_factory=list)  # the last boundary's, encoded
+    worker_of: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)  # GPU id -> (worker, index)
     estimates: dict[str, str] = dataclasses.field(default_factory=dict)  # job id -> provenance
     observations: status_core.Observations = dataclasses.field(default_factory=status_core.Observations)
     allocations: dict[str, bytes] = dataclasses.field(default_factory=dict)  # replies replayed from the journal
@@ -136,6 +137,7 @@ class MechanismService:
         journal: Journal | None = None,
         round_timeout_s: float | None = None,
         deadlines: bool = True,
+        elastic_types: tuple[str, ...] = (),
     ) -> None:
         self._clock: Clock = LockstepClock() if lockstep else clock
         self._lockstep = lockstep
@@ -156,12 +158,16 @@ class MechanismService:
         # never reports must not stop the cluster); lockstep and virtual time wait for all.
         self._round_timeout_s = round_timeout_s
         self._deadlines = deadlines and not lockstep
+        # A live cluster grows as workers join: a job waits for a type that can run it rather
+        # than being refused because no such worker has joined yet.
+        self._elastic_types = elastic_types
         self.memory = Memory(shuffle=shuffle)
         self._bus: Bus | None = None
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self._pending_request: tuple[str, asyncio.Future[Message]] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
+        self.crashed = asyncio.Event()  # the round loop died: the host stops (a supervisor restarts us)
         self._log = log.bind(policy=policy, preset=settings.preset)
         self._commit_waiter: asyncio.Future[None] | None = None
         self._idle_boundaries = 0  # boundaries in a row that ran nothing while jobs waited
@@ -263,17 +269,19 @@ class MechanismService:
         w = d.message
         assert isinstance(w, WorkerRegistered)
         if any(w.worker_id == known for known, _ in self.memory.servers[w.accelerator_type]):
-            return  # registered already (a heartbeat-like repeat, or a redelivery)
-        if self.memory.state is not None:
-            self._log.warning("worker_ignored_after_start", worker_id=w.worker_id)  # elastic clusters: later
-            return
+            return  # registered already (a periodic re-announcement, or a redelivery)
         self._record("worker", d)
         self._apply_worker(w)
         self._wake.set()
         await self._durable()
 
     def _apply_worker(self, w: WorkerRegistered) -> None:
-        self.memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
+        memory = self.memory
+        memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
+        if memory.state is not None:  # joined a running cluster
+            ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._isolated, self._pair)
+            memory.worker_of.update({gpu: (w.worker_id, k) for k, gpu in enumerate(ids)})
+            self._log.info("worker_joined", worker_id=w.worker_id, accelerator_type=w.accelerator_type, gpus=w.gpu_count)
 
     async def on_submitted(self, d: Delivery) -> None:
         message = d.message
@@ -439,11 +447,11 @@ class MechanismService:
                 # 3. admit the jobs whose arrival has come
                 due = [j for j in memory.submitted if j.arrival_s <= now_s]
                 memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
-                for job, reason in admit_arrivals(state, due, settings, self._isolated, self._pair):
+                for job, reason in admit_arrivals(state, due, settings, self._isolated, self._pair, self._elastic_types):
                     memory.observations.rejected[job.job_id] = reason
                     await self._publish(JobRejected(job.job_id, reason), f"job-rejected:{job.job_id}")
-                # 4. allocation
-                reset = begin_reset(state, now_s, settings)
+                # 4. allocation (not for an empty cluster: there is nothing to allocate yet)
+                reset = sum(state.gpus.values()) > 0 and begin_reset(state, now_s, settings)
                 if reset:
                     await self._reallocate(state, now_s)
                 # 5. plan, journal, dispatch
@@ -457,6 +465,7 @@ class MechanismService:
             raise
         except Exception:
             self._log.exception("round_loop_crashed")
+            self.crashed.set()
             raise
         finally:
             self.stopped.set()
@@ -529,8 +538,14 @@ class MechanismService:
     def _ensure_state(self) -> MechanismState:
         memory = self.memory
         if memory.state is None:
-            gpus = {w: sum(g for _, g in servers) for w, servers in memory.servers.items()}
+            gpus = {w: sum(g for _, g in servers) for w, servers in memory.servers.items() if servers}
             memory.state = new_state(gpus, self._settings.gpus_per_server)
+            # GPU ids as new_state numbers them: types in sorted order, servers as registered
+            for w in memory.state.gpus:
+                gpu_ids = (i for server in memory.state.servers[w] for i in server)
+                for worker_id, count in memory.servers[w]:
+                    for k in range(count):
+                        memory.worker_of[next(gpu_ids)] = (worker_id, k)
         return memory.state
 
     def _collect_results(self) -> list[LeaseResult]:
@@ -586,7 +601,7 @@ class MechanismService:
             future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
             self._pending_request = (request_id, future)
             try:
-                await self._bus.publish(request)
+                await self._send_request(request)
                 reply = await self._await_reply(future, request_id)
             except Exception as e:  # noqa: BLE001 - degraded mode, said once
                 self._log.warning("allocation_unavailable", request_id=request_id, error=repr(e), action="keep last allocation")
@@ -602,7 +617,27 @@ class MechanismService:
         else:
             if reply is not None:
                 self._log.warning("allocation_failed", request_id=request_id, reason=getattr(reply, "reason", ""))
-            state.needs_allocation = False
+            # Degraded: keep the last allocation this round, and ask again at the next boundary.
+            state.needs_allocation = True
+
+    async def _send_request(self, request: Message) -> None:
+        """Publish an allocation request; while no policy service has ever attached (nothing
+        is bound to receive it), say so and keep trying."""
+        assert self._bus is not None
+        waited_s = 0.0
+        while True:
+            try:
+                await self._bus.publish(request)
+                if waited_s:
+                    self._log.info("policy_service_found", waited_s=waited_s)
+                return
+            except UnroutableError:
+                if waited_s == 0.0 or waited_s % 30.0 < 1.0:
+                    self._log.warning("policy_service_missing", waited_s=waited_s, action="waiting for a policy replica")
+                if not self._lockstep and waited_s >= self._allocation_timeout_s:
+                    raise
+                await asyncio.sleep(1.0)  # real time: a process has to start
+                waited_s += 1.0
 
     async def _await_reply(self, future: asyncio.Future[Message], request_id: str) -> Message:
         """Wait for the policy service. In lockstep and virtual time a round never passes without
@@ -670,20 +705,9 @@ class MechanismService:
         await self._bus.publish(command)  # mandatory: a command to a worker that left must fail loudly
 
     def _workers_of(self, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
-        """Core worker ids -> (server worker id, GPU indices on it), in the core's numbering:
-        types in sorted order, servers in registration order, consecutive ids."""
-        state = self.memory.state
-        assert state is not None
-        offset = 0
-        for w in state.gpus:
-            if w == placement.accelerator_type:
-                break
-            offset += state.gpus[w]
+        """GPU ids -> (worker id, GPU indices on that worker), in placement order."""
         by_server: dict[str, list[int]] = {}
-        per_server = self._settings.gpus_per_server
-        servers = self.memory.servers[placement.accelerator_type]
-        for core_id in placement.worker_ids:
-            local = core_id - offset
-            worker_id = servers[local // per_server][0]
-            by_server.setdefault(worker_id, []).append(local % per_server)
+        for gpu in placement.worker_ids:
+            worker_id, index = self.memory.worker_of[gpu]
+            by_server.setdefault(worker_id, []).append(index)
         return [(worker_id, tuple(gpus)) for worker_id, gpus in by_server.items()]

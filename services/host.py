@@ -206,22 +206,32 @@ class ServiceHost:
         await self._bus.close()
         log.info("host_stopped")
 
-    async def run_until_stopped(self, signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
-        """Start, serve until a signal or ``request_stop()``, then shut down gracefully."""
+    async def run_until_stopped(self, signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> bool:
+        """Start, serve until a signal, ``request_stop()`` or a service's crash (a service may
+        expose a ``crashed`` asyncio.Event), then shut down gracefully. True if one crashed."""
         loop = asyncio.get_running_loop()
         installed = []
+        crashed: list[str] = []
         for sig in signals:
             loop.add_signal_handler(sig, self._on_signal, sig)
             installed.append(sig)
         try:
             try:
                 await self.start()
-                await self._stop_requested.wait()
+                waits = [asyncio.ensure_future(self._stop_requested.wait())]
+                waits += [asyncio.ensure_future(s.crashed.wait()) for s in self._services if hasattr(s, "crashed")]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
+                crashed = [s.name for s in self._services if getattr(s, "crashed", None) is not None and s.crashed.is_set()]
+                if crashed:
+                    log.error("service_crashed", services=crashed, action="stopping the host")
             finally:
                 await self.stop()  # signals stay handled meanwhile: a second one forces it
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+        return bool(crashed)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("signal_received", signal=sig.name)

@@ -81,6 +81,7 @@ class MechanismState:
     previous_assignment: dict[Entry, Placement] = field(default_factory=dict)
     round_start_s: float = 0.0  # start of the round whose leases are being settled
     next_index: int = 0
+    next_worker_id: int = 0
     completed: list[JobState] = field(default_factory=list)  # in completion order
     resets: int = 0
     policy_state: str = ""  # the policy's opaque continuation, sent back with the next request
@@ -110,4 +111,4 @@ def new_state(gpus_by_type: dict[str, int], gpus_per_server: int = 1) -> Mechani
             servers[accelerator_type].append(list(range(next_id, next_id + gpus_per_server)))
             next_id += gpus_per_server
         gpus[accelerator_type] = count
-    return MechanismState(gpus=gpus, servers=servers, type_time_s=dict.fromkeys(gpus, 0.0))
+    return MechanismState(gpus=gpus, servers=servers, type_time_s=dict.fromkeys(gpus, 0.0), next_worker_id=next_id)

@@ -4,7 +4,7 @@ allocation, and settling a finished round. Section numbers refer to docs/gavel-s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mechanism_service.core.model import Entry, EntryLedger, JobState, MechanismState, Placement
@@ -28,23 +28,77 @@ class NewJob:
     entity: str | None = None
 
 
-def admission_problem(gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup) -> str:
+def _rate(isolated: IsolatedLookup, job_type: str, scale_factor: int, accelerator_type: str) -> float:
+    """Steps/s, 0 where the table has no measurement (the job cannot run there)."""
+    try:
+        return isolated(job_type, scale_factor, accelerator_type)
+    except Exception:  # noqa: BLE001 - the table's ProblemError: not measured there
+        return 0.0
+
+
+def admission_problem(
+    gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup, *, elastic_types: Sequence[str] = ()
+) -> str:
     """Why a submission can never run here ("" when it can): the mechanism refuses it at once
-    instead of letting it wait forever (Gavel would hang on it)."""
+    instead of letting it wait forever (Gavel would hang on it).
+
+    ``elastic_types``: on a cluster that grows as workers join, every accelerator type the
+    throughput table knows; the job is refused only if it runs on none of them at its size."""
     if job.total_steps <= 0:
         return f"total_steps must be positive, got {job.total_steps}"
     if job.scale_factor < 1:
         return f"scale_factor must be >= 1, got {job.scale_factor}"
-    try:
-        runnable = [w for w in gpus if isolated(job.job_type, job.scale_factor, w) > 0]
-    except Exception as e:  # noqa: BLE001 - the table names the unknown job type
-        return str(e)
-    if not any(gpus[w] >= job.scale_factor for w in runnable):
+    types = list(dict.fromkeys([*gpus, *elastic_types]))
+    rates = {w: _rate(isolated, job.job_type, job.scale_factor, w) for w in types}
+    if not any(rate > 0 for rate in rates.values()):
+        try:  # let the table say what it does not know (the job type, or this size of it)
+            for w in types:
+                isolated(job.job_type, job.scale_factor, w)
+        except Exception as e:  # noqa: BLE001
+            return str(e)
+        return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
+    if elastic_types:
+        return ""  # it runs on some type; enough GPUs of it may join
+    if not any(gpus[w] >= job.scale_factor for w in gpus if rates[w] > 0):
         return (
             f"{job.scale_factor} GPUs of one type are needed, and no accelerator type where "
             f"{job.job_type!r} runs has that many"
         )
     return ""
+
+
+def add_server(
+    state: MechanismState,
+    accelerator_type: str,
+    gpus: int,
+    settings: MechanismSettings,
+    isolated: IsolatedLookup,
+    pair: PairLookup,
+) -> list[int]:
+    """A worker (server) joins a running cluster: its GPUs get the next ids; a new accelerator type
+    gets a time ledger in every entry (seeded like a reset) and throughputs from the table. The
+    allocation is recomputed at the next allowed boundary."""
+    ids = list(range(state.next_worker_id, state.next_worker_id + gpus))
+    state.next_worker_id += gpus
+    if accelerator_type not in state.gpus:
+        state.gpus[accelerator_type] = 0
+        state.servers[accelerator_type] = []
+        state.type_time_s[accelerator_type] = settings.seed_s * len(state.entries)
+        for entry, ledger in state.entries.items():
+            jobs = [state.jobs[i] for i in entry]
+            if len(entry) == 1:
+                ledger.throughputs[accelerator_type] = (_rate(isolated, jobs[0].job_type, jobs[0].scale_factor, accelerator_type),)
+            else:
+                packed = pair(jobs[0].job_type, jobs[1].job_type, jobs[0].scale_factor, accelerator_type)
+                ledger.throughputs[accelerator_type] = tuple(packed) if packed is not None else (0.0, 0.0)
+            ledger.received_s[accelerator_type] = settings.seed_s
+            ledger.deficit_s[accelerator_type] = 0.0
+        for job in state.jobs.values():
+            job.gpu_seconds_by_type.setdefault(accelerator_type, 0.0)
+    state.gpus[accelerator_type] += gpus
+    state.servers[accelerator_type].append(ids)
+    state.needs_allocation = True
+    return ids
 
 
 def admit(
@@ -73,7 +127,7 @@ def admit(
     # The single entry first, then its pairs with every active job of the same scale factor,
     # oldest partner first: this order breaks ties in the planner.
     state.entries[(index,)] = EntryLedger(
-        throughputs={w: (isolated(job.job_type, job.scale_factor, w),) for w in types},
+        throughputs={w: (_rate(isolated, job.job_type, job.scale_factor, w),) for w in types},
         received_s=dict.fromkeys(types, settings.seed_s),
         deficit_s=dict.fromkeys(types, 0.0),
     )
@@ -203,7 +257,7 @@ def settle_round(
             job = state.jobs[i]
             job.steps_done += steps
             job.failures = 0
-            job.gpu_seconds_by_type[w] += share_s
+            job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
         ledger = state.entries.get(result.entry)
         if ledger is not None:
             ledger.received_s[w] += exec_s

@@ -13,7 +13,7 @@ Pure except for mutating the MechanismState it is given.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,11 +88,12 @@ def admit_arrivals(
     settings: MechanismSettings,
     isolated: IsolatedLookup,
     pair: PairLookup,
+    elastic_types: Sequence[str] = (),
 ) -> list[tuple[NewJob, str]]:
     """Admit the runnable jobs; return the refused ones with the reason."""
     refused = []
     for job in jobs:
-        problem = admission_problem(state.gpus, job, isolated)
+        problem = admission_problem(state.gpus, job, isolated, elastic_types=elastic_types)
         if problem:
             refused.append((job, problem))
         else:

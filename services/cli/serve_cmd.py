@@ -128,6 +128,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     journal=Journal(journal_path) if journal_path else None,
                     round_timeout_s=None if args.lockstep else args.round_s * 1.5 + 60.0,
                     deadlines=not args.lockstep and not args.time_scale,
+                    elastic_types=() if args.lockstep else table.accelerator_types,
                 )
             )
         elif name == "estimator":
@@ -165,10 +166,12 @@ async def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     health_file = args.health_file or settings.health_file
     writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
     try:
-        await host.run_until_stopped()
+        crashed = await host.run_until_stopped()
     finally:
         if writer is not None:
             writer.cancel()
+    if crashed:
+        raise CommandFailed("a service crashed (see its round_loop_crashed event); a supervisor should restart it")
     return 0
 
 

@@ -135,6 +135,28 @@ def test_admit_arrivals_admits_the_runnable_in_order_and_returns_the_refused_wit
 
     refused = admit_arrivals(s, jobs, GAVEL, isolated, pair)
 
-    reason = "1 GPUs of one type are needed, and no accelerator type where 'nok80' runs has that many"
+    reason = "'nok80' on 1 GPUs runs on no accelerator type here"
     assert refused == [(jobs[1], reason)]
     assert [(j.index, j.job_id) for j in s.jobs.values()] == [(0, "x"), (1, "z")]
+
+
+def test_an_elastic_cluster_refuses_only_jobs_no_known_type_could_ever_run():
+    table_types = ("k80", "v100")
+    empty: dict[str, int] = {}
+    assert admission_problem(empty, NewJob("x", "nok80", 1, 10, 0.0), isolated, elastic_types=table_types) == ""
+    assert admission_problem({"k80": 1}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types) == ""
+    assert "'zzz'" in admission_problem(empty, NewJob("x", "zzz", 1, 10, 0.0), isolated, elastic_types=table_types)
+
+
+def test_a_server_joining_adds_gpus_and_a_ledger_for_its_new_type():
+    from mechanism_service.core.reducers import add_server
+
+    s = state(k80=2).jobs(2).build()
+    ids = add_server(s, "v100", 2, GAVEL, isolated, pair)
+    assert ids == [2, 3] and s.gpus == {"k80": 2, "v100": 2} and s.servers["v100"] == [[2, 3]]
+    assert s.needs_allocation
+    for ledger in s.entries.values():
+        assert ledger.received_s["v100"] == 180.0 and ledger.deficit_s["v100"] == 0.0
+        assert ledger.throughputs["v100"][0] > 0
+    assert s.type_time_s["v100"] == 180.0 * len(s.entries)
+    assert add_server(s, "v100", 1, GAVEL, isolated, pair) == [4] and s.gpus["v100"] == 3

@@ -14,6 +14,7 @@ def test_one_gpu_per_server_numbers_types_in_sorted_name_order_with_consecutive_
         gpus={"k80": 4, "p100": 3, "v100": 2},
         servers={"k80": [[0], [1], [2], [3]], "p100": [[4], [5], [6]], "v100": [[7], [8]]},
         type_time_s={"k80": 0.0, "p100": 0.0, "v100": 0.0},
+        next_worker_id=9,
     )
     assert s.accelerator_types == ("k80", "p100", "v100")  # registration order, not the caller's
 
@@ -25,6 +26,7 @@ def test_four_gpus_per_server_fill_each_server_before_the_next():
         gpus={"k80": 8, "v100": 4},
         servers={"k80": [[0, 1, 2, 3], [4, 5, 6, 7]], "v100": [[8, 9, 10, 11]]},
         type_time_s={"k80": 0.0, "v100": 0.0},
+        next_worker_id=12,
     )
     assert s.accelerator_types == ("k80", "v100")
 

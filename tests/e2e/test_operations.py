@@ -1,0 +1,119 @@
+"""Operating the services as processes: any start order, status from the command line, health
+files, refusals before publishing, submissions kept while the mechanism is down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker import delete_topology
+from tests.support.processes import ROOT, Cluster
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.broker
+
+QUEUES = (
+    "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
+    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.submissions",
+    "fleet.commands",
+)
+
+
+@pytest.fixture
+def cluster(broker_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(broker_url, tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        asyncio.run(delete_topology(broker_url, c.exchange, QUEUES))
+
+
+def gavel(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=60
+    )
+
+
+def status(cluster: Cluster, *args: str) -> object:
+    out = gavel(cluster, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+async def test_any_start_order_status_commands_and_health(cluster, tmp_path):
+    health = tmp_path / "mechanism.health"
+    # the mechanism first: no fleet, no policy, no jobs yet
+    cluster.start(
+        "mechanism", "serve", "mechanism", "--journal", str(tmp_path / "journal.sqlite"), "--health-file", str(health),
+        "--time-scale", "1000",
+    )
+    await eventually(lambda: gavel(cluster, "health", str(health)).returncode == 0, timeout_s=30, poll_s=0.2)
+    assert status(cluster, "cluster")["jobs_active"] == 0
+    cluster.start("estimator", "serve", "estimator")
+    await eventually(lambda: "host_ready" in (tmp_path / "estimator.log").read_text(), timeout_s=30, poll_s=0.2)
+
+    # a job while no policy service and no worker exists: accepted and kept
+    out = gavel(cluster, "submit", "--job-type", "ResNet-18 (batch size 64)", "--steps", "2000", "--job-id", "early")
+    assert out.returncode == 0 and out.stdout.strip() == "early", out.stderr
+    await eventually(lambda: any(r["id"] == "early" for r in status(cluster, "jobs")), timeout_s=30, poll_s=0.3)
+
+    # then the rest
+    cluster.start("policy", "serve", "policy", "--solving", "inline")
+    cluster.start("fleet", "serve", "fleet", "--cluster", "v100=2,p100=2,k80=2", "--time-scale", "1000")
+
+    def completed() -> bool:
+        return any(r["id"] == "early" and r["state"] == "completed" for r in status(cluster, "jobs"))
+
+    await eventually(completed, timeout_s=90, poll_s=0.5)
+    job = status(cluster, "job", "early")
+    assert job["steps_done"] == job["steps_total"] == 2000
+    assert job["rounds"] and job["throughput_provenance"] == "oracle"
+    workers = status(cluster, "workers")
+    assert sorted(w["worker_id"] for w in workers) == ["k80-0", "k80-1", "p100-0", "p100-1", "v100-0", "v100-1"]
+    cluster_view = status(cluster, "cluster")
+    assert cluster_view["capacity_gpus"] == {"k80": 2, "p100": 2, "v100": 2}
+    assert cluster_view["last_solve_s"] is not None
+    log = (tmp_path / "mechanism.log").read_text()
+    assert "policy_service_missing" in log or "allocation_unavailable" in log  # it said why it waited
+
+    # a submission that skipped the command's checks is refused by the mechanism, with the reason
+    from common.config import BusSettings
+    from common.messages import JobSpec, JobSubmitted
+    from services.bus.rabbit import RabbitBus
+
+    rogue = RabbitBus(BusSettings(kind="amqp", amqp_url=cluster.url, exchange=cluster.exchange), source="rogue")
+    await rogue.start()
+    await rogue.publish(JobSubmitted(JobSpec("rogue", "GPT-7", 100)))
+    await rogue.close()
+
+    def refused() -> bool:
+        return any(r["id"] == "rogue" and r["state"] == "rejected" and "GPT-7" in r["reason"] for r in status(cluster, "jobs"))
+
+    await eventually(refused, timeout_s=30, poll_s=0.3)
+
+
+def test_bad_submissions_are_refused_before_publishing(cluster):
+    for args, message in (
+        (("--job-type", "GPT-7", "--steps", "10"), "unknown job type 'GPT-7'"),
+        (("--job-type", "A3C", "--steps", "0"), "--steps: must be positive"),
+        (("--job-type", "ResNet-50 (batch size 64)", "--steps", "5", "--scale-factor", "64"), "64 GPUs is more than"),
+        (("--trace", "/no/such.trace"), "--trace: "),
+    ):
+        out = gavel(cluster, "submit", *args)
+        assert out.returncode == 2, (args, out.stderr)
+        lines = [line for line in out.stderr.strip().splitlines() if not line.startswith("{")]  # info events aside
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+
+
+def test_status_without_a_mechanism_says_so(cluster):
+    out = gavel(cluster, "jobs", "--timeout-s", "2")
+    assert out.returncode == 1
+    # (the environment asks for info events, which come before the one line that matters)
+    assert out.stderr.strip().splitlines()[-1] == "gavel: the mechanism is not running (nothing receives status requests)"

@@ -1,0 +1,62 @@
+"""Services as OS processes for end-to-end tests: start, stop, kill, read their logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Cluster:
+    """Processes of one test, on a private exchange; all killed and cleaned up at the end."""
+
+    def __init__(self, url: str, workdir: Path) -> None:
+        self.url = url
+        self.exchange = f"gavel-e2e-{uuid.uuid4().hex[:8]}"
+        self.workdir = workdir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")},
+            "GAVEL_AMQP_URL": url,
+            "GAVEL_EXCHANGE": self.exchange,
+            "GAVEL_LOG_FORMAT": "json",
+            "GAVEL_LOG_LEVEL": "info",
+        }
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.processes[name] = process
+        return process
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def kill(self, name: str) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.processes.clear()
+
+    def logs(self) -> str:
+        return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))
