@@ -84,8 +84,15 @@ class Bus(Protocol):
         """Publish (durably, confirmed where the transport can) and return the message id."""
         ...
 
-    async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
-        """Publish many with several in flight at once; returns their ids in order."""
+    async def publish_many(
+        self,
+        messages: Iterable[Message],
+        *,
+        source: str | None = None,
+        on_confirmed: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """Publish many with several in flight at once; returns their ids in order.
+        ``on_confirmed(n)`` is called as confirms come in, with how many so far (progress bars)."""
         ...
 
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:

@@ -27,6 +27,13 @@ class ScaledClock:
     async def sleep(self, duration_s: float) -> None:
         await asyncio.sleep(max(0.0, duration_s) / self._scale)
 
+    def advance_to(self, time_s: float) -> None:
+        """Never earlier than ``time_s`` from now on (a restarted process resumes its journal's
+        time; the time it was down is not counted)."""
+        behind_s = time_s - self.now_s()
+        if behind_s > 0:
+            self._start_s += behind_s
+
 
 class LockstepClock:
     def __init__(self, start_s: float = 0.0) -> None:

@@ -2,11 +2,13 @@
 
 Two tables:
 - ``events``: every input the mechanism accepted (a worker registered, a job submitted, a lease's
-  progress, an allocation), as the wire bytes it arrived in, appended *before* the message is
-  acknowledged. Append-only: it is also the audit trail the fault tests check invariants on.
-- ``snapshot``: one row, the mechanism's whole memory after its last round boundary (pickled:
-  a local file the mechanism itself wrote), written *before* the boundary's commands are
-  published, with the last event it includes.
+  progress, an allocation), as the wire bytes it arrived in, with the mechanism's time of
+  acceptance (``at_s``: a live job's arrival), appended *before* the message is acknowledged.
+  Append-only: it is also the audit trail the fault tests check invariants on.
+- ``snapshot``: one row, the mechanism's whole memory at a round boundary (pickled: a local file
+  the mechanism itself wrote), written *before* the boundary's commands are published, with the
+  last event it includes. Boundaries that only admit jobs (a trace arriving) skip it: replaying
+  their submissions admits the same jobs in the same order.
 
 A restarted mechanism loads the snapshot, replays the events after it through the same
 handlers, re-publishes the commands of the boundary it was in (same lease ids: workers and the
@@ -36,18 +38,21 @@ class Journal:
         self._db = sqlite3.connect(self.path, isolation_level=None)  # autocommit: one statement, one commit
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={sync.upper()}")
-        self._db.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, body BLOB NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, body BLOB NOT NULL, at_s REAL)"
+        )
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), last_seq INTEGER NOT NULL, body BLOB NOT NULL)"
         )
         self._in_transaction = False
+        self.snapshot_seq = self._snapshot_seq()
 
-    def append(self, kind: str, body: bytes) -> int:
+    def append(self, kind: str, body: bytes, at_s: float | None = None) -> int:
         """Add an event to the open transaction (durable once ``commit`` returns)."""
         if not self._in_transaction:
             self._db.execute("BEGIN")
             self._in_transaction = True
-        cursor = self._db.execute("INSERT INTO events (kind, body) VALUES (?, ?)", (kind, body))
+        cursor = self._db.execute("INSERT INTO events (kind, body, at_s) VALUES (?, ?, ?)", (kind, body, at_s))
         return int(cursor.lastrowid or 0)
 
     @property
@@ -70,12 +75,18 @@ class Journal:
         if not self._in_transaction:
             self._db.execute("BEGIN")
             self._in_transaction = True
+        last_seq = self.last_seq()
         self._db.execute(
             "INSERT INTO snapshot (id, last_seq, body) VALUES (1, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET last_seq = excluded.last_seq, body = excluded.body",
-            (self.last_seq(), body),
+            (last_seq, body),
         )
         self.commit()
+        self.snapshot_seq = last_seq
+
+    def _snapshot_seq(self) -> int:
+        row = self._db.execute("SELECT last_seq FROM snapshot WHERE id = 1").fetchone()
+        return 0 if row is None else int(row[0])
 
     def load_snapshot(self) -> tuple[Any | None, int]:
         """(memory, the last event it includes) or (None, 0) for a new journal."""
@@ -84,8 +95,9 @@ class Journal:
             return None, 0
         return pickle.loads(row[1]), int(row[0])  # noqa: S301 - our own file, written by us
 
-    def events(self, after_seq: int = 0, kind: str | None = None) -> Iterator[tuple[int, str, bytes]]:
-        query = "SELECT seq, kind, body FROM events WHERE seq > ?"
+    def events(self, after_seq: int = 0, kind: str | None = None) -> Iterator[tuple[int, str, bytes, float | None]]:
+        """(seq, kind, body, at_s) in order."""
+        query = "SELECT seq, kind, body, at_s FROM events WHERE seq > ?"
         params: tuple[Any, ...] = (after_seq,)
         if kind is not None:
             query += " AND kind = ?"

@@ -56,7 +56,7 @@ from common.messages import (
 )
 from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
-from mechanism_service.clocks import LockstepClock
+from mechanism_service.clocks import LockstepClock, ScaledClock
 from mechanism_service.core import status as status_core
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
@@ -79,6 +79,7 @@ from mechanism_service.journal import Journal
 log = structlog.get_logger("gavel.mechanism")
 
 NO_DEADLINE_S = 1e18  # finite (the wire refuses infinities), and far beyond any clock
+SNAPSHOT_EVERY_EVENTS = 5_000  # at most this many inputs replayed after a restart (plus a round's)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class MechanismService:
         round_timeout_s: float | None = None,
         deadlines: bool = True,
         elastic_types: tuple[str, ...] = (),
+        admission_batch_s: float = 0.0,
     ) -> None:
         self._clock: Clock = LockstepClock() if lockstep else clock
         self._lockstep = lockstep
@@ -161,6 +163,9 @@ class MechanismService:
         # A live cluster grows as workers join: a job waits for a type that can run it rather
         # than being refused because no such worker has joined yet.
         self._elastic_types = elastic_types
+        # Live: wait this long (wall time) after a submission wakes an idle loop, so a burst is
+        # admitted by one boundary. Virtual and lockstep time need none (nothing races them).
+        self._admission_batch_s = admission_batch_s
         self.memory = Memory(shuffle=shuffle)
         self._bus: Bus | None = None
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
@@ -230,9 +235,9 @@ class MechanismService:
 
     # -- handlers: journal what arrived, wake the loop --------------------------------------------
 
-    def _record(self, kind: str, d: Delivery) -> None:
+    def _record(self, kind: str, d: Delivery, at_s: float | None = None) -> None:
         if self._journal is not None:
-            self._journal.append(kind, self._wire(d))
+            self._journal.append(kind, self._wire(d), at_s)
 
     async def _durable(self) -> None:
         """Return once what was recorded is committed (one commit for every handler waiting)."""
@@ -292,17 +297,20 @@ class MechanismService:
             assert isinstance(message, JobSubmitted)
             if message.spec.job_id in self.memory.known_jobs:
                 return  # a duplicate submission (a retried publish, a resubmitted trace): absorbed
-            self._record("submitted", d)
-            self._apply_submission(message)
+            arrival_s = self._arrival_s(message)
+            self._record("submitted", d, None if self._lockstep else arrival_s)  # a replay's are in the trace
+            self._apply_submission(message, arrival_s)
         self._wake.set()
         await self._durable()
 
-    def _apply_submission(self, message: JobSubmitted) -> None:
-        spec = message.spec
-        self.memory.known_jobs.add(spec.job_id)
+    def _arrival_s(self, message: JobSubmitted) -> float:
         # Lockstep replays take the trace's arrival times; a live cluster counts from when the
         # job reached it (the submitter's clock is not ours: another host, or unscaled time).
-        arrival_s = spec.submit_time_s if self._lockstep else self._clock.now_s()
+        return message.spec.submit_time_s if self._lockstep else self._clock.now_s()
+
+    def _apply_submission(self, message: JobSubmitted, arrival_s: float) -> None:
+        spec = message.spec
+        self.memory.known_jobs.add(spec.job_id)
         self.memory.submitted.append(
             NewJob(
                 spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, arrival_s,
@@ -377,15 +385,15 @@ class MechanismService:
         memory, last_seq = journal.load_snapshot()
         if memory is not None:
             self.memory = memory
-        if isinstance(self._clock, LockstepClock):
-            self._clock.advance_to(self.memory.now_s)
+        latest_s = self.memory.now_s
         replayed = 0
-        for _, kind, body in journal.events(after_seq=last_seq):
+        for _, kind, body, at_s in journal.events(after_seq=last_seq):
             message = DEFAULT_CODEC.decode(body).message
             if kind == "worker" and isinstance(message, WorkerRegistered):
                 self._apply_worker(message)
             elif kind == "submitted" and isinstance(message, JobSubmitted):
-                self._apply_submission(message)
+                self._apply_submission(message, self._arrival_s(message) if at_s is None else at_s)
+                latest_s = max(latest_s, at_s or 0.0)
             elif kind == "sealed" and isinstance(message, SubmissionsSealed):
                 self.memory.sealed = (self.memory.sealed or 0) + message.count
             elif kind == "progress" and isinstance(message, JobProgress) and self._accepts(message):
@@ -393,6 +401,10 @@ class MechanismService:
             elif kind == "allocation":
                 self.memory.allocations[getattr(message, "request_id", "")] = body
             replayed += 1
+        if isinstance(self._clock, (LockstepClock, ScaledClock)):
+            # these clocks start at 0 in every process: carry on from the journal's time (a
+            # scaled cluster loses the time it was down; the wall clock needs nothing)
+            self._clock.advance_to(latest_s)
         if memory is not None or replayed:
             self._log.info(
                 "mechanism_recovered", journal=str(journal.path), snapshot=memory is not None, events_replayed=replayed,
@@ -432,6 +444,9 @@ class MechanismService:
                         self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
                 else:
                     await self._wait_when_idle()
+                    if self._admission_batch_s and memory.submitted:
+                        # a burst of submissions (a trace) is admitted by one boundary, not one each
+                        await asyncio.sleep(self._admission_batch_s)
                 await self._clock.sleep(0)  # everything else due at this instant first
                 now_s = self._clock.now_s()
                 memory.last_boundary_s = memory.now_s = now_s
@@ -458,7 +473,7 @@ class MechanismService:
                 assert memory.shuffle is not None
                 plan = open_round(state, now_s, settings, memory.shuffle)
                 memory.round_clock.dispatched_at_s = now_s
-                await self._dispatch(state, plan, now_s, reset)
+                await self._dispatch(state, plan, now_s, bool(reset), settled=bool(results))
                 if plan.assignment:
                     self._idle_boundaries = 0
         except asyncio.CancelledError:
@@ -652,7 +667,7 @@ class MechanismService:
                     self._log.warning("waiting_for_policy_service", request_id=request_id, waited_s=waiting_s)
         return await asyncio.wait_for(future, self._allocation_timeout_s)
 
-    async def _dispatch(self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool) -> None:
+    async def _dispatch(self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool, *, settled: bool) -> None:
         memory = self.memory
         assignment = plan.assignment
         commands: list[Message] = []
@@ -691,14 +706,22 @@ class MechanismService:
                          j.job_id for j in jobs if j is not job]}
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
+        had_commands = bool(memory.commands)
         memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
-        if self._journal is not None:
+        if self._journal is not None and (settled or reset or commands or had_commands or self._replay_too_long()):
             self._journal.save_snapshot(memory)
         for command in commands:
             await self._publish_command(command)
         if assignment:
             started = RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments))
             await self._publish(started, f"round-started:{round_id}")
+
+    def _replay_too_long(self) -> bool:
+        """A boundary that only admitted jobs may skip its snapshot (replaying the submissions
+        admits them again, in order: pickling the whole memory per arrival would make ingest
+        quadratic), but not so often that a restart replays without end."""
+        assert self._journal is not None
+        return self._journal.last_seq() - self._journal.snapshot_seq >= SNAPSHOT_EVERY_EVENTS
 
     async def _publish_command(self, command: Message) -> None:
         assert self._bus is not None

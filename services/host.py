@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import dataclasses
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import structlog
@@ -74,8 +74,14 @@ class ServiceBus:
             mandatory=mandatory,
         )
 
-    async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
-        return await self._bus.publish_many(messages, source=source or self.service_name)
+    async def publish_many(
+        self,
+        messages: Iterable[Message],
+        *,
+        source: str | None = None,
+        on_confirmed: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        return await self._bus.publish_many(messages, source=source or self.service_name, on_confirmed=on_confirmed)
 
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
         await self._bus.publish_raw(routing_key, body, mandatory=mandatory)

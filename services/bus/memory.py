@@ -387,8 +387,19 @@ class InMemoryBus:
                 broker.enqueue(q, _Item(message, envelope, None, key))
         return message_id
 
-    async def publish_many(self, messages: Iterable[Message], *, source: str | None = None) -> list[str]:
-        return [await self.publish(m, source=source) for m in messages]
+    async def publish_many(
+        self,
+        messages: Iterable[Message],
+        *,
+        source: str | None = None,
+        on_confirmed: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        ids = []
+        for m in messages:
+            ids.append(await self.publish(m, source=source))
+            if on_confirmed is not None:
+                on_confirmed(len(ids))
+        return ids
 
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
         self._check_open()

@@ -129,6 +129,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     round_timeout_s=None if args.lockstep else args.round_s * 1.5 + 60.0,
                     deadlines=not args.lockstep and not args.time_scale,
                     elastic_types=() if args.lockstep else table.accelerator_types,
+                    admission_batch_s=0.0 if args.lockstep else 0.05,
                 )
             )
         elif name == "estimator":

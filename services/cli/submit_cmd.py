@@ -118,12 +118,15 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
         await bus.declare(SUBMISSION_QUEUE, SUBMISSION_BINDINGS)
         progress = ProgressBar("submit", sys.stderr, simulated=False) if len(specs) > 1 else None
         publishing = time.monotonic()
-        window = 512
-        for start in range(0, len(specs), window):
-            batch = [JobSubmitted(spec) for spec in specs[start : start + window]]
-            await bus.publish_many(batch)
-            if progress is not None:
-                progress(0.0, min(start + window, len(specs)), len(specs))
+        total = len(specs)
+        every = max(1, total // 200)  # the bar redraws ~200 times, not once per confirm
+
+        def confirmed(n: int) -> None:
+            if progress is not None and (n % every == 0 or n == total):
+                progress(0.0, n, total)
+
+        # one stream with a window of confirms in flight (batches would drain the window each time)
+        await bus.publish_many([JobSubmitted(spec) for spec in specs], on_confirmed=confirmed)
         if args.trace:
             await bus.publish(SubmissionsSealed(args.trace, len(specs)))
         publish_s = time.monotonic() - publishing

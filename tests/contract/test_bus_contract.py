@@ -293,3 +293,39 @@ async def test_a_declared_queue_keeps_messages_until_its_consumer_comes(harness)
     await consumer.subscribe("mechanism.submissions", ["job.submitted"], got)
     await got.wait_for_count(3)
     assert job_ids(got) == ["0", "1", "2"]
+
+
+async def test_publish_many_keeps_order_and_reports_confirms(harness):
+    bus = await harness.connect()
+    got = Collector()
+    await bus.subscribe("many", ["job.submitted"], got, prefetch=100)
+    confirmed: list[int] = []
+    ids = await bus.publish_many([submitted(i) for i in range(700)], on_confirmed=confirmed.append)
+    assert len(set(ids)) == 700
+    assert confirmed == list(range(1, 701))  # every confirm counted once, the last one is all of them
+    await got.wait_for_count(700)
+    assert job_ids(got) == [str(i) for i in range(700)]
+    assert [d.envelope.message_id for d in got.deliveries] == ids
+
+
+async def test_handlers_finishing_out_of_order_all_get_acknowledged(harness):
+    """Many handlers at once finish in another order than they started (RabbitMQ acknowledges
+    runs of them with one frame): after a cancel, nothing handled comes back."""
+    bus = await harness.connect()
+    handled: list[str] = []
+
+    async def uneven(d: Delivery) -> None:
+        for _ in range(int(d.message.spec.job_id) % 7):  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
+        handled.append(d.message.spec.job_id)  # type: ignore[attr-defined]
+
+    sub = await bus.subscribe("uneven", ["job.submitted"], uneven, prefetch=64, concurrency=16)
+    await bus.publish_many([submitted(i) for i in range(400)])
+    await eventually(lambda: len(handled) == 400)
+    assert handled != sorted(handled, key=int)  # they really finished out of order
+    await sub.cancel(timeout_s=10)
+    after = Collector()
+    await bus.subscribe("uneven", ["job.submitted"], after)
+    await bus.publish(submitted(1000))
+    await after.wait_for_count(1)
+    assert job_ids(after) == ["1000"]  # no redelivery of anything already handled
