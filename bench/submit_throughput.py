@@ -128,6 +128,10 @@ def main() -> int:
     parser.add_argument("--amqp", default=os.environ.get("GAVEL_AMQP_URL", DEFAULT_AMQP_URL))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    from common.config import LogSettings
+    from services.logging import configure_logging
+
+    configure_logging(LogSettings(level="warning"))  # the cleanup's connection notes are noise here
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         trace = workdir / "trace.trace"
@@ -142,15 +146,20 @@ def main() -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    def verdict(per_s: float) -> str:
+        return f">= {TARGET_PER_S:,} " + ("ok" if per_s >= TARGET_PER_S else "MISSED")
+
     print(f"gavel submit --trace of {args.jobs:,} jobs through RabbitMQ, median of {args.runs}")
-    ok = "ok" if report["publish_per_s"] >= TARGET_PER_S else "MISSED"
-    print("  live: the mechanism ingesting while the trace is published")
-    print(f"    submissions/s, publishing (persistent, confirmed):   {report['publish_per_s']:>9,.0f}  >= {TARGET_PER_S:,} {ok}")
+    print("  backlog: submitted while the mechanism is down, then taken in")
+    print(f"    submissions/s, publishing (persistent, confirmed):   {report['publish_no_consumer_per_s']:>9,.0f}  "
+          f"{verdict(report['publish_no_consumer_per_s'])}")
+    print(f"    mechanism ingest/s of the backlog:                   {report['ingest_backlog_per_s']:>9,.0f}")
+    print("  live: the mechanism ingesting on the same machine while the trace is published")
+    print(f"    submissions/s, publishing (persistent, confirmed):   {report['publish_per_s']:>9,.0f}  "
+          f"{verdict(report['publish_per_s'])}")
     print(f"    submissions/s, whole command (process start too):    {report['command_per_s']:>9,.0f}")
     print(f"    mechanism ingest/s (consumed, journaled, acked):     {report['ingest_live_per_s']:>9,.0f}")
-    print("  backlog: submitted while the mechanism was down, then taken in")
-    print(f"    submissions/s, publishing, nobody consuming:         {report['publish_no_consumer_per_s']:>9,.0f}")
-    print(f"    mechanism ingest/s of the backlog:                   {report['ingest_backlog_per_s']:>9,.0f}")
+    print(f"  ({os.cpu_count()} CPUs shared by the broker, the submitter and, when live, the mechanism)")
     return 0
 
 

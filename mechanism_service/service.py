@@ -79,7 +79,7 @@ from mechanism_service.journal import Journal
 log = structlog.get_logger("gavel.mechanism")
 
 NO_DEADLINE_S = 1e18  # finite (the wire refuses infinities), and far beyond any clock
-SNAPSHOT_EVERY_EVENTS = 5_000  # at most this many inputs replayed after a restart (plus a round's)
+SNAPSHOT_EVERY_EVENTS = 20_000  # at most this many inputs replayed after a restart (~2 s), plus a round's
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
