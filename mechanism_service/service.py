@@ -79,6 +79,7 @@ from mechanism_service.journal import Journal
 log = structlog.get_logger("gavel.mechanism")
 
 NO_DEADLINE_S = 1e18  # finite (the wire refuses infinities), and far beyond any clock
+STATUS_PART_CHARS = 60_000  # under the codec's 64 KiB limit on one string
 SNAPSHOT_EVERY_EVENTS = 20_000  # at most this many inputs replayed after a restart (~2 s), plus a round's
 
 
@@ -375,8 +376,11 @@ class MechanismService:
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
         else:
             body = {"error": f"unknown query {request.query!r} (jobs, job, workers, cluster)"}
-        reply = StatusReported(request.request_id, request.reply_to, json.dumps(body))
-        await self._bus.publish(reply, correlation_id=d.envelope.message_id, mandatory=False)
+        text = json.dumps(body)  # ASCII: characters are bytes
+        parts = [text[i : i + STATUS_PART_CHARS] for i in range(0, len(text), STATUS_PART_CHARS)] or [""]
+        for k, part in enumerate(parts):  # not mandatory: an asker that gave up has no queue any more
+            reply = StatusReported(request.request_id, request.reply_to, part, k, len(parts))
+            await self._bus.publish(reply, correlation_id=d.envelope.message_id, mandatory=False)
 
     # -- recovery ---------------------------------------------------------------------------------
 
@@ -700,10 +704,9 @@ class MechanismService:
                     Assignment(tuple(j.job_id for j in jobs), worker_id, placement.accelerator_type, gpu_ids, lease_id, extended)
                 )
             for job in jobs:
-                memory.observations.history.setdefault(job.job_id, []).append(
-                    {"round": round_id, "time_s": now_s, "accelerator_type": placement.accelerator_type,
-                     "workers": list(placement.worker_ids), "extended": extended, "packed_with": [
-                         j.job_id for j in jobs if j is not job]}
+                status_core.record_placement(
+                    memory.observations, job.job_id, round_id, now_s, placement.accelerator_type, placement.worker_ids,
+                    extended=extended, packed_with=[j.job_id for j in jobs if j is not job],
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
         had_commands = bool(memory.commands)

@@ -18,4 +18,8 @@ class StatusRequested(Message):
 class StatusReported(Message):
     request_id: str
     reply_to: str
-    body: str  # JSON: the answer, or {"error": "..."}
+    body: str  # JSON (this part of it): the answer, or {"error": "..."}
+    # A long answer (every job of a big cluster) comes in parts, each within the codec's limit on
+    # one string; the asker joins parts 0..parts-1 of its request.
+    part: int = 0
+    parts: int = 1

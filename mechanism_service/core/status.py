@@ -13,10 +13,46 @@ from mechanism_service.core.model import Entry, JobState, MechanismState, Placem
 class Observations:
     """What the shell remembers beyond the core state, for status answers."""
 
-    history: dict[str, list[dict[str, object]]] = field(default_factory=dict)  # job id -> rounds it ran
+    # job id -> its placements, one span per run of rounds in one place (a job that runs for a
+    # thousand rounds on the same GPUs is one entry, not a thousand: this is snapshotted)
+    history: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
     last_solve_s: float | None = None
     waiting: Sequence[str] = ()  # submitted, not yet admitted (arrival in the future)
+
+
+def record_placement(
+    obs: Observations,
+    job_id: str,
+    round_id: int,
+    now_s: float,
+    accelerator_type: str,
+    workers: Sequence[int],
+    *,
+    extended: bool,
+    packed_with: Sequence[str],
+) -> None:
+    """Note that ``job_id`` runs in ``round_id``: a lease extension, or the same place again in the
+    very next round, lengthens the last span; anything else starts one."""
+    spans = obs.history.setdefault(job_id, [])
+    last = spans[-1] if spans else None
+    same_place = (
+        last is not None
+        and last["accelerator_type"] == accelerator_type
+        and last["workers"] == list(workers)
+        and last["packed_with"] == list(packed_with)
+        and last["last_round"] == round_id - 1
+    )
+    if last is not None and (extended or same_place):
+        last["last_round"] = round_id
+        last["rounds"] = int(last["rounds"]) + 1  # type: ignore[call-overload]
+        last["lease_extensions"] = int(last["lease_extensions"]) + int(extended)  # type: ignore[call-overload]
+        return
+    spans.append({
+        "first_round": round_id, "last_round": round_id, "rounds": 1, "from_s": now_s,
+        "accelerator_type": accelerator_type, "workers": list(workers), "packed_with": list(packed_with),
+        "lease_extensions": int(extended),
+    })
 
 
 def _job_row(job: JobState, state: MechanismState, now_s: float, running_on: Mapping[int, Placement], status: str) -> dict[str, object]:
@@ -66,12 +102,13 @@ def job_report(state: MechanismState | None, job_id: str, now_s: float, obs: Obs
                 if index in entry:
                     for w, f in fractions.items():
                         shares[w] = round(shares.get(w, 0.0) + f, 6)
-    history = obs.history.get(job_id, [])
+    spans = obs.history.get(job_id, [])
     return {
         **row,
         "allocation_share": shares,
-        "rounds": history,
-        "lease_extensions": sum(1 for h in history if h.get("extended")),
+        "rounds_run": sum(int(h["rounds"]) for h in spans),  # type: ignore[call-overload]
+        "lease_extensions": sum(int(h["lease_extensions"]) for h in spans),  # type: ignore[call-overload]
+        "placements": spans,
     }
 
 

@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(os.environ)
         # Commands talk to people on stdout; events go to stderr, and only warnings unless the
         # user asks for more (services started by `gavel serve` log at GAVEL_LOG_LEVEL).
-        level = settings.log.level if "GAVEL_LOG_LEVEL" in os.environ else "warning"
+        serving = hasattr(args, "services")  # `gavel serve` / `gavel up`: a service's log is its record
+        level = settings.log.level if serving or "GAVEL_LOG_LEVEL" in os.environ else "warning"
         configure_logging(dataclasses.replace(settings.log, level=level))
         if level == "warning":
             # The CLI turns a lost broker into one line of its own; the client library's

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import uuid
 
-from common.bus import Delivery
+from common.bus import Bus, Delivery
 from common.config import BusSettings, Settings
 from common.errors import UnroutableError
 from common.messages import StatusReported, StatusRequested
@@ -43,15 +43,28 @@ async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | N
         bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
     bus = make_bus(bus_settings, source="gavel-cli")
     await bus.start()
+    try:
+        return await ask_on(bus, query, job_id=job_id, timeout_s=timeout_s)
+    finally:
+        await bus.close()
+
+
+async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5.0) -> object:
+    """Ask the mechanism over ``bus`` and wait for every part of its answer."""
     me = uuid.uuid4().hex[:12]
     answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    parts: dict[int, str] = {}
 
     async def on_reply(d: Delivery) -> None:
-        if isinstance(d.message, StatusReported) and not answer.done():
-            answer.set_result(d.message.body)
+        reply = d.message
+        if not isinstance(reply, StatusReported) or reply.request_id != me or answer.done():
+            return
+        parts[reply.part] = reply.body
+        if len(parts) >= reply.parts:
+            answer.set_result("".join(parts[k] for k in range(reply.parts)))
 
+    subscription = await bus.subscribe(f"cli.{me}", [f"status.reply.{me}"], on_reply, durable=False)
     try:
-        await bus.subscribe(f"cli.{me}", [f"status.reply.{me}"], on_reply, durable=False)
         try:
             await bus.publish(StatusRequested(me, query, me, job_id))
         except UnroutableError:
@@ -59,9 +72,10 @@ async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | N
         try:
             body = await asyncio.wait_for(answer, timeout_s)
         except asyncio.TimeoutError:
-            raise CommandFailed(f"no answer from the mechanism within {timeout_s:g} s: is it running?") from None
+            got = f" ({len(parts)} parts of the answer came)" if parts else ""
+            raise CommandFailed(f"no answer from the mechanism within {timeout_s:g} s{got}: is it running?") from None
     finally:
-        await bus.close()
+        await subscription.cancel()
     return json.loads(body)
 
 

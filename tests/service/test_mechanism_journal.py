@@ -9,53 +9,13 @@ import sqlite3
 
 import pytest
 
-from common.messages import JobSpec, JobSubmitted
+from common.messages import JobSubmitted
 from mechanism_service import service as mechanism_module
 from mechanism_service.clocks import ScaledClock
-from mechanism_service.core.rounds import type_shuffler
-from mechanism_service.core.settings import preset
-from mechanism_service.journal import Journal
 from mechanism_service.service import MechanismService
-from policy_service.service import shipped_context
 from services.bus.memory import InMemoryBroker, InMemoryBus
+from tests.support.mechanism import ManualClock, live_mechanism, spec
 from tests.support.waiting import eventually
-
-TABLE = shipped_context().table
-assert TABLE is not None
-
-
-class ManualClock:
-    """Live time that moves only when the test moves it; a sleep lasts until cancelled."""
-
-    def __init__(self, now_s: float = 1000.0) -> None:
-        self.t = now_s
-
-    def now_s(self) -> float:
-        return self.t
-
-    async def sleep(self, duration_s: float) -> None:
-        if duration_s > 0:
-            await asyncio.Event().wait()
-        await asyncio.sleep(0)
-
-
-def live_mechanism(journal: pathlib.Path, clock: object) -> MechanismService:
-    return MechanismService(
-        clock=clock,  # type: ignore[arg-type]
-        settings=preset("default", "fifo"),
-        policy="fifo",
-        isolated=TABLE.isolated,
-        pair=TABLE.pair,
-        shuffle=type_shuffler("default", 0),
-        journal=Journal(journal),
-        round_timeout_s=600.0,
-        deadlines=False,
-        elastic_types=TABLE.accelerator_types,  # no worker yet: jobs wait rather than being refused
-    )
-
-
-def spec(i: int) -> JobSpec:
-    return JobSpec(f"job-{i:03d}", "ResNet-50 (batch size 64)", total_steps=1000 + i)
 
 
 def snapshots_written(path: pathlib.Path) -> int:
