@@ -44,6 +44,9 @@ class Journal:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), last_seq INTEGER NOT NULL, body BLOB NOT NULL)"
         )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
+        if "at_s" not in columns:  # a journal written before arrival stamps were kept
+            self._db.execute("ALTER TABLE events ADD COLUMN at_s REAL")
         self._in_transaction = False
         self.snapshot_seq = self._snapshot_seq()
 

@@ -12,6 +12,7 @@ import pytest
 from common.messages import JobSubmitted
 from mechanism_service import service as mechanism_module
 from mechanism_service.clocks import ScaledClock
+from mechanism_service.journal import Journal
 from mechanism_service.service import MechanismService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from tests.support.mechanism import ManualClock, live_mechanism, spec
@@ -99,3 +100,17 @@ def test_a_scaled_clock_resumes_from_the_journal_time() -> None:
     assert 5_000.0 <= clock.now_s() < 5_100.0
     clock.advance_to(10.0)  # never backwards
     assert clock.now_s() >= 5_000.0
+
+
+def test_a_journal_from_before_arrival_stamps_opens_and_replays(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, body BLOB NOT NULL)")
+        db.execute("INSERT INTO events (kind, body) VALUES ('submitted', x'00')")
+    journal = Journal(path)
+    journal.append("submitted", b"\x01", 12.5)
+    journal.commit()
+    assert [(kind, body, at_s) for _, kind, body, at_s in journal.events()] == [
+        ("submitted", b"\x00", None), ("submitted", b"\x01", 12.5),
+    ]
+    journal.close()
