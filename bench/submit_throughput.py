@@ -34,10 +34,6 @@ sys.path.insert(0, str(ROOT))
 from common.config import DEFAULT_AMQP_URL  # noqa: E402
 
 TARGET_PER_S = 5_000
-QUEUES = (
-    "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
-    "mechanism.throughputs", "mechanism.status",
-)
 
 
 def journal_stamps(path: Path) -> tuple[int, float, float]:
@@ -117,8 +113,9 @@ def one_run(trace: Path, jobs: int, url: str, workdir: Path) -> dict[str, float]
             mechanism.terminate()
             mechanism.wait(timeout=30)
         from tests.support.broker import delete_topology
+        from tests.support.processes import SERVICE_QUEUES
 
-        asyncio.run(delete_topology(url, exchange, QUEUES))
+        asyncio.run(delete_topology(url, exchange, SERVICE_QUEUES))
 
 
 def main() -> int:

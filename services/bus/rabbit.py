@@ -226,16 +226,18 @@ class RabbitBus:
         message_id: str | None = None,
         mandatory: bool = True,
     ) -> str:
-        return await self._publish_message(message, source, correlation_id, message_id, mandatory, timed=True)
+        return await self._publish_message(
+            message, source=source, correlation_id=correlation_id, message_id=message_id, mandatory=mandatory, timed=True
+        )
 
     async def _publish_message(
         self,
         message: Message,
-        source: str | None,
-        correlation_id: str | None,
-        message_id: str | None,
-        mandatory: bool,
         *,
+        source: str | None,
+        correlation_id: str | None = None,
+        message_id: str | None = None,
+        mandatory: bool = True,
         timed: bool,
     ) -> str:
         _, exchange, _ = self._require()
@@ -276,7 +278,7 @@ class RabbitBus:
         async def one(m: Message) -> str:
             nonlocal confirmed
             async with window:
-                message_id = await self._publish_message(m, source, None, None, True, timed=False)
+                message_id = await self._publish_message(m, source=source, timed=False)
             confirmed += 1
             if on_confirmed is not None:
                 on_confirmed(confirmed)

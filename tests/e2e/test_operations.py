@@ -3,36 +3,18 @@ files, refusals before publishing, submissions kept while the mechanism is down.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.broker import delete_topology
 from tests.support.processes import ROOT, Cluster
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 
-QUEUES = (
-    "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
-    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.submissions",
-    "fleet.commands",
-)
 
-
-@pytest.fixture
-def cluster(broker_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(broker_url, tmp_path)
-    try:
-        yield c
-    finally:
-        c.stop_all()
-        asyncio.run(delete_topology(broker_url, c.exchange, QUEUES))
 
 
 def gavel(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,6 @@ from services.bus.rabbit import RabbitBus
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace
-from tests.support.broker import delete_topology
 from tests.support.data import REFERENCE
 from tests.support.processes import Cluster
 from tests.support.waiting import eventually
@@ -30,12 +29,6 @@ pytestmark = pytest.mark.broker
 
 TRACE = REFERENCE / "static_n32_seed0.trace"
 POLICY = "max_min_fairness_perf"
-QUEUES = (
-    "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
-    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.submissions",
-    "fleet.commands", "observer",
-)
-
 
 class Observer:
     """Listens to the run from outside, deduplicating events by message id (at-least-once)."""
@@ -59,14 +52,6 @@ class Observer:
             self.rounds.setdefault(m.round_id, []).append(m)
 
 
-@pytest.fixture
-def cluster(broker_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(broker_url, tmp_path)
-    try:
-        yield c
-    finally:
-        c.stop_all()
-        asyncio.run(delete_topology(broker_url, c.exchange, QUEUES))
 
 
 @pytest.fixture
