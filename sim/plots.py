@@ -1,9 +1,9 @@
 """PNG plots of one run, of several policies side by side, and of a sweep (issue 4, item 5).
 
-Each function draws one figure from values (sim/metrics.py computes the series) and writes it to
-``path``. Figures are built with ``matplotlib.figure.Figure`` on an Agg canvas of their own, never
-through pyplot, so nothing here selects a backend or keeps figures alive for the rest of the
-program, and plotting works without a display.
+Each ``*_figure`` function draws one figure from values (sim/metrics.py computes the series);
+its ``plot_*`` twin writes it to ``path``. Figures are built with ``matplotlib.figure.Figure`` on
+an Agg canvas of their own, never through pyplot, so nothing here selects a backend or keeps
+figures alive for the rest of the program, and plotting works without a display.
 """
 
 from __future__ import annotations
@@ -35,16 +35,26 @@ _PLAIN_NUMBERS = FuncFormatter(lambda value, _: f"{value:g}")  # 0.1, 1, 10 rath
 
 
 def plot_jct_cdf(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """jct_cdf_figure(result), written to path."""
+    return _save(jct_cdf_figure(result), path)
+
+
+def jct_cdf_figure(result: SimulationResult) -> Figure:
     """The CDF of the measured completed jobs' JCT, hours on a log x axis."""
     fig, ax = _figure()
     jct_h = measured_jcts_s(result) / SECONDS_PER_HOUR
     _draw_cdf(ax, jct_h, label=None)
-    ax.set_title(f"Job completion times: {result.policy} ({_run_label(result)})")
+    _title(fig, f"Job completion times: {result.policy}", _run_label(result))
     _cdf_axes(ax, [jct_h])
-    return _save(fig, path)
+    return fig
 
 
 def plot_utilization(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """utilization_figure(result), written to path."""
+    return _save(utilization_figure(result), path)
+
+
+def utilization_figure(result: SimulationResult) -> Figure:
     """Leased GPUs / GPUs per accelerator type over time, and the whole cluster's (dashed)."""
     fig, ax = _figure()
     series = utilization_over_time(result)
@@ -55,29 +65,39 @@ def plot_utilization(result: SimulationResult, path: str | os.PathLike[str]) -> 
         ax, series, ALL_TYPES, color="black", linestyle="--", linewidth=1.2,
         label=f"whole cluster ({sum(result.cluster.values())} GPUs)",
     )
-    ax.set_title(f"GPU utilisation: {result.policy} ({_run_label(result)}){_smoothing_note(series)}")
+    _title(fig, f"GPU utilisation: {result.policy}", _run_label(result), _smoothing_note(series))
     _utilization_axes(ax, series)
     _legend_outside(ax)
-    return _save(fig, path)
+    return fig
 
 
 def plot_queue(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """queue_figure(result), written to path."""
+    return _save(queue_figure(result), path)
+
+
+def queue_figure(result: SimulationResult) -> Figure:
     """Jobs waiting and jobs running per round over time (gaps: no round was recorded)."""
     fig, ax = _figure()
     series = queue_over_time(result)
     _draw_steps(ax, series, "running", color="tab:green", label="running")
     _draw_steps(ax, series, "waiting", color="tab:red", label="waiting (admitted, not running)")
-    ax.set_title(f"Jobs in the system: {result.policy} ({_run_label(result)}){_smoothing_note(series)}")
+    _title(fig, f"Jobs in the system: {result.policy}", _run_label(result), _smoothing_note(series))
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel("jobs")
     ax.set_xlim(0, series.edges_s[-1] / SECONDS_PER_HOUR or 1)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     _legend_outside(ax)
-    return _save(fig, path)
+    return fig
 
 
 def plot_jct_cdf_overlay(results: Mapping[str, SimulationResult], path: str | os.PathLike[str]) -> pathlib.Path:
+    """jct_cdf_overlay_figure(results), written to path."""
+    return _save(jct_cdf_overlay_figure(results), path)
+
+
+def jct_cdf_overlay_figure(results: Mapping[str, SimulationResult]) -> Figure:
     """The JCT CDFs of several runs (keyed by label, usually the policy) on one log axis."""
     fig, ax = _figure()
     all_jct_h = []
@@ -86,23 +106,31 @@ def plot_jct_cdf_overlay(results: Mapping[str, SimulationResult], path: str | os
         all_jct_h.append(jct_h)
         mean = f", mean {jct_h.mean():.2f} h" if len(jct_h) else ""
         _draw_cdf(ax, jct_h, label=f"{label} ({len(jct_h)} jobs{mean})")
-    ax.set_title(f"Job completion times by policy ({_shared_label(results)})")
+    _title(fig, "Job completion times by policy", _shared_label(results))
     _cdf_axes(ax, all_jct_h)
     ax.legend(loc="lower right", framealpha=0.9)
-    return _save(fig, path)
+    return fig
 
 
+LEGEND_LINE_IN = 0.22  # height of one legend entry in small type
 OVERLAY_WINDOWS = 150  # the overlays average every run over the same windows, this many on the longest run
 
 
 def plot_utilization_overlay(results: Mapping[str, SimulationResult], path: str | os.PathLike[str]) -> pathlib.Path:
+    """utilization_overlay_figure(results), written to path."""
+    return _save(utilization_overlay_figure(results), path)
+
+
+def utilization_overlay_figure(results: Mapping[str, SimulationResult]) -> Figure:
     """Utilisation over time of several runs: one panel for the whole cluster and one per
     accelerator type, one line per run (keyed by label), all averaged over the same windows
     (1/OVERLAY_WINDOWS of the longest run) so the lines can be compared."""
     panels = [ALL_TYPES]
     for result in results.values():
         panels += [w for w, n in result.cluster.items() if n > 0 and w not in panels]
-    fig = Figure(figsize=(FIGSIZE_IN[0], 2.0 * len(panels) + 1.0), dpi=DPI, layout="constrained")
+    # Room for the panels, the title, and the legend below them (one line per run).
+    height_in = 2.0 * len(panels) + 1.0 + LEGEND_LINE_IN * len(results)
+    fig = Figure(figsize=(FIGSIZE_IN[0], height_in), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     end_s = max((r.makespan_s for r in results.values()), default=0.0)
@@ -123,13 +151,22 @@ def plot_utilization_overlay(results: Mapping[str, SimulationResult], path: str 
         ax.set_title("whole cluster" if panel == ALL_TYPES else panel, fontsize="medium", loc="left")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("simulated time (h)")
-    _legend_outside(axes[0])
+    # Below the panels, not beside one: the panels share a column, so a legend to the right of
+    # the first one took its width from all of them and left a third of each blank. Not above
+    # them either: constrained layout puts an "outside upper" legend over the figure's title.
+    if axes[0].get_lines():
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize="small")
     note = _smoothing_note(series) if series is not None else ""
-    fig.suptitle(f"GPU utilisation by policy ({_shared_label(results)}){note}")
-    return _save(fig, path)
+    _title(fig, "GPU utilisation by policy", _shared_label(results), note)
+    return fig
 
 
 def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
+    """sweep_figure(rows, title), written to path."""
+    return _save(sweep_figure(rows, title), path)
+
+
+def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
     """Average JCT (h) against input rate (jobs/h), one line per policy through the mean over
     seeds, with a band from the lowest to the highest seed's value (Gavel's Figure 8 shape)."""
     fig, ax = _figure()
@@ -140,16 +177,19 @@ def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: st
         ax.plot(line.jobs_per_hour, line.mean_jct_h, marker="o", color=color, label=f"{line.policy} ({seeds} seeds)")
         if seeds > 1:
             ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)
-    ax.set_title(title or "Average JCT against input rate (line: mean over seeds; band: min to max)")
+    if title:
+        _title(fig, title)
+    else:
+        _title(fig, "Average JCT against input rate", "line: mean over seeds; band: min to max")
     ax.set_xlabel("input job rate (jobs/h)")
     ax.set_ylabel("average JCT (h)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     if lines:
-        ax.legend(loc="upper left", framealpha=0.9)
+        _legend_outside(ax)  # inside, it hid whichever line or band ran through its corner
     else:
         _no_data(ax, "no sweep runs")
-    return _save(fig, path)
+    return fig
 
 
 # --- drawing helpers ---------------------------------------------------------------------------
@@ -224,6 +264,13 @@ def _legend_outside(ax) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small")
 
 
+def _title(fig: Figure, headline: str, *details: str) -> None:
+    """What the figure shows on one line, the run's settings on a second. A figure title rather
+    than the axes': an axes title is centred on the axes, which a legend outside pushes left, so
+    a title wider than the axes ran off the figure's left edge; two lines keep each one short."""
+    fig.suptitle("\n".join([headline, ", ".join(d for d in details if d)]).rstrip("\n"))
+
+
 def _smoothing_note(series: TimeSeries) -> str:
     if series.window_s is None:
         return ""
@@ -231,7 +278,7 @@ def _smoothing_note(series: TimeSeries) -> str:
         window = f"{series.window_s / 60:.3g} min"
     else:
         window = f"{series.window_s / SECONDS_PER_HOUR:.3g} h"
-    return f"\nmean over {window} windows"
+    return f"mean over {window} windows"
 
 
 def _cluster_label(cluster: Mapping[str, int]) -> str:

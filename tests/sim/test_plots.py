@@ -17,10 +17,22 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from matplotlib.image import imread
+from matplotlib.transforms import Bbox
 
 from sim.metrics import MAX_BINS, SweepRow, summarize, utilization_over_time
 from sim.output import JOB_COLUMNS, write_comparison, write_jobs_csv, write_run, write_sweep
-from sim.plots import plot_jct_cdf, plot_queue, plot_sweep, plot_utilization
+from sim.plots import (
+    jct_cdf_figure,
+    jct_cdf_overlay_figure,
+    plot_jct_cdf,
+    plot_queue,
+    plot_sweep,
+    plot_utilization,
+    queue_figure,
+    sweep_figure,
+    utilization_figure,
+    utilization_overlay_figure,
+)
 from sim.results import JobOutcome, RoundRecord, SimulationResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -247,3 +259,90 @@ def test_plotting_leaves_pyplot_alone(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- geometry: what a person sees is inside the picture, and the data fills the panels ----------
+
+LONG_POLICY = "max_min_fairness_packed"  # the longest of Gavel's policy names in a title
+
+
+def drawn(fig):
+    """Lay the figure out as savefig would (constrained layout runs at draw time)."""
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def assert_laid_out(fig) -> None:
+    """Every drawn artist (titles, labels, tick labels, legends) lies within the figure, so
+    nothing is cut off at its edges, and the title, the figure's legends and the panels (each
+    with its own labels and legend) do not overlap one another."""
+    renderer = drawn(fig)
+    half_px = 0.5
+    page_px = fig.bbox
+    ink_px = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)
+    assert ink_px.x0 >= page_px.x0 - half_px and ink_px.x1 <= page_px.x1 + half_px, (ink_px, page_px)
+    assert ink_px.y0 >= page_px.y0 - half_px and ink_px.y1 <= page_px.y1 + half_px, (ink_px, page_px)
+    assert fig.get_suptitle() or any(ax.get_title() for ax in fig.axes), "every figure has a title"
+    # Figure.get_suptitle gives only the string; the Text itself has no public getter.
+    blocks = {"title": fig._suptitle.get_window_extent(renderer)} if fig.get_suptitle() else {}
+    blocks |= {f"legend {i}": legend.get_window_extent(renderer) for i, legend in enumerate(fig.legends)}
+    blocks |= {f"panel {i}": ax.get_tightbbox(renderer) for i, ax in enumerate(fig.axes)}
+    names = list(blocks)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            overlap = Bbox.intersection(blocks[a], blocks[b])
+            assert overlap is None or min(overlap.width, overlap.height) <= half_px, f"{a} overlaps {b}"
+
+
+@pytest.mark.parametrize("figure", [jct_cdf_figure, utilization_figure, queue_figure])
+def test_a_runs_figures_keep_their_titles_and_labels_inside(figure):
+    result = replace(toy_run(num_jobs=40), policy=LONG_POLICY)
+    assert_laid_out(figure(result))
+
+
+def three_policies() -> dict[str, SimulationResult]:
+    return {
+        name: replace(toy_run(policy, num_jobs=40, jobs_per_hour=6.0), policy=name)
+        for name, policy in (
+            ("max_min_fairness", "las_agnostic"),
+            ("max_min_fairness_perf", "las_aware"),
+            (LONG_POLICY, "fifo_aware"),
+        )
+    }
+
+
+def test_the_utilization_overlay_panels_span_the_figure_and_the_data_spans_them():
+    results = three_policies()
+    fig = utilization_overlay_figure(results)
+    assert_laid_out(fig)
+    end_h = max(r.makespan_s for r in results.values()) / 3600
+    assert len(fig.axes) == 4  # the whole cluster, then v100, p100, k80
+    for ax in fig.axes:
+        # The panels take the figure's width (the legend must not take a column of its own
+        # beside them), and the longest run reaches the right edge of each panel.
+        assert ax.get_position().width > 0.8, ax.get_title(loc="left")
+        assert ax.get_xlim() == pytest.approx((0.0, end_h))
+        assert max(np.nanmax(line.get_xdata()) for line in ax.get_lines()) == pytest.approx(end_h)
+    legend_texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    legend_texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert [t.split(" ")[0] for t in legend_texts] == list(results)
+
+
+def test_the_jct_overlay_keeps_everything_inside():
+    assert_laid_out(jct_cdf_overlay_figure(three_policies()))
+
+
+def test_the_sweep_legend_covers_no_data():
+    rows = [
+        SweepRow(policy, rate, seed, 3600.0 * (30 - 8 * i + rate + seed))
+        for i, policy in enumerate(("max_min_fairness", "max_min_fairness_perf", LONG_POLICY))
+        for rate in (1.0, 2.0, 3.0)
+        for seed in range(2)
+    ]
+    fig = sweep_figure(rows)
+    renderer = drawn(fig)
+    assert_laid_out(fig)
+    (ax,) = fig.axes
+    legend = ax.get_legend() or fig.legends[0]
+    # Outside the plot area: whatever the lines and bands do, the legend cannot hide them.
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
