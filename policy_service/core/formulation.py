@@ -66,11 +66,19 @@ from policy_service.core.problem import Problem
 PAIR_VARIABLES = ("auto", "class_pairs", "partner_keys")
 
 
+@functools.cache
+def installed_solvers() -> tuple[str, ...]:
+    """cvxpy's installed solvers, looked up once (each lookup costs about 1.5 ms, and policies
+    are built per request)."""
+    return tuple(cp.installed_solvers())
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """How a convex policy builds and solves its program (the same for every policy).
 
-    solver: any cvxpy LP/SOCP solver; CLARABEL by default, ECOS to get what Gavel got.
+    solver: any installed cvxpy LP/SOCP solver (``cvxpy.installed_solvers()``, any case);
+        CLARABEL by default, ECOS to get what Gavel got.
     grouping: one set of variables per class of interchangeable jobs (False: per job and per
         job pair, as Gavel).
     pair_variables: "auto" (the smaller of the two exact forms), "class_pairs" or
@@ -86,6 +94,17 @@ class SolveOptions:
     pair_variables: str = "auto"
 
     def __post_init__(self) -> None:
+        # Checked here, where every convex policy gets its options: cvxpy only refuses an
+        # unknown solver inside solve(), which a policy turns into status "failed" and which
+        # reads as "no feasible allocation" rather than the bad parameter it is.
+        installed = installed_solvers()
+        if not isinstance(self.solver, str) or self.solver.upper() not in installed:
+            raise PolicyParameterError(
+                f"unknown solver {self.solver!r}; installed cvxpy solvers: {', '.join(installed)}"
+            )
+        # cvxpy takes any case; one spelling keeps comparisons such as the compiled max-min
+        # path's (solver == "CLARABEL") true for "clarabel" too.
+        object.__setattr__(self, "solver", self.solver.upper())
         if self.pair_variables not in PAIR_VARIABLES:
             raise PolicyParameterError(
                 f"pair_variables must be one of {', '.join(PAIR_VARIABLES)}, got {self.pair_variables!r}"

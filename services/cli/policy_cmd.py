@@ -12,8 +12,9 @@ import pathlib
 import sys
 
 from common.config import Settings
+from common.errors import PolicyParameterError
 from common.throughputs import ThroughputTable, throughput_table_from_json
-from policy_service.core import allocation_to_json, make_policy, problem_from_json
+from policy_service.core import Policy, allocation_to_json, make_policy, problem_from_json
 from policy_service.core.catalog import REGISTRY
 from policy_service.service import shipped_context
 from services.cli.common import CommandFailed, print_json, print_table
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="TABLE.json",
         help="throughput table in Gavel's format for jobs that omit throughputs (default: the shipped Gavel table)",
     )
-    solve.add_argument("--solver", help="CLARABEL (default) or ECOS")
+    solve.add_argument("--solver", help="an installed cvxpy solver: CLARABEL (default), ECOS (Gavel's), ...")
     solve.add_argument("--output", metavar="OUT.json", help="write the allocation here instead of stdout")
     solve.set_defaults(run=run_solve)
 
@@ -64,9 +65,20 @@ def _table(path: str | None) -> tuple[ThroughputTable | None, dict[str, float] |
     return throughput_table_from_json(_read_json(path, "--throughputs")), dict(shipped.prices_per_hour or {})
 
 
+def _policy(name: str, solver: str | None) -> Policy:
+    """make_policy, with a bad --solver reported as the flag's error (the core's message lists
+    the installed solvers); UnknownPolicyError lists the known names."""
+    REGISTRY.entry(name)  # an unknown policy is reported as such, not as the solver's fault
+    if not solver:
+        return make_policy(name)
+    try:
+        return make_policy(name, solver=solver)
+    except PolicyParameterError as e:
+        raise CommandFailed(f"--solver: {e}", exit_code=2) from None
+
+
 def run_solve(args: argparse.Namespace, settings: Settings) -> int:
-    overrides = {"solver": args.solver} if args.solver else {}
-    policy = make_policy(args.policy, **overrides)  # UnknownPolicyError lists the known names
+    policy = _policy(args.policy, args.solver)
     table, prices = _table(args.throughputs)
     problem = problem_from_json(_read_json(args.input, "--input"), table, default_prices_per_hour=prices)
     result = allocation_to_json(policy.allocate(problem))
