@@ -7,6 +7,8 @@
     │   └── EncodeError        a message that cannot be put on the wire (not finite, too big, ...)
     ├── BusError
     │   ├── BusClosedError     publish/subscribe on a bus that is not started or already closed
+    │   ├── BrokerUnreachableError  no broker answered (closed port, timeout, reset, DNS): it
+    │   │                      may be starting, so `gavel serve` waits; a refusal is a BusError
     │   ├── UnroutableError    a mandatory publish matched no queue (nobody would receive it)
     │   ├── PublishError       the broker did not confirm a publish (nack, timeout, lost channel)
     │   └── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
@@ -15,8 +17,12 @@
     │   ├── DuplicatePolicyError  a name registered twice
     │   ├── PolicyParameterError  a parameter the policy does not take, or a bad value for one
     │   └── ProblemError       a policy input that is not a valid problem; names the field
+    │       └── JobFieldError  one field of one job out of range (common/job_checks.py); the
+    │                          CLI, the trace readers, the mechanism and the policy share it
     ├── TraceError             a job trace that cannot be read, written or generated; names the
     │                          file, line and column (or field)
+    ├── JournalError           the mechanism's journal cannot be opened (a directory, not SQLite,
+    │                          another application's database, a directory that cannot be made)
     └── ServiceError           a service cannot start or keeps failing; names the service
 
 Errors carry a human-readable message that names the offending thing (a variable, a field, a
@@ -78,6 +84,11 @@ class SubscriptionError(BusError):
     """A subscription could not be made."""
 
 
+class BrokerUnreachableError(BusError):
+    """No broker answered at the URL. Unlike a refusal (wrong credentials, unknown vhost), trying
+    again later may work: the broker may still be starting."""
+
+
 class PolicyError(GavelError):
     """Base of the policy library's errors."""
 
@@ -104,7 +115,33 @@ class PolicyParameterError(PolicyError):
 
 
 class ProblemError(PolicyError):
-    """A policy input that is not a valid problem. The message names the field."""
+    """A policy input that is not a valid problem. The message names the field.
+
+    ``job_ids``: the jobs the problem is refused because of, when it is their fault alone (a bad
+    field, a deadline no allocation can meet): the caller may take them out and ask again, so
+    one job cannot stop every solve (issue 9). Empty when no job is to blame.
+    """
+
+    def __init__(self, message: str, *, job_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.job_ids = tuple(job_ids)
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword arguments survive pickling (worker processes)
+        return (type(self), self.args, {"job_ids": self.job_ids})
+
+
+class JobFieldError(ProblemError):
+    """One field of a job that no policy accepts. ``str(e)`` is ``"<field>: <reason>"``; ``field``
+    is the path as the caller named it (``jobs[3].slo_s``), ``reason`` the rest, so a command
+    line can put its flag in the field's place."""
+
+    def __init__(self, field: str, reason: str, *, job_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(f"{field}: {reason}", job_ids=job_ids)
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.field, self.reason), {"job_ids": self.job_ids})
 
 
 class TraceError(GavelError):
@@ -125,6 +162,10 @@ class TraceError(GavelError):
         self.source = source
         self.line = line
         self.column = column
+
+
+class JournalError(GavelError):
+    """The mechanism's journal cannot be opened or is not a journal. The message names the file."""
 
 
 class ServiceError(GavelError):

@@ -147,6 +147,7 @@ def computed_message(request_id: str, allocation: Allocation) -> AllocationCompu
             for e in as_json["allocation"]  # type: ignore[union-attr]
         ),
         reason=allocation.reason or "",
+        refused_job_ids=allocation.refused_job_ids,
     )
 
 
@@ -161,4 +162,4 @@ def answer(request: AllocationRequested, context: SolveContext) -> AllocationCom
             policy_state=allocation.policy_state or "",
         )
     except GavelError as e:
-        return AllocationFailed(request.request_id, request.policy, str(e))
+        return AllocationFailed(request.request_id, request.policy, str(e), refused_job_ids=getattr(e, "job_ids", ()))

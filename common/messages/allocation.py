@@ -101,6 +101,9 @@ class AllocationComputed(Message):
     # Opaque state of a stateful policy (assignments, a random stream) for the caller to send
     # back with its next request; "" for stateless policies.
     policy_state: str = ""
+    # With status infeasible: the jobs it is infeasible because of, alone (a deadline that no
+    # allocation can meet). The caller may set them aside and ask again.
+    refused_job_ids: tuple[str, ...] = ()
 
 
 @message("allocation.failed")
@@ -109,3 +112,7 @@ class AllocationFailed(Message):
     policy: str
     reason: str
     expired: bool = False  # the request arrived after its deadline and was not solved
+    # The jobs the problem was refused because of, alone (a field out of range, a job type the
+    # policy's table does not know): the caller may set them aside and ask again, so one job
+    # cannot stop every solve. Empty when no single job is to blame.
+    refused_job_ids: tuple[str, ...] = ()

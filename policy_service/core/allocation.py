@@ -125,6 +125,7 @@ class Allocation:
     reason: str = ""
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     policy_state: str | None = None  # hand back with the next problem (Problem.policy_state)
+    refused_job_ids: tuple[str, ...] = ()  # infeasible because of these jobs alone (see ProblemError)
 
     @property
     def num_jobs(self) -> int:

@@ -57,7 +57,6 @@ class MaxSumThroughput:
         if self.enforce_slos:
             columns = [problem.slo_s, problem.time_since_arrival_s, problem.steps_remaining]
         space = build_space(problem, packing=self.space_sharing, options=self.options, columns=columns)
-        reps = space.classes.representative
         sizes = space.classes.sizes.astype(float)
         weights = sizes / (space.class_scale_factors if self.cost_normalized else 1.0)
         value = weights @ space.throughput(per_type)  # (V,) objective coefficients
@@ -66,9 +65,9 @@ class MaxSumThroughput:
         slo_rows: np.ndarray = np.zeros(0, dtype=np.int64)
         needed = np.zeros(0)
         if self.enforce_slos:
-            slo_rows, needed, missed = _slo_requirements(problem, reps)
+            slo_rows, needed, missed = _slo_requirements(problem, space)
             if missed is not None:
-                return self._infeasible(problem, space, started, missed)
+                return self._infeasible(problem, space, started, *missed)
             if len(slo_rows):
                 constraints = [space.throughput()[slo_rows] @ v >= needed, *constraints]
         # Scale the objective to O(1) for the solver; the reported objective is unscaled.
@@ -76,13 +75,14 @@ class MaxSumThroughput:
         program = cp.Problem(cp.Maximize((value / scale) @ v), constraints)
         outcome = solve(program, self.options, build_s=time.perf_counter() - started)
         if outcome.status == Status.INFEASIBLE and len(slo_rows):
-            reason = _diagnose(problem, space, slo_rows, needed)
+            reason, culprits = _diagnose(problem, space, slo_rows, needed)
             if self.on_infeasible_slos == "drop":
                 return self._without_slos(problem, reason)
-            return space.allocation(
+            infeasible = space.allocation(
                 None, policy=self.name, status=Status.INFEASIBLE, objective=None, started_s=started,
                 reason=reason, timings=outcome.timings,
             )
+            return replace(infeasible, refused_job_ids=culprits)
         objective = float(program.value) * scale if outcome.status.startswith("optimal") else None
         return space.allocation(
             v.value, policy=self.name, status=outcome.status, objective=objective,
@@ -94,33 +94,40 @@ class MaxSumThroughput:
         relaxed = replace(self, enforce_slos=False).allocate(problem)
         return replace(relaxed, reason=f"{reason}; solved without SLOs (on_infeasible_slos=drop)")
 
-    def _infeasible(self, problem: Problem, space: Space, started: float, reason: str) -> Allocation:
+    def _infeasible(self, problem: Problem, space: Space, started: float, reason: str, culprits: tuple[str, ...]) -> Allocation:
         if self.on_infeasible_slos == "drop":
             return self._without_slos(problem, reason)
-        return space.allocation(
+        infeasible = space.allocation(
             None, policy=self.name, status=Status.INFEASIBLE, objective=None, started_s=started, reason=reason,
         )
+        return replace(infeasible, refused_job_ids=culprits)
 
 
-def _slo_requirements(problem: Problem, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """Classes with an SLO, the steps/s each needs, or a reason if a deadline already passed."""
+def _slo_requirements(
+    problem: Problem, space: Space
+) -> tuple[np.ndarray, np.ndarray, tuple[str, tuple[str, ...]] | None]:
+    """Classes with an SLO, the steps/s each needs, or (reason, the jobs past their deadline) if a
+    deadline already passed."""
+    reps = space.classes.representative
     slo = problem.slo_s[reps]
     has_slo = ~np.isnan(slo)
     left_s = slo - problem.time_since_arrival_s[reps]
     passed = np.flatnonzero(has_slo & (left_s <= 0) & (problem.steps_remaining[reps] > 0))
     if len(passed):
         j = reps[passed[0]]
-        return np.zeros(0, np.int64), np.zeros(0), (
+        reason = (
             f"SLOs infeasible: job {problem.job_ids[j]!r} is past its deadline "
             f"(slo_s {problem.slo_s[j]:g} <= time_since_arrival_s {problem.time_since_arrival_s[j]:g}) "
             f"with {problem.steps_remaining[j]:g} steps left"
         )
+        return np.zeros(0, np.int64), np.zeros(0), (reason, _members(problem, space, passed))
     rows = np.flatnonzero(has_slo & (left_s > 0))
     return rows, problem.steps_remaining[reps[rows]] / left_s[rows], None
 
 
-def _diagnose(problem: Problem, space: Space, slo_rows: np.ndarray, needed: np.ndarray) -> str:
-    """Name a job that cannot meet its SLO alone, else say the SLOs only fail together."""
+def _diagnose(problem: Problem, space: Space, slo_rows: np.ndarray, needed: np.ndarray) -> tuple[str, tuple[str, ...]]:
+    """Name a job that cannot meet its SLO alone (with every job that cannot), else say the SLOs
+    only fail together (no job to blame alone)."""
     counts = problem.worker_counts
     fits = space.class_scale_factors[slo_rows, None] <= counts[None, :]
     best_alone = np.where(fits, space.class_throughputs[slo_rows], 0.0).max(axis=1)
@@ -128,13 +135,21 @@ def _diagnose(problem: Problem, space: Space, slo_rows: np.ndarray, needed: np.n
     if len(alone_fails):
         c = slo_rows[alone_fails[0]]
         j = space.classes.representative[c]
-        return (
+        reason = (
             f"SLOs infeasible: job {problem.job_ids[j]!r} needs {needed[alone_fails[0]]:.4g} steps/s to finish "
             f"{problem.steps_remaining[j]:g} steps within its SLO, but reaches at most "
             f"{best_alone[alone_fails[0]]:.4g} steps/s even with the cluster to itself"
         )
+        return reason, _members(problem, space, slo_rows[alone_fails])
     jobs = int(space.classes.sizes[slo_rows].sum())
-    return f"SLOs infeasible: the SLOs of {jobs} jobs cannot all be met at once on this cluster"
+    return f"SLOs infeasible: the SLOs of {jobs} jobs cannot all be met at once on this cluster", ()
+
+
+def _members(problem: Problem, space: Space, classes: np.ndarray) -> tuple[str, ...]:
+    """The ids of every job in these classes (jobs of a class share their SLO columns, so one
+    fails its deadline exactly when all do)."""
+    members = np.flatnonzero(np.isin(space.classes.class_of_job, classes))
+    return tuple(problem.job_ids[j] for j in members)
 
 
 def max_sum_throughput(

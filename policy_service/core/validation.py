@@ -5,16 +5,21 @@ ids unique; scale factors integers that fit on some worker type; throughputs fin
 positive on some type that fits the gang; weights, steps, times, SLOs and prices in range;
 entities and pairs that refer to what exists. Throughputs and pairs missing from the input come
 from Gavel's throughput table when one is given.
+
+A job's own fields are checked by common/job_checks.py, the same function `gavel submit` and the
+mechanism use, so a job they accept is never refused here for its fields. An error that is one
+job's fault carries its id (``ProblemError.job_ids``): the mechanism sets that job aside and
+solves again rather than failing every solve.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from common.errors import ProblemError
+from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
 from policy_service.core.problem import (
     ENTITY_POLICIES,
@@ -27,36 +32,6 @@ from policy_service.core.problem import (
     Problem,
     _readonly,
 )
-
-
-def _number(value: object, path: str, *, minimum: float | None = 0.0, strict: bool = False) -> float:
-    """A finite float >= minimum (> minimum when strict), or ProblemError naming ``path``."""
-    if type(value) is float and math.isfinite(value) and (
-        minimum is None or (value > minimum if strict else value >= minimum)
-    ):
-        return value  # the common case, checked without the general machinery below
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ProblemError(f"{path}: expected a number, got {type(value).__name__}")
-    number = float(value)
-    if math.isnan(number):
-        raise ProblemError(f"{path}: NaN is not allowed")
-    if math.isinf(number):
-        raise ProblemError(f"{path}: must be finite, got {number}")
-    if minimum is not None and (number <= minimum if strict else number < minimum):
-        relation = ">" if strict else ">="
-        raise ProblemError(f"{path}: must be {relation} {minimum:g}, got {number:g}")
-    return number
-
-
-def _integer(value: object, path: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ProblemError(f"{path}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise ProblemError(f"{path}: must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def build_problem(
@@ -94,27 +69,25 @@ def build_problem(
     seen: dict[str, int] = {}
     for i, job in enumerate(jobs):
         path = f"jobs[{i}]"
-        if not isinstance(job.id, str) or not job.id:
-            raise ProblemError(f"{path}.id: expected a non-empty string, got {job.id!r}")
-        if job.id in seen:
-            raise ProblemError(f"{path}.id: duplicate job id {job.id!r} (also jobs[{seen[job.id]}])")
+        try:
+            _check_job(job, path, entity_index)
+            if job.id in seen:
+                raise ProblemError(f"{path}.id: duplicate job id {job.id!r} (also jobs[{seen[job.id]}])")
+            scale_factors[i] = int(job.scale_factor)
+            weights[i] = float(job.priority_weight)
+            steps[i] = check_number(job.steps_remaining, f"{path}.steps_remaining", maximum=MAX_TOTAL_STEPS)
+            waited[i] = check_number(job.time_since_arrival_s, f"{path}.time_since_arrival_s", maximum=MAX_TIME_S)
+            isolated_time[i] = check_number(job.isolated_time_s, f"{path}.isolated_time_s", maximum=MAX_TIME_S)
+            if job.slo_s is not None:
+                slo[i] = float(job.slo_s)
+            if job.entity is not None:
+                entity_of_job[i] = entity_index[job.entity]
+            throughputs[i] = _job_throughputs(job, path, worker_types, table)
+            _check_runnable(path, job, int(scale_factors[i]), throughputs[i], worker_types, counts)
+        except ProblemError as e:
+            # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
+            raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
         seen[job.id] = i
-        if job.job_type is not None and not isinstance(job.job_type, str):
-            raise ProblemError(f"{path}.job_type: expected a string, got {job.job_type!r}")
-        scale_factors[i] = _integer(job.scale_factor, f"{path}.scale_factor", minimum=1)
-        weights[i] = _number(job.priority_weight, f"{path}.priority_weight", strict=True)
-        steps[i] = _number(job.steps_remaining, f"{path}.steps_remaining")
-        waited[i] = _number(job.time_since_arrival_s, f"{path}.time_since_arrival_s")
-        isolated_time[i] = _number(job.isolated_time_s, f"{path}.isolated_time_s")
-        if job.slo_s is not None:
-            slo[i] = _number(job.slo_s, f"{path}.slo_s", strict=True)
-        if job.entity is not None:
-            if job.entity not in entity_index:
-                known = ", ".join(sorted(entity_index)) or "none defined"
-                raise ProblemError(f"{path}.entity: unknown entity {job.entity!r} (entities: {known})")
-            entity_of_job[i] = entity_index[job.entity]
-        throughputs[i] = _job_throughputs(job, path, worker_types, table)
-        _check_runnable(path, job, int(scale_factors[i]), throughputs[i], worker_types, counts)
 
     job_ids = tuple(job.id for job in jobs)
     job_types = tuple(job.job_type for job in jobs)
@@ -150,6 +123,23 @@ def build_problem(
     )
 
 
+def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:
+    """The fields every caller checks the same way (common/job_checks.py), then what only a
+    problem knows: the entity must be one of the problem's."""
+    try:
+        check_job(
+            job_id=job.id, job_type=job.job_type, scale_factor=job.scale_factor,
+            priority_weight=job.priority_weight, slo_s=job.slo_s, entity=job.entity, path=f"{path}.",
+        )
+    except ProblemError as e:
+        if e.args[0].startswith(f"{path}.job_id"):  # the policy's JSON calls it "id"
+            raise ProblemError(e.args[0].replace(f"{path}.job_id", f"{path}.id", 1)) from None
+        raise
+    if job.entity is not None and job.entity not in entity_index:
+        known = ", ".join(sorted(entity_index)) or "none defined"
+        raise ProblemError(f"{path}.entity: unknown entity {job.entity!r} (entities: {known})")
+
+
 def _validate_worker_types(
     worker_counts: Mapping[str, int], table: ThroughputTable | None
 ) -> tuple[tuple[str, ...], np.ndarray]:
@@ -160,7 +150,7 @@ def _validate_worker_types(
     for name, count in worker_counts.items():
         if not isinstance(name, str) or not name:
             raise ProblemError(f"worker_types: {name!r} is not a worker type name")
-        counts.append(_integer(count, f"worker_types.{name}", minimum=0))
+        counts.append(check_integer(count, f"worker_types.{name}", minimum=0))
         names.append(name)
         if table is not None and name not in table.accelerator_types:
             raise ProblemError(
@@ -182,7 +172,7 @@ def _validate_entities(entities: Sequence[Entity]) -> tuple[Entity, ...]:
         if entity.name in names:
             raise ProblemError(f"{path}: duplicate entity")
         names.add(entity.name)
-        _number(entity.weight, f"{path}.weight", strict=True)
+        check_number(entity.weight, f"{path}.weight", strict=True)
         if entity.policy not in ENTITY_POLICIES:
             raise ProblemError(f"{path}.policy: must be one of {', '.join(ENTITY_POLICIES)}, got {entity.policy!r}")
     return tuple(Entity(e.name, float(e.weight), e.policy) for e in entities)
@@ -217,7 +207,7 @@ def _job_throughputs(
     for name in worker_types:
         if name not in given:
             raise ProblemError(f"{path}.throughputs: missing worker type {name!r}")
-        row.append(_number(given[name], f"{path}.throughputs.{name}"))
+        row.append(check_number(given[name], f"{path}.throughputs.{name}"))
     return np.asarray(row, dtype=float)
 
 
@@ -273,8 +263,8 @@ def _colocation_from_pairs(
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
                 raise ProblemError(f"{path}.throughputs.{name}: expected [first job's, second job's] steps/s")
             k = worker_types.index(name)
-            values[k, 0] = _number(value[0], f"{path}.throughputs.{name}[0]")
-            values[k, 1] = _number(value[1], f"{path}.throughputs.{name}[1]")
+            values[k, 0] = check_number(value[0], f"{path}.throughputs.{name}[0]")
+            values[k, 1] = check_number(value[1], f"{path}.throughputs.{name}[1]")
         rows[key] = values if a < b else values[:, ::-1]
     order = sorted(rows)
     key_pairs = np.asarray(order, dtype=np.int64).reshape(-1, 2)
@@ -336,7 +326,7 @@ def _validate_prices(
     values = np.zeros(len(worker_types))
     for k, name in enumerate(worker_types):
         if name in prices:
-            values[k] = _number(prices[name], f"prices_per_hour.{name}", strict=True)
+            values[k] = check_number(prices[name], f"prices_per_hour.{name}", strict=True)
         elif counts[k] > 0:
             raise ProblemError(f"prices_per_hour: missing worker type {name!r}")
     return _readonly(values)
@@ -361,7 +351,7 @@ def _previous_allocation(
         for name, value in entry.fractions.items():
             if name not in worker_types:
                 raise ProblemError(f"{path}.fractions.{name}: not a worker type of this cluster")
-            fractions[worker_types.index(name)] = _number(value, f"{path}.fractions.{name}")
+            fractions[worker_types.index(name)] = check_number(value, f"{path}.fractions.{name}")
         if len(entry.job_ids) == 1:
             singles[index[entry.job_ids[0]]] += fractions
         else:

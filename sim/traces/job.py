@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from common.errors import TraceError
+from common.errors import JobFieldError, TraceError
+from common.job_checks import check_job
 from common.messages import JobSpec
 
 
@@ -38,36 +38,27 @@ class TraceJob:
             raise TraceError(reason, column=field)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _problem(job: TraceJob) -> tuple[str, str] | None:
-    """(field, reason) for the first invalid field, or None."""
-    for name in ("job_id", "job_type", "command", "working_directory", "num_steps_arg"):
+    """(field, reason) for the first invalid field, or None. A job's own fields are checked as
+    everywhere else (common/job_checks.py: `gavel submit`, the mechanism, the policy); the rest
+    only a trace has."""
+    for name in ("working_directory", "num_steps_arg"):
         if not isinstance(getattr(job, name), str):
             return name, f"expected a string, got {type(getattr(job, name)).__name__}"
-    if not job.job_id:
-        return "job_id", "must not be empty"
-    if not job.job_type.strip():
-        return "job_type", "must not be empty"
-    if not _is_int(job.total_steps) or job.total_steps < 1:
-        return "total_steps", f"expected an integer >= 1, got {job.total_steps!r}"
-    if not _is_int(job.scale_factor) or job.scale_factor < 1:
-        return "scale_factor", f"expected an integer >= 1, got {job.scale_factor!r}"
-    if not _is_number(job.arrival_time_s) or job.arrival_time_s < 0:
-        return "arrival_time_s", f"expected a finite number of seconds >= 0, got {job.arrival_time_s!r}"
-    if not _is_number(job.priority_weight) or job.priority_weight <= 0:
-        return "priority_weight", f"expected a finite number > 0, got {job.priority_weight!r}"
-    if job.slo_s is not None and (not _is_number(job.slo_s) or job.slo_s <= 0):
-        return "slo_s", f"expected a finite number of seconds > 0 (or none), got {job.slo_s!r}"
+    try:
+        check_job(
+            job_id=job.job_id, job_type=job.job_type, scale_factor=job.scale_factor,
+            priority_weight=job.priority_weight, slo_s=job.slo_s, total_steps=job.total_steps,
+            command=job.command, arrival_s=job.arrival_time_s,
+        )
+    except JobFieldError as e:
+        return _TRACE_FIELD.get(e.field, e.field), e.reason
     if not isinstance(job.needs_data_dir, bool):
         return "needs_data_dir", f"expected a boolean, got {job.needs_data_dir!r}"
     return None
+
+
+_TRACE_FIELD = {"arrival_s": "arrival_time_s"}  # check_job's name -> this class's
 
 
 def to_job_spec(job: TraceJob) -> JobSpec:

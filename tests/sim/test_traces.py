@@ -110,7 +110,7 @@ def odd_jobs() -> tuple[TraceJob, ...]:
     return (
         job(arrival_time_s=0.1 + 0.2, slo_s=1e-7, priority_weight=2.5, command='python3 "x.py" --ünïcode %s'),
         job(job_id="1", arrival_time_s=1234567.123456, slo_s=3600.0, scale_factor=8, needs_data_dir=True),
-        job(job_id="2", job_type="A3C", arrival_time_s=1e12, total_steps=2**40, working_directory="rl/x y"),
+        job(job_id="2", job_type="A3C", arrival_time_s=1e10, total_steps=10**12, working_directory="rl/x y"),
     )
 
 
@@ -169,27 +169,27 @@ def cells(line: str, index: int, value: str) -> str:
         ("a.trace", GOOD_10 + "\n" + GOOD_10.rsplit("\t", 1)[0], "a.trace:2: expected 10 tab-separated columns (gavel 10-column), got 9"),
         ("a.trace", "x\ty\tz", "a.trace:1: expected 10 tab-separated columns (Gavel's format), 7 (its older Philly-derived one)"),
         ("a.trace", cells(GOOD_10, 5, "abc"), "a.trace:1: column 6 (total_steps): expected an integer, got 'abc'"),
-        ("a.trace", cells(GOOD_10, 5, "0"), "a.trace:1: column 6 (total_steps): expected an integer >= 1, got 0"),
+        ("a.trace", cells(GOOD_10, 5, "0"), "a.trace:1: column 6 (total_steps): must be >= 1, got 0"),
         ("a.trace", cells(GOOD_10, 5, "12.5"), "a.trace:1: column 6 (total_steps): expected an integer, got '12.5'"),
         ("a.trace", cells(GOOD_10, 4, "2"), "a.trace:1: column 5 (needs_data_dir): expected 0 or 1, got '2'"),
-        ("a.trace", cells(GOOD_10, 6, "0"), "a.trace:1: column 7 (scale_factor): expected an integer >= 1, got 0"),
-        ("a.trace", cells(GOOD_10, 7, "0"), "a.trace:1: column 8 (priority_weight): expected a finite number > 0"),
-        ("a.trace", cells(GOOD_10, 8, "0"), "a.trace:1: column 9 (SLO): expected a finite number of seconds > 0"),
-        ("a.trace", cells(GOOD_10, 9, "nan"), "a.trace:1: column 10 (arrival_time): expected a finite number of seconds >= 0"),
-        ("a.trace", cells(GOOD_10, 9, "-5"), "a.trace:1: column 10 (arrival_time): expected a finite number of seconds >= 0, got -5.0"),
+        ("a.trace", cells(GOOD_10, 6, "0"), "a.trace:1: column 7 (scale_factor): must be >= 1, got 0"),
+        ("a.trace", cells(GOOD_10, 7, "0"), "a.trace:1: column 8 (priority_weight): must be >= 0.001, got 0"),
+        ("a.trace", cells(GOOD_10, 8, "0"), "a.trace:1: column 9 (SLO): must be > 0, got 0"),
+        ("a.trace", cells(GOOD_10, 9, "nan"), "a.trace:1: column 10 (arrival_time): NaN is not allowed"),
+        ("a.trace", cells(GOOD_10, 9, "-5"), "a.trace:1: column 10 (arrival_time): must be >= 0, got -5"),
         ("a.trace", cells(GOOD_10, 9, "soon"), "a.trace:1: column 10 (arrival_time): expected a number, got 'soon'"),
         ("a.trace", cells(GOOD_10, 0, " "), "a.trace:1: column 1 (job_type): must not be empty"),
         ("a.trace", "\n\n" + GOOD_10 + "\n\n" + cells(GOOD_10, 5, "x"), "a.trace:5: column 6 (total_steps)"),  # physical lines
         ("b.trace", cells(GOOD_7, 6, "two"), "b.trace:1: column 7 (scale_factor): expected an integer, got 'two'"),
-        ("b.trace", cells(GOOD_7, 5, "-1"), "b.trace:1: column 6 (arrival_time): expected a finite number of seconds >= 0"),
+        ("b.trace", cells(GOOD_7, 5, "-1"), "b.trace:1: column 6 (arrival_time): must be >= 0, got -1"),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": 0}\n\n{"job_type": "A3C",', "c.jsonl:3: column 20: not JSON"),
         ("c.jsonl", "[1, 2]", "c.jsonl:1: expected a JSON object, got list"),
         ("c.jsonl", '{"job_type": "A3C", "arrival_time_s": 0}', "c.jsonl:1: field total_steps: missing"),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": "5", "arrival_time_s": 0}', 'c.jsonl:1: field total_steps: expected an integer, got "5"'),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": 1.5, "arrival_time_s": 0}', "c.jsonl:1: field total_steps: expected an integer, got 1.5"),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": true, "arrival_time_s": 0}', "c.jsonl:1: field total_steps: expected an integer, got true"),
-        ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": NaN}', "c.jsonl:1: field arrival_time_s: expected a finite number"),
-        ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": 0, "slo_s": -1}', "c.jsonl:1: field slo_s: expected a finite number of seconds > 0"),
+        ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": NaN}', "c.jsonl:1: field arrival_time_s: NaN is not allowed"),
+        ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": 0, "slo_s": -1}', "c.jsonl:1: field slo_s: must be > 0, got -1"),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": 0, "SLO": "x"}', 'c.jsonl:1: field SLO: expected a number of seconds, -1 or null, got "x"'),
         ("c.jsonl", '{"job_type": "A3C", "total_steps": 5, "arrival_time_s": 0, "needs_data_dir": 2}', "c.jsonl:1: field needs_data_dir: expected true or false, got 2"),
         ("c.jsonl", '{"job_id": 0, "job_type": "A3C", "total_steps": 5, "arrival_time_s": 0}\n{"job_id": "0", "job_type": "A3C", "total_steps": 5, "arrival_time_s": 1}',
@@ -363,7 +363,7 @@ def test_a_trace_job_becomes_a_job_spec():
 
 
 def test_a_trace_job_is_validated_on_construction():
-    with pytest.raises(TraceError, match="total_steps: expected an integer >= 1, got True"):
+    with pytest.raises(TraceError, match="total_steps: expected an integer, got True"):
         job(total_steps=True)
     with pytest.raises(TraceError, match="needs_data_dir: expected a boolean"):
         job(needs_data_dir=1)
