@@ -124,3 +124,9 @@ class Bus(Protocol):
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         """Remove and return up to ``limit`` dead letters, oldest first."""
         ...
+
+    async def consumer_count(self, queue: str) -> int | None:
+        """How many consumers ``queue`` has now; None when it does not exist. A message published
+        to a queue that exists but has no consumer waits there silently: a caller that expects
+        an answer can say at once that nobody is listening."""
+        ...

@@ -16,7 +16,9 @@ from common.messages import (
     AllocationComputed,
     AllocationFailed,
     AllocationRequested,
+    CancelJob,
     ExtendLease,
+    JobCancelled,
     JobCompleted,
     JobFailed,
     JobProgress,
@@ -35,13 +37,15 @@ from common.messages import (
     WorkerRegistered,
 )
 
-#: Every message type that travels on the bus (DESIGN.md section 3).
+#: Every message type that travels on the bus (docs/ARCHITECTURE.md, "Messages and the wire").
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     JobSubmitted,
     SubmissionsSealed,
+    CancelJob,
     JobRejected,
     JobCompleted,
     JobFailed,
+    JobCancelled,
     JobProgress,
     WorkerRegistered,
     WorkerHeartbeat,
@@ -57,6 +61,11 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     StatusRequested,
     StatusReported,
 )
+
+#: The policy replicas' shared request queue (below the exchange). Named here because the
+#: mechanism asks the broker whether anyone consumes it, and service packages do not import
+#: each other.
+POLICY_REQUEST_QUEUE = "policy.allocation-requests"
 
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 

@@ -12,6 +12,21 @@ from __future__ import annotations
 import asyncio
 import time
 
+from services.clock import WallClock
+
+
+def describe_clock(clock: object, *, lockstep: bool = False) -> str:
+    """How a process times its rounds and leases, for a mechanism and its workers to compare
+    (WorkerRegistered.clock): "wall", "scaled x100", "lockstep"; "" for a clock one process
+    shares with everything it talks to (the simulator's virtual clock: nothing to compare)."""
+    if lockstep or isinstance(clock, LockstepClock):
+        return "lockstep"
+    if isinstance(clock, ScaledClock):
+        return f"scaled x{clock.scale:g}"
+    if isinstance(clock, WallClock):
+        return "wall"
+    return ""
+
 
 class ScaledClock:
     def __init__(self, scale: float, start_s: float = 0.0) -> None:
@@ -20,6 +35,10 @@ class ScaledClock:
         self._scale = scale
         self._origin_wall = time.monotonic()
         self._start_s = start_s
+
+    @property
+    def scale(self) -> float:
+        return self._scale
 
     def now_s(self) -> float:
         return self._start_s + (time.monotonic() - self._origin_wall) * self._scale

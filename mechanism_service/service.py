@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable
 
@@ -39,7 +40,9 @@ from common.messages import (
     AllocationComputed,
     AllocationFailed,
     Assignment,
+    CancelJob,
     ExtendLease,
+    JobCancelled,
     JobCompleted,
     JobFailed,
     JobProgress,
@@ -48,6 +51,7 @@ from common.messages import (
     RoundEnded,
     RoundStarted,
     RunJobs,
+    SolveStatus,
     StatusReported,
     StatusRequested,
     SubmissionsSealed,
@@ -56,11 +60,22 @@ from common.messages import (
 )
 from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
-from mechanism_service.clocks import LockstepClock, ScaledClock
+from common.topics import POLICY_REQUEST_QUEUE
+from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import status as status_core
+from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
-from mechanism_service.core.reducers import IsolatedLookup, LeaseResult, NewJob, PairLookup, add_server, apply_allocation
+from mechanism_service.core.reducers import (
+    IsolatedLookup,
+    LeaseResult,
+    NewJob,
+    PairLookup,
+    add_server,
+    apply_allocation,
+    remove_job,
+    withdraw_job,
+)
 from mechanism_service.core.rounds import (
     RoundClock,
     RoundPlan,
@@ -81,6 +96,11 @@ log = structlog.get_logger("gavel.mechanism")
 NO_DEADLINE_S = 1e18  # finite (the wire refuses infinities), and far beyond any clock
 STATUS_PART_CHARS = 60_000  # under the codec's 64 KiB limit on one string
 SNAPSHOT_EVERY_EVENTS = 20_000  # at most this many inputs replayed after a restart (~0.15 s), plus a round's
+# Solves at one boundary: each one after the first sets aside at least one job the policy refused
+# the problem because of, so this bounds a boundary's time, not the jobs that can be set aside
+# (the rest go at the next boundary).
+SOLVES_PER_BOUNDARY = 8
+MAX_WORKER_GPUS = 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,8 +118,13 @@ class Memory:
     state: MechanismState | None = None
     servers: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
     submitted: list[NewJob] = dataclasses.field(default_factory=list)  # accepted, not yet admitted
-    known_jobs: set[str] = dataclasses.field(default_factory=set)  # every job id ever accepted
-    sealed: int | None = None  # jobs announced by a sealed batch (lockstep replays)
+    # arrived, but the cluster as it is cannot run them (a live cluster may grow): with why
+    held: list[tuple[NewJob, str]] = dataclasses.field(default_factory=list)
+    intake: Intake = dataclasses.field(default_factory=Intake)  # every id accepted, the batches
+    cancelling: dict[str, str] = dataclasses.field(default_factory=dict)  # active job id -> why: leaves at the next boundary
+    refused_workers: dict[str, str] = dataclasses.field(default_factory=dict)  # worker id -> why
+    policy: str = ""  # the policy and preset this memory was made under: a restart under
+    preset: str = ""  # others is said in the log
     expected: dict[str, Lease] = dataclasses.field(default_factory=dict)  # leases of the running round
     reports: dict[str, list[JobProgress]] = dataclasses.field(default_factory=dict)
     round_clock: RoundClock = dataclasses.field(default_factory=RoundClock)
@@ -115,6 +140,21 @@ class Memory:
     estimates: dict[str, str] = dataclasses.field(default_factory=dict)  # job id -> provenance
     observations: status_core.Observations = dataclasses.field(default_factory=status_core.Observations)
     allocations: dict[str, bytes] = dataclasses.field(default_factory=dict)  # replies replayed from the journal
+
+
+def _upgraded(memory: Memory) -> Memory:
+    """A snapshot written by an earlier version: the fields it lacks get their defaults (pickle
+    restores the attributes an object had when it was written, and no others)."""
+    for holder, cls in ((memory, Memory), (memory.observations, status_core.Observations)):
+        for f in dataclasses.fields(cls):
+            if f.name not in vars(holder):
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+                setattr(holder, f.name, default)
+    legacy_known = vars(memory).pop("known_jobs", None)  # a set of ids, before specs were kept
+    if legacy_known:
+        memory.intake.known.update(dict.fromkeys(legacy_known))
+    vars(memory).pop("sealed", None)
+    return memory
 
 
 class MechanismService:
@@ -167,7 +207,11 @@ class MechanismService:
         # Live: wait this long (wall time) after a submission wakes an idle loop, so a burst is
         # admitted by one boundary. Virtual and lockstep time need none (nothing races them).
         self._admission_batch_s = admission_batch_s
-        self.memory = Memory(shuffle=shuffle)
+        self.memory = Memory(shuffle=shuffle, policy=policy, preset=settings.preset)
+        # Workers must time their leases as we time rounds (issue 9: a scaled mechanism and a
+        # wall-clock fleet stalled without a word); "" (virtual time in one process): not checked.
+        self._clock_name = describe_clock(self._clock, lockstep=lockstep)
+        self._cluster_grew = False  # a worker joined since the last boundary (held jobs may fit)
         self._bus: Bus | None = None
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self._pending_request: tuple[str, asyncio.Future[Message]] | None = None
@@ -214,7 +258,8 @@ class MechanismService:
         # Several handlers at a time so that their journal writes share a commit; each records
         # and applies its message before its first await, so arrival order is kept.
         await bus.subscribe(
-            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY], self.on_submitted,
+            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY, CancelJob.ROUTING_KEY],
+            self.on_submitted,
             prefetch=512, concurrency=128,
         )
         await bus.subscribe("mechanism.progress", [JobProgress.ROUTING_KEY], self.on_progress, prefetch=512, concurrency=128)
@@ -274,50 +319,153 @@ class MechanismService:
     async def on_worker(self, d: Delivery) -> None:
         w = d.message
         assert isinstance(w, WorkerRegistered)
-        if any(w.worker_id == known for known, _ in self.memory.servers[w.accelerator_type]):
+        if any(w.worker_id == known for known, _ in self.memory.servers.get(w.accelerator_type, ())):
             return  # registered already (a periodic re-announcement, or a redelivery)
+        problem = self._worker_problem(w)
+        if problem:
+            # One worker must not stop the cluster: it stays out, and says why once (it keeps
+            # re-announcing itself; `gavel cluster` lists it under workers_refused).
+            if self.memory.refused_workers.get(w.worker_id) != problem:
+                self.memory.refused_workers[w.worker_id] = problem
+                self._log.error("worker_refused", worker_id=w.worker_id, reason=problem)
+            return
+        self.memory.refused_workers.pop(w.worker_id, None)
         self._record("worker", d)
         self._apply_worker(w)
         self._wake.set()
         await self._durable()
 
+    def _worker_problem(self, w: WorkerRegistered) -> str:
+        """Why this worker cannot join ("" when it can)."""
+        if not w.worker_id or not w.accelerator_type:
+            return "a worker needs an id and an accelerator type"
+        per_server = self._settings.gpus_per_server
+        if not 1 <= w.gpu_count <= MAX_WORKER_GPUS or w.gpu_count % per_server:
+            return (
+                f"worker {w.worker_id!r} has {w.gpu_count} GPUs; this mechanism places gangs on servers of "
+                f"{per_server} GPU(s) (--gpus-per-server), so a worker needs a positive multiple of that"
+            )
+        if w.clock and self._clock_name and w.clock != self._clock_name:
+            return (
+                f"worker {w.worker_id!r} runs on the {w.clock} clock and this mechanism on the {self._clock_name} "
+                "clock, so its leases would never end when rounds do: start both with the same --time-scale "
+                "(or both with --lockstep, or neither)"
+            )
+        return ""
+
     def _apply_worker(self, w: WorkerRegistered) -> None:
         memory = self.memory
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
+        self._cluster_grew = True
         if memory.state is not None:  # joined a running cluster
             ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._isolated, self._pair)
             memory.worker_of.update({gpu: (w.worker_id, k) for k, gpu in enumerate(ids)})
             self._log.info("worker_joined", worker_id=w.worker_id, accelerator_type=w.accelerator_type, gpus=w.gpu_count)
 
     async def on_submitted(self, d: Delivery) -> None:
+        """The submissions queue: jobs, the seal that ends a batch, and cancels (in the order they
+        were sent, so a cancel follows the job it names)."""
         message = d.message
         if isinstance(message, SubmissionsSealed):
-            self._record("sealed", d)
-            self.memory.sealed = (self.memory.sealed or 0) + message.count
+            await self._on_sealed(d, message)
+        elif isinstance(message, CancelJob):
+            await self._on_cancel(d, message)
         else:
             assert isinstance(message, JobSubmitted)
-            if message.spec.job_id in self.memory.known_jobs:
-                return  # a duplicate submission (a retried publish, a resubmitted trace): absorbed
-            arrival_s = self._arrival_s(message)
-            self._record("submitted", d, None if self._lockstep else arrival_s)  # a replay's are in the trace
-            self._apply_submission(message, arrival_s)
+            await self._on_job(d, message)
+
+    async def _on_job(self, d: Delivery, message: JobSubmitted) -> None:
+        receipt = self._receive(message, self._clock.now_s())
+        if receipt.outcome in ("new", "refused"):
+            # journaled with the arrival it was given (a replay's arrivals are in the trace); an
+            # absorbed duplicate or a conflict changes nothing worth replaying
+            stamp = receipt.job.arrival_s if receipt.job is not None and not self._lockstep else None
+            self._record("submitted", d, stamp)
+        if receipt.outcome == "new":
+            self._wake.set()
+        await self._durable()
+        if receipt.outcome in ("refused", "conflict"):
+            await self._publish_rejection(message.spec.job_id, receipt.reason)
+
+    def _receive(self, message: JobSubmitted, now_s: float) -> Receipt:
+        memory = self.memory
+        types = tuple(dict.fromkeys([*(w for w, servers in memory.servers.items() if servers), *self._elastic_types]))
+        receipt = receive(memory.intake, message, now_s, lockstep=self._lockstep, isolated=self._isolated, types=types)
+        job_id = message.spec.job_id
+        if receipt.outcome == "new":
+            assert receipt.job is not None
+            memory.observations.rejected.pop(job_id, None)  # refused before, right this time
+            memory.submitted.append(receipt.job)
+        elif receipt.outcome == "refused":
+            memory.observations.rejected[job_id] = receipt.reason
+        elif receipt.outcome == "conflict":
+            self._log.warning("submission_conflict", job_id=job_id, reason=receipt.reason)
+        return receipt
+
+    async def _publish_rejection(self, job_id: str, reason: str) -> None:
+        """JobRejected, with an id derived from what it says: the same refusal published again (a
+        redelivered submission) is recognisably the same, a different one for the same id is not."""
+        digest = hashlib.blake2b(reason.encode(), digest_size=6).hexdigest()
+        self._log.info("job_rejected", job_id=job_id, reason=reason)
+        await self._publish(JobRejected(job_id, reason), f"job-rejected:{job_id}:{digest}")
+
+    async def _on_sealed(self, d: Delivery, message: SubmissionsSealed) -> None:
+        self._record("sealed", d)
+        # every submission of the batch was handled before this (one queue, applied in order)
+        summary = self.memory.intake.seal(message.batch_id, message.count)
+        if int(summary["received"]) < message.count:  # type: ignore[call-overload]
+            # some of its messages never came (dead-lettered as undecodable): a lockstep replay
+            # waits for the whole trace, so this one would wait for ever; say so
+            self._log.warning("batch_incomplete", batch_id=message.batch_id, announced=message.count, received=summary["received"])
         self._wake.set()
         await self._durable()
+        if message.reply_to:
+            await self._reply(message.request_id, message.reply_to, summary, d)
 
-    def _arrival_s(self, message: JobSubmitted) -> float:
-        # Lockstep replays take the trace's arrival times; a live cluster counts from when the
-        # job reached it (the submitter's clock is not ours: another host, or unscaled time).
-        return message.spec.submit_time_s if self._lockstep else self._clock.now_s()
+    async def _on_cancel(self, d: Delivery, message: CancelJob) -> None:
+        now_s = self._clock.now_s()
+        changed, answer, event = self._cancel(message.job_id, message.reason, now_s)
+        if changed:
+            self._record("cancel", d, now_s)
+        await self._durable()
+        if event is not None:
+            await self._publish(event, f"job-end:{event.job_id}")  # again if it was before: deduplicated
+        if message.reply_to:
+            await self._reply(message.request_id, message.reply_to, answer, d)
 
-    def _apply_submission(self, message: JobSubmitted, arrival_s: float) -> None:
-        spec = message.spec
-        self.memory.known_jobs.add(spec.job_id)
-        self.memory.submitted.append(
-            NewJob(
-                spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, arrival_s,
-                spec.priority_weight, spec.slo_s, spec.entity,
-            )
-        )
+    def _cancel(self, job_id: str, reason: str, now_s: float) -> tuple[bool, dict[str, object], JobCancelled | None]:
+        """(whether anything changed, the answer for the asker, the terminal event to publish).
+        A job not admitted yet is cancelled at once; an admitted one leaves at the next boundary,
+        after its running lease is settled (its steps so far count)."""
+        memory, obs = self.memory, self.memory.observations
+        if job_id in obs.cancelled:
+            row = obs.cancelled[job_id]
+            event = JobCancelled(job_id, str(row["reason"]), float(row["cancelled_at_s"]), int(row.get("steps_done", 0)))  # type: ignore[call-overload]
+            return False, {"job_id": job_id, "state": "cancelled", "reason": row["reason"]}, event
+        waiting = [j for j in memory.submitted if j.job_id == job_id] + [j for j, _ in memory.held if j.job_id == job_id]
+        if waiting:
+            memory.submitted = [j for j in memory.submitted if j.job_id != job_id]
+            memory.held = [(j, why) for j, why in memory.held if j.job_id != job_id]
+            obs.cancelled[job_id] = {**status_core.pending_row(waiting[0], "cancelled", reason), "cancelled_at_s": now_s}
+            self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=False)
+            return True, {"job_id": job_id, "state": "cancelled", "reason": reason}, JobCancelled(job_id, reason, now_s, 0)
+        state = memory.state
+        if state is not None and any(j.job_id == job_id for j in state.jobs.values()):
+            if job_id in memory.cancelling:
+                return False, {"job_id": job_id, "state": "cancelling", "reason": memory.cancelling[job_id]}, None
+            memory.cancelling[job_id] = reason
+            self._wake.set()
+            return True, {
+                "job_id": job_id, "state": "cancelling", "reason": reason,
+                "note": "it is not scheduled again; it leaves when its current round ends",
+            }, None
+        ended = next((j for j in state.completed if j.job_id == job_id), None) if state is not None else None
+        if ended is not None:
+            how = "completed" if ended.steps_remaining <= 0 else "failed"
+            return False, {"error": f"job {job_id!r} has already {how}: nothing to cancel"}, None
+        if job_id in obs.rejected:
+            return False, {"error": f"job {job_id!r} was rejected ({obs.rejected[job_id]}): nothing to cancel"}, None
+        return False, {"error": f"no job {job_id!r}"}, None
 
     async def on_progress(self, d: Delivery) -> None:
         report = d.message
@@ -361,7 +509,13 @@ class MechanismService:
         request = d.message
         assert isinstance(request, StatusRequested) and self._bus is not None
         memory = self.memory
-        obs = dataclasses.replace(memory.observations, waiting=[j.job_id for j in memory.submitted])
+        obs = dataclasses.replace(
+            memory.observations,
+            waiting=[status_core.pending_row(j, "submitted") for j in memory.submitted],
+            held=[status_core.pending_row(j, "held", why) for j, why in memory.held],
+            cancelling=dict(memory.cancelling),
+            workers_refused=dict(memory.refused_workers),
+        )
         now_s = self._clock.now_s()
         body: object
         if request.query == "jobs":
@@ -376,10 +530,16 @@ class MechanismService:
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
         else:
             body = {"error": f"unknown query {request.query!r} (jobs, job, workers, cluster)"}
+        await self._reply(request.request_id, request.reply_to, body, d)
+
+    async def _reply(self, request_id: str, reply_to: str, body: object, d: Delivery) -> None:
+        """An answer to a command-line asker, on its own key, in parts of at most
+        STATUS_PART_CHARS characters (the codec's limit on one string)."""
+        assert self._bus is not None
         text = json.dumps(body)  # ASCII: characters are bytes
         parts = [text[i : i + STATUS_PART_CHARS] for i in range(0, len(text), STATUS_PART_CHARS)] or [""]
         for k, part in enumerate(parts):  # not mandatory: an asker that gave up has no queue any more
-            reply = StatusReported(request.request_id, request.reply_to, part, k, len(parts))
+            reply = StatusReported(request_id, reply_to, part, k, len(parts))
             await self._bus.publish(reply, correlation_id=d.envelope.message_id, mandatory=False)
 
     # -- recovery ---------------------------------------------------------------------------------
@@ -388,7 +548,8 @@ class MechanismService:
         """Rebuild the memory from the last snapshot and the inputs accepted after it."""
         memory, last_seq = journal.load_snapshot()
         if memory is not None:
-            self.memory = memory
+            self.memory = _upgraded(memory)
+            self._say_if_policy_changed()
         latest_s = self.memory.now_s
         replayed = 0
         for _, kind, body, at_s in journal.events(after_seq=last_seq):
@@ -396,10 +557,14 @@ class MechanismService:
             if kind == "worker" and isinstance(message, WorkerRegistered):
                 self._apply_worker(message)
             elif kind == "submitted" and isinstance(message, JobSubmitted):
-                self._apply_submission(message, self._arrival_s(message) if at_s is None else at_s)
-                latest_s = max(latest_s, at_s or 0.0)
+                received_s = self._clock.now_s() if at_s is None else replay_now_s(message, at_s)
+                self._receive(message, received_s)
+                latest_s = max(latest_s, received_s)
             elif kind == "sealed" and isinstance(message, SubmissionsSealed):
-                self.memory.sealed = (self.memory.sealed or 0) + message.count
+                self.memory.intake.seal(message.batch_id, message.count)
+            elif kind == "cancel" and isinstance(message, CancelJob) and at_s is not None:
+                self._cancel(message.job_id, message.reason, at_s)
+                latest_s = max(latest_s, at_s)
             elif kind == "progress" and isinstance(message, JobProgress) and self._accepts(message):
                 self._apply_progress(message)
             elif kind == "allocation":
@@ -414,6 +579,21 @@ class MechanismService:
                 "mechanism_recovered", journal=str(journal.path), snapshot=memory is not None, events_replayed=replayed,
                 round_id=self.memory.round_id, jobs_active=len(self.memory.state.jobs) if self.memory.state else 0,
             )
+
+    def _say_if_policy_changed(self) -> None:
+        """A journal made under another policy (or preset) resumes under this one: say so, and
+        solve afresh (the allocation and a stateful policy's continuation are the old policy's)."""
+        memory = self.memory
+        before = (memory.policy, memory.preset)
+        if memory.policy and before != (self._policy, self._settings.preset):
+            self._log.warning(
+                "policy_changed", journal_policy=memory.policy, journal_preset=memory.preset, policy=self._policy,
+                preset=self._settings.preset, action="solving afresh under the new policy",
+            )
+            if memory.state is not None:
+                memory.state.needs_allocation = True
+                memory.state.policy_state = ""
+        memory.policy, memory.preset = self._policy, self._settings.preset
 
     async def _republish(self) -> None:
         """The last boundary's commands again, same lease ids: a worker that already has them
@@ -463,12 +643,9 @@ class MechanismService:
                 if results:
                     ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
                     await self._publish(ended, f"round-ended:{ended.round_id}")
-                # 3. admit the jobs whose arrival has come
-                due = [j for j in memory.submitted if j.arrival_s <= now_s]
-                memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
-                for job, reason in admit_arrivals(state, due, settings, self._isolated, self._pair, self._elastic_types):
-                    memory.observations.rejected[job.job_id] = reason
-                    await self._publish(JobRejected(job.job_id, reason), f"job-rejected:{job.job_id}")
+                await self._withdraw_cancelled(state, now_s)
+                # 3. admit the jobs whose arrival has come (and those held until the cluster fits)
+                await self._admit(state, now_s)
                 # 4. allocation (not for an empty cluster: there is nothing to allocate yet)
                 reset = sum(state.gpus.values()) > 0 and begin_reset(state, now_s, settings)
                 if reset:
@@ -489,6 +666,37 @@ class MechanismService:
         finally:
             self.stopped.set()
 
+    async def _withdraw_cancelled(self, state: MechanismState, now_s: float) -> None:
+        """Cancelled jobs leave, after their last round was settled (a job that completed in it
+        completed: one terminal state each)."""
+        memory = self.memory
+        for job_id, reason in memory.cancelling.items():
+            index = next((i for i, j in state.jobs.items() if j.job_id == job_id), None)
+            if index is None:
+                continue
+            job = withdraw_job(state, index)
+            memory.observations.cancelled[job_id] = status_core.cancelled_row(job, reason, now_s)
+            self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=True, steps_done=job.steps_done)
+            await self._publish(JobCancelled(job_id, reason, now_s, job.steps_done), f"job-end:{job_id}")
+        memory.cancelling.clear()
+
+    async def _admit(self, state: MechanismState, now_s: float) -> None:
+        memory = self.memory
+        was_held = {job.job_id for job, _ in memory.held}
+        due = [job for job, _ in memory.held] + [j for j in memory.submitted if j.arrival_s <= now_s]
+        memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
+        memory.held = []
+        self._cluster_grew = False
+        for job, verdict in admit_arrivals(state, due, self._settings, self._isolated, self._pair, self._elastic_types):
+            if verdict.verdict == "hold":
+                memory.held.append((job, verdict.reason))
+                if job.job_id not in was_held:
+                    self._log.warning("job_held", job_id=job.job_id, reason=verdict.reason)
+                continue
+            memory.observations.rejected[job.job_id] = verdict.reason
+            memory.intake.known.pop(job.job_id, None)  # nothing of it was accepted: the id is free again
+            await self._publish_rejection(job.job_id, verdict.reason)
+
     async def _until(self, condition: Callable[[], bool]) -> None:
         while not condition():
             self._wake.clear()
@@ -499,9 +707,7 @@ class MechanismService:
         memory = self.memory
         gpus = sum(g for servers in memory.servers.values() for _, g in servers)
         enough_gpus = self._expected_gpus is None or gpus >= self._expected_gpus
-        return memory.state is not None or (
-            memory.sealed is not None and len(memory.known_jobs) >= memory.sealed and enough_gpus
-        )
+        return memory.state is not None or (memory.intake.all_sealed_in() and enough_gpus)
 
     async def _wait_for_round(self) -> None:
         if self._round_timeout_s is None:
@@ -521,6 +727,8 @@ class MechanismService:
             return
         if len(future) < len(memory.submitted):
             return  # jobs due now
+        if memory.held and self._cluster_grew:
+            return  # a worker joined: held jobs may fit now
         if future:
             # Submitted with an arrival still ahead (a replayed trace, a skewed client clock):
             # wait for it, or for anything else that comes meanwhile.
@@ -543,7 +751,7 @@ class MechanismService:
                 raise ServiceError(f"t={self._clock.now_s():.1f} s: jobs {stuck} can never be scheduled on this cluster")
             force_reset_when_idle(memory.state)
             return
-        await self._until(lambda: bool(memory.submitted))
+        await self._until(lambda: bool(memory.submitted) or (bool(memory.held) and self._cluster_grew))
 
     async def _sleep_or_wake(self, duration_s: float) -> None:
         """Wait ``duration_s`` on the clock, or less if an input arrives meanwhile."""
@@ -594,12 +802,43 @@ class MechanismService:
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
         else:
-            message = JobFailed(job.job_id, "a gang got fewer steps than GPUs too many times", self._clock.now_s())
+            reason = "a gang got fewer steps than GPUs too many times"
+            self.memory.observations.failed[job.job_id] = reason
+            message = JobFailed(job.job_id, reason, self._clock.now_s())
         await self._publish(message, f"job-end:{job.job_id}")
 
     async def _reallocate(self, state: MechanismState, now_s: float) -> None:
-        assert self._bus is not None
-        request_id = f"{self._seed}-{state.resets}"
+        """Ask the policy for a new allocation and install it. No single job can stop this (issue
+        9): when the policy refuses the problem because of particular jobs, they are set aside
+        with its reason and the rest is solved again at once. Any other failure keeps the last
+        allocation for this round (degraded) and asks again at the next boundary."""
+        for attempt in range(SOLVES_PER_BOUNDARY):
+            request_id = f"{self._seed}-{state.resets}" + (f".{attempt}" if attempt else "")
+            reply = await self._ask_policy(state, now_s, request_id)
+            self._note_solve(reply, request_id, now_s)
+            if isinstance(reply, AllocationComputed) and reply.status in (SolveStatus.OPTIMAL, SolveStatus.OPTIMAL_INACCURATE):
+                apply_allocation(
+                    state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, self._settings,
+                    reply.policy_state,
+                )
+                self.memory.solve_times_s.append(reply.solve_time_s)
+                self.memory.observations.last_solve_s = reply.solve_time_s
+                return
+            reason = getattr(reply, "reason", "") or ""
+            if reply is not None:
+                self._log.warning("allocation_failed", request_id=request_id, reason=reason)
+            refused = [j for j in getattr(reply, "refused_job_ids", ()) if any(x.job_id == j for x in state.jobs.values())]
+            if not refused:
+                break
+            await self._set_aside(state, refused, f"the policy cannot allocate with this job: {reason}", now_s)
+            if not state.jobs:
+                state.needs_allocation = False
+                return
+        # Degraded: keep the last allocation this round, and ask again at the next boundary.
+        state.needs_allocation = True
+
+    async def _ask_policy(self, state: MechanismState, now_s: float, request_id: str) -> Message | None:
+        """The policy's answer to this state, or None when none came (said in the log)."""
         request = allocation_request(
             state,
             now_s,
@@ -612,36 +851,60 @@ class MechanismService:
             solver=self._solver,
             packing=self._settings.packing,
         )
-        reply: Message | None = None
         replayed = self.memory.allocations.pop(request_id, None)
         if replayed is not None:
-            reply = DEFAULT_CODEC.decode(replayed).message  # answered before a restart
-        else:
-            future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-            self._pending_request = (request_id, future)
-            try:
-                await self._send_request(request)
-                reply = await self._await_reply(future, request_id)
-            except Exception as e:  # noqa: BLE001 - degraded mode, said once
-                self._log.warning("allocation_unavailable", request_id=request_id, error=repr(e), action="keep last allocation")
-            finally:
-                self._pending_request = None
-        if isinstance(reply, AllocationComputed):
-            apply_allocation(
-                state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, self._settings,
-                reply.policy_state,
+            return DEFAULT_CODEC.decode(replayed).message  # answered before a restart
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending_request = (request_id, future)
+        try:
+            await self._send_request(request)
+            return await self._await_reply(future, request_id)
+        except asyncio.TimeoutError:
+            self._log.warning(
+                "allocation_unavailable", request_id=request_id, action="keep last allocation",
+                error=f"no answer from a policy service within {self._allocation_timeout_s:g} s",
             )
-            self.memory.solve_times_s.append(reply.solve_time_s)
-            self.memory.observations.last_solve_s = reply.solve_time_s
+        except Exception as e:  # noqa: BLE001 - degraded mode, said once
+            self._log.warning("allocation_unavailable", request_id=request_id, error=repr(e), action="keep last allocation")
+        finally:
+            self._pending_request = None
+        return None
+
+    def _note_solve(self, reply: Message | None, request_id: str, now_s: float) -> None:
+        """What `gavel cluster` shows as the last solve."""
+        if isinstance(reply, AllocationComputed):
+            status, error = str(reply.status), reply.reason
+        elif isinstance(reply, AllocationFailed):
+            status, error = ("expired" if reply.expired else "failed"), reply.reason
         else:
-            if reply is not None:
-                self._log.warning("allocation_failed", request_id=request_id, reason=getattr(reply, "reason", ""))
-            # Degraded: keep the last allocation this round, and ask again at the next boundary.
-            state.needs_allocation = True
+            status, error = "unavailable", "no answer from a policy service"
+        self.memory.observations.last_solve = {
+            "request_id": request_id, "at_s": now_s, "status": status, "error": error,
+            "solve_time_s": getattr(reply, "solve_time_s", None),
+            "refused_job_ids": list(getattr(reply, "refused_job_ids", ())),
+        }
+
+    async def _set_aside(self, state: MechanismState, job_ids: list[str], reason: str, now_s: float) -> None:
+        """Jobs the policy will not solve with leave the cluster: rejected if they never ran
+        (nothing of them was used: the id is free again), failed if they did."""
+        memory = self.memory
+        for job_id in job_ids:
+            index = next(i for i, j in state.jobs.items() if j.job_id == job_id)
+            self._log.warning("job_set_aside", job_id=job_id, reason=reason)
+            if state.jobs[index].first_run_s is None:
+                withdraw_job(state, index)
+                memory.observations.rejected[job_id] = reason
+                memory.intake.known.pop(job_id, None)
+                await self._publish_rejection(job_id, reason)
+            else:
+                remove_job(state, index, dropped=True)
+                memory.observations.failed[job_id] = reason
+                await self._publish(JobFailed(job_id, reason, now_s), f"job-end:{job_id}")
 
     async def _send_request(self, request: Message) -> None:
         """Publish an allocation request; while no policy service has ever attached (nothing
-        is bound to receive it), say so and keep trying."""
+        is bound to receive it), say so and keep trying. When the queue is there but nobody
+        consumes it (every replica stopped), the request waits in it: say that at once too."""
         assert self._bus is not None
         waited_s = 0.0
         while True:
@@ -649,6 +912,12 @@ class MechanismService:
                 await self._bus.publish(request)
                 if waited_s:
                     self._log.info("policy_service_found", waited_s=waited_s)
+                if await self._bus.consumer_count(POLICY_REQUEST_QUEUE) == 0:
+                    self._log.warning(
+                        "policy_service_missing", queue=POLICY_REQUEST_QUEUE,
+                        reason="the policy queue has no consumer: is `gavel serve policy` running?",
+                        action=f"the request waits there; keeping the last allocation after {self._allocation_timeout_s:g} s",
+                    )
                 return
             except UnroutableError:
                 if waited_s == 0.0 or waited_s % 30.0 < 1.0:
@@ -703,9 +972,10 @@ class MechanismService:
                 assignments.append(
                     Assignment(tuple(j.job_id for j in jobs), worker_id, placement.accelerator_type, gpu_ids, lease_id, extended)
                 )
+            workers = [worker_id for worker_id, _ in self._workers_of(placement)]  # as `gavel workers` names them
             for job in jobs:
                 status_core.record_placement(
-                    memory.observations, job.job_id, round_id, now_s, placement.accelerator_type, placement.worker_ids,
+                    memory.observations, job.job_id, round_id, now_s, placement.accelerator_type, workers,
                     extended=extended, packed_with=[j.job_id for j in jobs if j is not job],
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
@@ -727,8 +997,18 @@ class MechanismService:
         return self._journal.last_seq() - self._journal.snapshot_seq >= SNAPSHOT_EVERY_EVENTS
 
     async def _publish_command(self, command: Message) -> None:
+        """Mandatory: a command nobody can receive (its worker's queue is gone) is said loudly,
+        but it must not stop the cluster (a crash would repeat at every restart, since the
+        journal republishes the same commands): its lease reports nothing, and a live round
+        ends at its timeout without it."""
         assert self._bus is not None
-        await self._bus.publish(command)  # mandatory: a command to a worker that left must fail loudly
+        try:
+            await self._bus.publish(command)
+        except UnroutableError as e:
+            self._log.error(
+                "worker_unreachable", worker_id=getattr(command, "worker_id", ""), lease_id=getattr(command, "lease_id", ""),
+                error=str(e), action="its lease counts as no progress",
+            )
 
     def _workers_of(self, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
         """GPU ids -> (worker id, GPU indices on that worker), in placement order."""

@@ -29,12 +29,13 @@ from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.messages import AllocationComputed, AllocationFailed, AllocationRequested
 from common.throughputs import throughput_table_from_json
+from common.topics import POLICY_REQUEST_QUEUE
 from policy_service.answer import SolveContext, answer
 from policy_service.core import prices_from_json
 
 log = structlog.get_logger("gavel.policy")
 
-REQUEST_QUEUE = "policy.allocation-requests"
+REQUEST_QUEUE = POLICY_REQUEST_QUEUE
 Solving = Literal["inline", "process"]
 
 

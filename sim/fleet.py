@@ -45,8 +45,13 @@ class SimulatedFleet:
         gpus_per_server: int = 1,
         lockstep: bool = False,
         heartbeat_s: float | None = None,
+        clock_name: str = "",
+        name: str = "fleet",
     ) -> None:
+        # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
+        self.name = name
         self._clock = clock
+        self._clock_name = clock_name  # announced, so a mechanism on another clock can say so
         self._lockstep = lockstep
         self._heartbeat_s = heartbeat_s
         self._reported: dict[str, list[JobProgress]] = {}  # lease id -> its reports
@@ -63,7 +68,7 @@ class SimulatedFleet:
     async def start(self, bus: Bus) -> None:
         self._bus = bus
         await bus.subscribe(
-            "fleet.commands",
+            f"{self.name}.commands",
             [f"worker.cmd.{worker_id}.*" for worker_id, _, _ in self._servers],
             self.on_command,
             prefetch=256,
@@ -71,7 +76,7 @@ class SimulatedFleet:
         for worker_id, accelerator_type, gpus in self._servers:
             # not mandatory: a fleet may start before the mechanism (its queue keeps them if it
             # ever ran; a mechanism that starts later learns the fleet from the next heartbeat)
-            await bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id), mandatory=False)
+            await bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
         if self._heartbeat_s:
             self._spawn(self._heartbeats())
 
@@ -80,7 +85,10 @@ class SimulatedFleet:
         while True:
             await self._clock.sleep(self._heartbeat_s)
             for worker_id, accelerator_type, gpus in self._servers:
-                await self._bus.publish(WorkerRegistered(worker_id, accelerator_type, gpus, worker_id), mandatory=False)
+                await self._bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
+
+    def _registration(self, worker_id: str, accelerator_type: str, gpus: int) -> WorkerRegistered:
+        return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name)
 
     def _spawn(self, coroutine) -> None:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coroutine)

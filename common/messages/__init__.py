@@ -13,6 +13,8 @@ from common.messages.allocation import (
 )
 from common.messages.base import Message, message, value
 from common.messages.jobs import (
+    CancelJob,
+    JobCancelled,
     JobCompleted,
     JobFailed,
     JobProgress,
@@ -33,8 +35,10 @@ __all__ = [
     "AllocationFailed",
     "AllocationRequested",
     "Assignment",
+    "CancelJob",
     "EntitySpec",
     "ExtendLease",
+    "JobCancelled",
     "JobCompleted",
     "JobFailed",
     "JobProgress",

@@ -17,21 +17,56 @@ class JobSpec:
     slo_s: float | None = None  # finish within this many seconds of arrival, if set
     entity: str | None = None  # owner for hierarchical policies (team, user)
     command: str = ""  # what a real worker runs; empty for simulated jobs
+    # Arrival time on the trace's clock: a mechanism replaying in lockstep takes the job in at this
+    # time. A live mechanism stamps arrivals with its own clock instead (see JobSubmitted).
     submit_time_s: float = 0.0
 
 
 @message("job.submitted")
 class JobSubmitted(Message):
+    """A job for the mechanism. On a live cluster it arrives ``arrival_offset_s`` after the moment
+    the mechanism received the first submission of its batch (a trace keeps its spacing, counted
+    from when it reached the cluster); a job with no batch arrives ``arrival_offset_s`` after it
+    was received. Times are the mechanism's (scaled with ``--time-scale``)."""
+
     spec: JobSpec
+    batch_id: str = ""  # the submission this job came with (one `gavel submit`)
+    arrival_offset_s: float = 0.0
 
 
 @message("job.submissions.sealed")
 class SubmissionsSealed(Message):
     """Everything a client meant to submit in one batch (a trace) has been published before this,
-    on the same queue: a mechanism replaying a trace in lockstep may start its clock."""
+    on the same queue: a mechanism replaying a trace in lockstep may start its clock. With
+    ``reply_to``, the mechanism answers on ``status.reply.<reply_to>`` (StatusReported) with what
+    became of the batch: new, already known, refused (and why)."""
 
     batch_id: str
     count: int
+    reply_to: str = ""
+    request_id: str = ""
+
+
+@message("job.cancel")
+class CancelJob(Message):
+    """Stop a job for good: it ends in the terminal state ``cancelled`` (JobCancelled). Sent on the
+    submissions' queue, so a cancel follows the submission it names. With ``reply_to`` the
+    mechanism answers on ``status.reply.<reply_to>``."""
+
+    job_id: str
+    reason: str = "cancelled by the user"
+    reply_to: str = ""
+    request_id: str = ""
+
+
+@message("job.cancelled")
+class JobCancelled(Message):
+    """An accepted job that was cancelled (``gavel cancel``); its steps so far are kept."""
+
+    job_id: str
+    reason: str
+    cancelled_at_s: float
+    steps_done: int = 0
 
 
 @message("job.rejected")

@@ -11,6 +11,10 @@ class WorkerRegistered(Message):
     accelerator_type: str  # e.g. "v100"
     gpu_count: int
     server_id: str = ""  # servers group GPUs for gang placement; defaults to the worker id
+    # The clock its leases run on: "wall", "scaled x100" (--time-scale 100) or "lockstep". A
+    # mechanism on another clock refuses the worker and says so: their rounds would never agree.
+    # "" (older workers): not checked.
+    clock: str = ""
 
 
 @message("worker.heartbeat")

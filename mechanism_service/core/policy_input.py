@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, PolicyJob, PolicyProblem
+from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
 from mechanism_service.core.model import MechanismState
 
 
@@ -58,7 +58,12 @@ def allocation_request(
         policy=policy,
         # pairs: None lets the policy service take every packable pair from its table; () says
         # this policy does not pack (building the pair table would be wasted work)
-        problem=PolicyProblem(worker_types=dict(state.gpus), jobs=jobs, pairs=None if packing else (), previous=previous),
+        problem=PolicyProblem(
+            worker_types=dict(state.gpus), jobs=jobs, pairs=None if packing else (), previous=previous,
+            # every entity a job names, weighted equally: a job's entity must be one the problem
+            # defines, or the policy refuses the problem (hierarchical policies share by them)
+            entities=tuple(EntitySpec(name) for name in sorted({j.entity for j in jobs if j.entity is not None})),
+        ),
         deadline_s=deadline_s,
         solver=solver,
         preset=preset,

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from common.errors import JobFieldError
+from common.job_checks import check_job
 from mechanism_service.core.model import Entry, EntryLedger, JobState, MechanismState, Placement
 from mechanism_service.core.settings import MechanismSettings
 
@@ -36,35 +39,66 @@ def _rate(isolated: IsolatedLookup, job_type: str, scale_factor: int, accelerato
         return 0.0
 
 
-def admission_problem(
-    gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup, *, elastic_types: Sequence[str] = ()
-) -> str:
-    """Why a submission can never run here ("" when it can): the mechanism refuses it at once
-    instead of letting it wait forever (Gavel would hang on it).
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What becomes of a job whose arrival has come: it joins (``admit``), waits until the cluster
+    can run it (``hold``: a live cluster that grows as workers join), or never will (``refuse``).
+    ``reason`` says why for the last two."""
 
-    ``elastic_types``: on a cluster that grows as workers join, every accelerator type the
-    throughput table knows; the job is refused only if it runs on none of them at its size."""
-    if job.total_steps <= 0:
-        return f"total_steps must be positive, got {job.total_steps}"
-    if job.scale_factor < 1:
-        return f"scale_factor must be >= 1, got {job.scale_factor}"
-    types = list(dict.fromkeys([*gpus, *elastic_types]))
-    rates = {w: _rate(isolated, job.job_type, job.scale_factor, w) for w in types}
-    if not any(rate > 0 for rate in rates.values()):
-        try:  # let the table say what it does not know (the job type, or this size of it)
-            for w in types:
-                isolated(job.job_type, job.scale_factor, w)
-        except Exception as e:  # noqa: BLE001
-            return str(e)
-        return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
-    if elastic_types:
-        return ""  # it runs on some type; enough GPUs of it may join
-    if not any(gpus[w] >= job.scale_factor for w in gpus if rates[w] > 0):
-        return (
-            f"{job.scale_factor} GPUs of one type are needed, and no accelerator type where "
-            f"{job.job_type!r} runs has that many"
+    verdict: Literal["admit", "hold", "refuse"]
+    reason: str = ""
+
+
+def submission_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[str]) -> str:
+    """Why a job can never run on any of ``types`` ("" when it may): its fields, checked as the
+    policy checks them (common/job_checks.py), then its type and size in the throughput table.
+    With no types known yet (a replay before its fleet registered), only the fields."""
+    try:
+        check_job(
+            job_id=job.job_id, job_type=job.job_type, scale_factor=job.scale_factor,
+            priority_weight=job.priority_weight, slo_s=job.slo_s, entity=job.entity, total_steps=job.total_steps,
         )
+    except JobFieldError as e:
+        return str(e)
+    if types and not any(_rate(isolated, job.job_type, job.scale_factor, w) > 0 for w in types):
+        unknown = []
+        for w in types:
+            try:
+                isolated(job.job_type, job.scale_factor, w)
+            except Exception as e:  # noqa: BLE001 - the table's ProblemError names what it does not know
+                unknown.append(str(e))
+        if len(unknown) < len(types):
+            return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
+        if unknown[0].startswith("unknown job type"):
+            return unknown[0]
+        return f"the throughput table has no {job.job_type!r} on {job.scale_factor} GPUs"
     return ""
+
+
+def admission(
+    gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup, *, elastic_types: Sequence[str] = ()
+) -> Admission:
+    """Whether a job can run on the cluster as it is: a gang needs ``scale_factor`` GPUs of one
+    type where it runs. A job that never could is refused at once instead of waiting forever
+    (Gavel would hang on it). On a live cluster (``elastic_types``: every type the table knows,
+    since workers of any of them may still join) a job that could run on some type, but not on
+    the GPUs here now, is held: the policy never sees it (it would refuse the whole problem), and
+    it is admitted at the first boundary after enough workers joined."""
+    types = list(dict.fromkeys([*gpus, *elastic_types]))
+    problem = submission_problem(job, isolated, types)
+    if problem:
+        return Admission("refuse", problem)
+    runs_on = [w for w in types if _rate(isolated, job.job_type, job.scale_factor, w) > 0]
+    if any(gpus.get(w, 0) >= job.scale_factor for w in runs_on):
+        return Admission("admit")
+    here = ", ".join(f"{w} {gpus[w]}" for w in runs_on if gpus.get(w, 0) > 0)
+    gpus_text = "1 GPU" if job.scale_factor == 1 else f"{job.scale_factor} GPUs"
+    reason = f"needs {gpus_text} of one accelerator type where {job.job_type!r} runs" + (
+        f" (here: {here})" if here else ", and there is none here"
+    )
+    if elastic_types:
+        return Admission("hold", f"{reason}: it waits for workers to join")
+    return Admission("refuse", reason)
 
 
 def add_server(
@@ -148,13 +182,21 @@ def admit(
 
 
 def remove_job(state: MechanismState, index: int, *, dropped: bool = False) -> JobState:
-    """Section 3: the job leaves with its single entry and every pair it is in."""
-    record = state.jobs.pop(index)
-    for entry in [e for e in state.entries if index in e]:
-        del state.entries[entry]
+    """Section 3: the job leaves with its single entry and every pair it is in, and is listed
+    among the completed (``dropped``: failed, with no completion time)."""
+    record = withdraw_job(state, index)
     if dropped:
         record.last_finish_s = None
     state.completed.append(record)
+    return record
+
+
+def withdraw_job(state: MechanismState, index: int) -> JobState:
+    """The job leaves the cluster without completing or failing (cancelled, or set aside because
+    the policy refuses to solve with it): its entries go, the allocation is recomputed."""
+    record = state.jobs.pop(index)
+    for entry in [e for e in state.entries if index in e]:
+        del state.entries[entry]
     state.needs_allocation = True
     return record
 

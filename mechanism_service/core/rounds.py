@@ -2,7 +2,7 @@
 the bus, and the simulator's bus-free path), so that they make the same decisions:
 
     close_round      settle the leases that ended: credit steps and time, retire jobs
-    admit_arrivals   the jobs that arrived meanwhile join
+    admit_arrivals   the jobs that arrived meanwhile join (or are held, or refused)
     begin_reset      if due: fold the old allocation's time into the ledgers (then the shell
                      asks the policy and installs the answer with reducers.apply_allocation)
     open_round       priorities, greedy pick, placement, lease accounting
@@ -26,7 +26,8 @@ from mechanism_service.core.reducers import (
     LeaseResult,
     NewJob,
     PairLookup,
-    admission_problem,
+    Admission,
+    admission,
     admit,
     record_first_runs,
     reset_due,
@@ -89,16 +90,17 @@ def admit_arrivals(
     isolated: IsolatedLookup,
     pair: PairLookup,
     elastic_types: Sequence[str] = (),
-) -> list[tuple[NewJob, str]]:
-    """Admit the runnable jobs; return the refused ones with the reason."""
-    refused = []
+) -> list[tuple[NewJob, Admission]]:
+    """Admit the jobs that can run here, in order; return the others with their verdict (refused,
+    or held until the cluster can run them: only where ``elastic_types`` are given)."""
+    others = []
     for job in jobs:
-        problem = admission_problem(state.gpus, job, isolated, elastic_types=elastic_types)
-        if problem:
-            refused.append((job, problem))
-        else:
+        verdict = admission(state.gpus, job, isolated, elastic_types=elastic_types)
+        if verdict.verdict == "admit":
             admit(state, job, settings, isolated, pair)
-    return refused
+        else:
+            others.append((job, verdict))
+    return others
 
 
 def force_reset_when_idle(state: MechanismState) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
+from mechanism_service.core.reducers import NewJob
 
 
 @dataclass
@@ -18,7 +19,15 @@ class Observations:
     history: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
     last_solve_s: float | None = None
-    waiting: Sequence[str] = ()  # submitted, not yet admitted (arrival in the future)
+    # the last allocation request's outcome: request_id, at_s, status, error, refused_job_ids
+    last_solve: dict[str, object] | None = None
+    failed: dict[str, str] = field(default_factory=dict)  # job id -> why it failed
+    cancelled: dict[str, dict[str, object]] = field(default_factory=dict)  # job id -> its final row
+    # Filled in by the shell when it answers (not kept): jobs not admitted yet (pending_row)
+    waiting: Sequence[dict[str, object]] = ()  # submitted, arrival still ahead
+    held: Sequence[dict[str, object]] = ()  # arrived, the cluster cannot run them yet (with why)
+    cancelling: Mapping[str, str] = field(default_factory=dict)  # active, leaving at the next boundary
+    workers_refused: Mapping[str, str] = field(default_factory=dict)  # worker id -> why
 
 
 def record_placement(
@@ -27,7 +36,7 @@ def record_placement(
     round_id: int,
     now_s: float,
     accelerator_type: str,
-    workers: Sequence[int],
+    workers: Sequence[str],  # worker ids, as `gavel workers` names them
     *,
     extended: bool,
     packed_with: Sequence[str],
@@ -55,13 +64,14 @@ def record_placement(
     })
 
 
-def _job_row(job: JobState, state: MechanismState, now_s: float, running_on: Mapping[int, Placement], status: str) -> dict[str, object]:
+def _job_row(job: JobState, now_s: float, running_on: Mapping[int, Placement], status: str) -> dict[str, object]:
     placement = running_on.get(job.index)
     return {
         "id": job.job_id,
         "type": job.job_type,
         "scale_factor": job.scale_factor,
         "state": status,
+        "arrival_s": job.arrival_s,
         "accelerator_type": placement.accelerator_type if placement is not None else None,
         "steps_done": job.steps_done,
         "steps_total": job.total_steps,
@@ -77,16 +87,40 @@ def running_placements(assignment: Mapping[Entry, Placement]) -> dict[int, Place
     return {i: placement for entry, placement in assignment.items() for i in entry}
 
 
+def pending_row(job: NewJob, status: str, reason: str = "") -> dict[str, object]:
+    """A job accepted but not admitted: ``submitted`` (its arrival is ahead) or ``held``."""
+    row: dict[str, object] = {
+        "id": job.job_id, "type": job.job_type, "scale_factor": job.scale_factor, "state": status,
+        "arrival_s": job.arrival_s, "steps_done": 0, "steps_total": job.total_steps,
+    }
+    return {**row, "reason": reason} if reason else row
+
+
+def cancelled_row(job: JobState, reason: str, now_s: float) -> dict[str, object]:
+    """What `gavel jobs` shows of a cancelled job from then on (the job itself is gone)."""
+    return {**_job_row(job, now_s, {}, "cancelled"), "reason": reason, "cancelled_at_s": now_s}
+
+
 def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -> list[dict[str, object]]:
+    """One row per job id: completed, failed, running, queued, cancelling, submitted (its arrival
+    is still ahead), held (cannot run on the cluster as it is), rejected, cancelled."""
     rows: list[dict[str, object]] = []
     if state is not None:
         running_on = running_placements(state.previous_assignment)
         for job in state.completed:
-            rows.append(_job_row(job, state, now_s, running_on, "completed" if job.steps_remaining <= 0 else "failed"))
+            if job.steps_remaining <= 0:
+                rows.append(_job_row(job, now_s, running_on, "completed"))
+            else:
+                rows.append({**_job_row(job, now_s, running_on, "failed"), "reason": obs.failed.get(job.job_id, "")})
         for job in state.jobs.values():
-            rows.append(_job_row(job, state, now_s, running_on, "running" if job.index in running_on else "queued"))
-    rows += [{"id": job_id, "state": "submitted"} for job_id in obs.waiting]
+            if job.job_id in obs.cancelling:
+                rows.append({**_job_row(job, now_s, running_on, "cancelling"), "reason": obs.cancelling[job.job_id]})
+            else:
+                rows.append(_job_row(job, now_s, running_on, "running" if job.index in running_on else "queued"))
+    rows += obs.waiting
+    rows += obs.held
     rows += [{"id": job_id, "state": "rejected", "reason": reason} for job_id, reason in obs.rejected.items()]
+    rows += list(obs.cancelled.values())
     return rows
 
 
@@ -146,6 +180,10 @@ def cluster_report(
         "jobs_active": len(state.jobs) if state is not None else 0,
         "jobs_completed": len(state.completed) if state is not None else 0,
         "rounds": rounds,
+        "jobs_held": len(obs.held),
+        "jobs_cancelling": len(obs.cancelling),
         "resets": state.resets if state is not None else 0,
         "last_solve_s": obs.last_solve_s,
+        "last_solve": obs.last_solve,
+        "workers_refused": dict(obs.workers_refused),
     }

@@ -291,6 +291,10 @@ class InMemoryBroker:
         q = self._queues.get(queue)
         return len(q.pending) if q else 0
 
+    def consumer_count(self, queue: str) -> int | None:
+        q = self._queues.get(queue)
+        return None if q is None else len(q.consumers)
+
 
 class InMemoryBus:
     """A connection to an in-process broker. See the module docstring and common.bus.
@@ -434,6 +438,10 @@ class InMemoryBus:
 
     async def take_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         return self.broker.take_dead_letters(limit)
+
+    async def consumer_count(self, queue: str) -> int | None:
+        self._check_open()
+        return self.broker.consumer_count(queue)
 
     # -- conveniences that forward to the broker ------------------------------------------------
 

@@ -329,3 +329,19 @@ async def test_handlers_finishing_out_of_order_all_get_acknowledged(harness):
     await bus.publish(submitted(1000))
     await after.wait_for_count(1)
     assert job_ids(after) == ["1000"]  # no redelivery of anything already handled
+
+
+async def test_consumer_count_tells_a_missing_queue_an_idle_one_and_a_consumed_one(harness):
+    """A publish to a queue nobody consumes waits there silently: the count lets a caller that
+    expects an answer (the mechanism asking the policy) say so at once (issue 9)."""
+    bus = await harness.connect()
+    assert await bus.consumer_count("nobody.here") is None
+    await bus.declare("idle.queue", ["idle.key"])
+    assert await bus.consumer_count("idle.queue") == 0
+    consumer = await harness.connect("consumer")
+    first = await consumer.subscribe("idle.queue", ["idle.key"], Collector())
+    second = await consumer.subscribe("idle.queue", ["idle.key"], Collector())
+    assert await bus.consumer_count("idle.queue") == 2
+    await first.cancel()
+    await second.cancel()
+    assert await bus.consumer_count("idle.queue") == 0

@@ -25,9 +25,15 @@ def snapshots_written(path: pathlib.Path) -> int:
     return 0 if row is None else int(row[0])
 
 
-def admitted(mechanism: MechanismService) -> dict[str, tuple[int, float]]:
+def admitted(mechanism: MechanismService) -> dict[str, tuple[str, float]]:
+    """Jobs whose arrival came: admitted (with their index), or held until a worker that can run
+    them joins (these tests have no worker)."""
     state = mechanism.state
-    return {} if state is None else {j.job_id: (j.index, j.arrival_s) for j in state.jobs.values()}
+    if state is None:
+        return {}
+    admitted_jobs = {j.job_id: (f"admitted {j.index}", j.arrival_s) for j in state.jobs.values()}
+    held = {j.job_id: (f"held {k}", j.arrival_s) for k, (j, _) in enumerate(mechanism.memory.held)}
+    return admitted_jobs | held
 
 
 async def submit(bus: InMemoryBus, clock: ManualClock, jobs: range) -> None:
@@ -61,7 +67,7 @@ async def test_a_restarted_mechanism_admits_the_same_jobs_with_their_arrival_tim
     await second.start(bus_after)
     await eventually(lambda: len(admitted(second)) == 40)
     assert admitted(second) == expected
-    assert second.memory.known_jobs == {spec(i).job_id for i in range(40)}
+    assert set(second.memory.intake.known) == {spec(i).job_id for i in range(40)}
     await second.stop()
     await bus_after.close()
     await bus.close()

@@ -23,7 +23,8 @@ async def test_an_answer_longer_than_one_message_string_comes_in_parts() -> None
     await mechanism.start(bus)
     for i in range(600):
         await bus.publish(JobSubmitted(spec(i)))
-    await eventually(lambda: mechanism.state is not None and len(mechanism.state.jobs) == 600)
+    # no worker has joined: every job is held (with why) until one that can run it does
+    await eventually(lambda: mechanism.state is not None and len(mechanism.memory.held) == 600)
     jobs = await ask_on(bus, "jobs", timeout_s=10)
     assert isinstance(jobs, list) and len(jobs) == 600
     assert len(str(jobs)) > 64 * 1024  # it really did not fit in one part

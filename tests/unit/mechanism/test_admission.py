@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 from dataclasses import replace
 
 import pytest
 
 from mechanism_service.core.model import EntryLedger
-from mechanism_service.core.reducers import NewJob, admission_problem, admit, remove_job
+from mechanism_service.core.reducers import Admission, NewJob, admission, admit, remove_job
 from mechanism_service.core.rounds import admit_arrivals
 from tests.unit.mechanism.builders import GAVEL, GAVEL_PACKED, isolated, job_state, pair, state
 
@@ -116,36 +118,63 @@ def test_a_dropped_job_leaves_without_a_completion_time():
     [
         ("a", 2, 10, ""),
         ("nok80", 1, 10, ""),  # runs on v100
-        ("a", 1, 0, "total_steps must be positive, got 0"),
-        ("a", 0, 10, "scale_factor must be >= 1, got 0"),
-        ("a", 4, 10, "4 GPUs of one type are needed, and no accelerator type where 'a' runs has that many"),
-        ("nok80", 3, 10, "3 GPUs of one type are needed, and no accelerator type where 'nok80' runs has that many"),
+        ("a", 1, 0, "total_steps: must be >= 1, got 0"),
+        ("a", 0, 10, "scale_factor: must be >= 1, got 0"),
+        ("a", 4, 10, "needs 4 GPUs of one accelerator type where 'a' runs (here: k80 3, v100 2)"),
+        ("nok80", 3, 10, "needs 3 GPUs of one accelerator type where 'nok80' runs (here: v100 2)"),
         ("zzz", 1, 10, "'zzz'"),  # the lookup's own error names the unknown type
     ],
 )
-def test_admission_problem_names_why_a_job_can_never_run(job_type, scale_factor, steps, problem):
+def test_admission_names_why_a_job_can_never_run(job_type, scale_factor, steps, problem):
     gpus = {"k80": 3, "v100": 2}
 
-    assert admission_problem(gpus, NewJob("x", job_type, scale_factor, steps, 0.0), isolated) == problem
+    verdict = admission(gpus, NewJob("x", job_type, scale_factor, steps, 0.0), isolated)
+
+    assert verdict.verdict == ("refuse" if problem else "admit")
+    assert problem in verdict.reason and bool(verdict.reason) == bool(problem)
 
 
-def test_admit_arrivals_admits_the_runnable_in_order_and_returns_the_refused_with_reasons():
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("priority_weight", 0.0, "priority_weight: must be >= 0.001, got 0"),
+        ("priority_weight", float("nan"), "priority_weight: NaN is not allowed"),
+        ("slo_s", -10.0, "slo_s: must be > 0, got -10"),
+        ("slo_s", float("inf"), "slo_s: must be finite, got inf"),
+        ("entity", "", "entity: must not be empty"),
+        ("job_id", "a b", "job_id: must be printable, without spaces, got 'a b'"),
+        ("total_steps", 10**13, "total_steps: must be <= 1000000000000, got 10000000000000"),
+    ],
+)
+def test_admission_refuses_every_field_the_policy_would_refuse(field, value, reason):
+    job = dataclasses.replace(NewJob("x", "a", 1, 10, 0.0), **{field: value})
+
+    assert admission({"k80": 3}, job, isolated) == Admission("refuse", reason)
+
+
+def test_admit_arrivals_admits_the_runnable_in_order_and_returns_the_others_with_reasons():
     s = state(k80=2).build()
     jobs = [NewJob("x", "a", 1, 10, 0.0), NewJob("y", "nok80", 1, 10, 0.0), NewJob("z", "b", 2, 10, 0.0)]
 
-    refused = admit_arrivals(s, jobs, GAVEL, isolated, pair)
+    others = admit_arrivals(s, jobs, GAVEL, isolated, pair)
 
-    reason = "'nok80' on 1 GPUs runs on no accelerator type here"
-    assert refused == [(jobs[1], reason)]
+    assert others == [(jobs[1], Admission("refuse", "'nok80' on 1 GPUs runs on no accelerator type here"))]
     assert [(j.index, j.job_id) for j in s.jobs.values()] == [(0, "x"), (1, "z")]
 
 
-def test_an_elastic_cluster_refuses_only_jobs_no_known_type_could_ever_run():
+def test_an_elastic_cluster_holds_jobs_that_may_fit_later_and_refuses_jobs_that_never_can():
     table_types = ("k80", "v100")
     empty: dict[str, int] = {}
-    assert admission_problem(empty, NewJob("x", "nok80", 1, 10, 0.0), isolated, elastic_types=table_types) == ""
-    assert admission_problem({"k80": 1}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types) == ""
-    assert "'zzz'" in admission_problem(empty, NewJob("x", "zzz", 1, 10, 0.0), isolated, elastic_types=table_types)
+    held = admission(empty, NewJob("x", "nok80", 1, 10, 0.0), isolated, elastic_types=table_types)
+    assert held == Admission(
+        "hold", "needs 1 GPU of one accelerator type where 'nok80' runs, and there is none here: "
+        "it waits for workers to join",
+    )
+    gang = admission({"k80": 1}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types)
+    assert gang.verdict == "hold" and "(here: k80 1)" in gang.reason
+    assert admission({"k80": 4}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types).verdict == "admit"
+    unknown = admission(empty, NewJob("x", "zzz", 1, 10, 0.0), isolated, elastic_types=table_types)
+    assert unknown.verdict == "refuse" and "'zzz'" in unknown.reason
 
 
 def test_a_server_joining_adds_gpus_and_a_ledger_for_its_new_type():

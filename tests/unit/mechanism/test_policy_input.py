@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, PolicyJob, PolicyProblem
+from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
 from common.messages.allocation import SolveStatus
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
 from tests.unit.mechanism.builders import state
@@ -45,6 +45,7 @@ def test_the_request_snapshots_active_jobs_and_the_nonzero_allocation_of_active_
                 AllocationEntry(("j0",), {"k80": 0.5, "v100": 0.0}),
                 AllocationEntry(("j0", "j1"), {"v100": 0.25}),
             ),
+            entities=(EntitySpec("team-a"),),  # each entity a job names, so the policy knows it
         ),
         deadline_s=30.0,
         solver="ECOS",

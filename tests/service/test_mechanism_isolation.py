@@ -1,0 +1,225 @@
+"""No single input stops the cluster (issue 9), in one process on the in-memory bus in virtual
+time, with the real policy service and the simulated fleet: a job the policy refuses is set aside
+and the rest solved again at once; a gang too large for the cluster is held until workers that
+fit it join; a cancel ends a job in one terminal state; a worker that cannot join, or a command
+nobody can receive, is said and isolated. The same paths over RabbitMQ, as processes, are in
+tests/e2e/test_hardening.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+
+from common.messages import (
+    AllocationFailed,
+    AllocationRequested,
+    CancelJob,
+    JobCancelled,
+    JobRejected,
+    JobSpec,
+    JobSubmitted,
+    WorkerRegistered,
+)
+from mechanism_service.core.rounds import type_shuffler
+from mechanism_service.core.settings import preset
+from mechanism_service.service import MechanismService
+from policy_service import service as policy_module
+from policy_service.service import PolicyService, shipped_context
+from services.bus.memory import InMemoryBroker, InMemoryBus
+from sim.clock import VirtualClock
+from sim.fleet import SimulatedFleet
+from tests.support.waiting import Collector
+
+CONTEXT = shipped_context()
+TABLE = CONTEXT.table
+assert TABLE is not None
+RESNET = "ResNet-50 (batch size 64)"
+
+
+@dataclasses.dataclass
+class World:
+    clock: VirtualClock
+    bus: InMemoryBus
+    mechanism: MechanismService
+    events: Collector
+    requests: Collector
+
+    def job_ids(self, cls: type) -> list[str]:
+        return [m.job_id for m in self.events.messages if isinstance(m, cls)]  # type: ignore[attr-defined]
+
+    def completed(self) -> set[str]:
+        state = self.mechanism.state
+        return set() if state is None else {j.job_id for j in state.completed if j.steps_remaining <= 0}
+
+    async def run_until(self, done: Callable[[], bool], max_time_s: float = 10_000_000.0) -> None:
+        await self.clock.run_until(done, max_time_s=max_time_s)
+
+
+async def world(policy: str, *, elastic: bool = False, fleet: dict[str, int] | None = None) -> World:
+    """A live mechanism (elastic: it may grow) with the policy service and, unless ``fleet`` is
+    empty, a simulated fleet, all on one in-memory bus in virtual time."""
+    broker = InMemoryBroker(serialize=True)
+    clock = VirtualClock(broker)
+    bus = InMemoryBus(broker, clock=clock, source="test")
+    await bus.start()
+    mechanism = MechanismService(
+        clock=clock, settings=preset("default", policy), policy=policy, isolated=TABLE.isolated, pair=TABLE.pair,
+        shuffle=type_shuffler("default", 0), round_timeout_s=None, deadlines=False,
+        elastic_types=TABLE.accelerator_types if elastic else (),
+    )
+    events, requests = Collector(), Collector()
+    await bus.subscribe("test.events", ["job.*", "round.ended"], events, durable=False)
+    await bus.subscribe("test.requests", [AllocationRequested.ROUTING_KEY], requests, durable=False)
+    await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)
+    await mechanism.start(bus)
+    if fleet:
+        await SimulatedFleet(clock=clock, table=TABLE, cluster=fleet).start(bus)
+    await clock.settle()  # the workers are registered before any job arrives
+    return World(clock, bus, mechanism, events, requests)
+
+
+async def submit(w: World, *specs: JobSpec) -> None:
+    for spec in specs:
+        await w.bus.publish(JobSubmitted(spec))
+
+
+async def test_a_job_the_policy_refuses_is_set_aside_and_the_rest_solved_again_at_once(monkeypatch) -> None:
+    """The policy refuses the problem because of one job (a fault no check caught): that job is
+    rejected with the policy's reason, and the others are solved at the same instant."""
+    real_answer = policy_module.answer
+
+    def refusing(request: AllocationRequested, context: object) -> object:
+        if any(j.job_id == "bad" for j in request.problem.jobs):
+            return AllocationFailed(request.request_id, request.policy, "jobs[1].mystery: out of range", refused_job_ids=("bad",))
+        return real_answer(request, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(policy_module, "answer", refusing)
+    w = await world("max_min_fairness_perf", fleet={"v100": 1, "k80": 1})
+    await submit(w, JobSpec("a", RESNET, 500), JobSpec("bad", RESNET, 500), JobSpec("b", "A3C", 500))
+    await w.run_until(lambda: w.completed() == {"a", "b"})
+
+    assert w.job_ids(JobRejected) == ["bad"]
+    rejected = next(m for m in w.events.messages if isinstance(m, JobRejected))
+    assert rejected.reason == "the policy cannot allocate with this job: jobs[1].mystery: out of range"
+    first, retry = (d for d in w.requests.deliveries[:2])
+    assert (first.message.request_id, retry.message.request_id) == ("0-1", "0-1.1")  # the same boundary
+    assert first.envelope.sent_at_s == retry.envelope.sent_at_s
+    assert {j.job_id for j in retry.message.problem.jobs} == {"a", "b"}
+    last = w.mechanism.memory.observations.last_solve
+    assert last is not None and last["status"] == "optimal"
+
+
+async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> None:
+    """Under an SLO policy a job whose SLO cannot be met even alone makes every solve infeasible:
+    it is set aside (never ran: rejected), and the cluster goes on."""
+    policy = "max_sum_throughput_normalized_by_cost_perf_SLOs"
+    w = await world(policy, fleet={"v100": 2, "k80": 2})
+    await submit(w, JobSpec("a", RESNET, 2000, slo_s=1e6), JobSpec("hopeless", RESNET, 2000, slo_s=1.0), JobSpec("b", "A3C", 1000))
+    await w.run_until(lambda: w.completed() == {"a", "b"})
+
+    assert w.job_ids(JobRejected) == ["hopeless"]
+    assert "SLOs infeasible: job 'hopeless' needs" in w.mechanism.memory.observations.rejected["hopeless"]
+
+
+async def test_a_gang_too_large_for_the_cluster_is_held_until_workers_that_fit_it_join() -> None:
+    w = await world("max_min_fairness_perf", elastic=True, fleet={"k80": 2})
+    await submit(w, JobSpec("gang", RESNET, 1000, scale_factor=4), JobSpec("small", RESNET, 1000))
+    await w.run_until(lambda: w.completed() == {"small"})
+    held = dict((j.job_id, why) for j, why in w.mechanism.memory.held)
+    assert held == {"gang": f"needs 4 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2): it waits for workers to join"}
+    assert w.job_ids(JobRejected) == []  # held, not refused: the cluster may grow
+
+    # four V100s join (a second fleet, on a queue of its own): the gang fits now
+    await SimulatedFleet(clock=w.clock, table=TABLE, cluster={"v100": 4}, name="fleet-v100").start(w.bus)
+    await w.run_until(lambda: "gang" in w.completed())
+    assert w.mechanism.memory.held == []
+
+
+async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
+    w = await world("max_min_fairness_perf", fleet={"v100": 1})
+    await submit(w, JobSpec("long", RESNET, 10**7), JobSpec("later", RESNET, 1000, scale_factor=1))
+    await w.run_until(lambda: w.mechanism.state is not None and any(j.first_run_s is not None for j in w.mechanism.state.jobs.values()))
+    await w.bus.publish(CancelJob("long", "not needed"))
+    await w.bus.publish(CancelJob("long", "asked twice"))
+    await w.run_until(lambda: "later" in w.completed())
+
+    cancels = [m for m in w.events.messages if isinstance(m, JobCancelled)]
+    assert [(m.job_id, m.reason) for m in cancels] == [("long", "not needed")] * len(cancels) and cancels
+    assert len({d.envelope.message_id for d in w.events.deliveries if isinstance(d.message, JobCancelled)}) == 1
+    row = w.mechanism.memory.observations.cancelled["long"]
+    assert row["state"] == "cancelled" and int(row["steps_done"]) > 0  # its steps so far are kept
+    assert all(j.job_id != "long" for j in w.mechanism.state.jobs.values())  # type: ignore[union-attr]
+
+
+async def test_a_worker_that_cannot_join_is_refused_with_a_reason_and_the_rest_runs() -> None:
+    w = await world("max_min_fairness_perf", fleet={"v100": 1})
+    await w.bus.publish(WorkerRegistered("odd", "k80", 0, "odd"))
+    await w.bus.publish(WorkerRegistered("skewed", "k80", 1, "skewed", clock="scaled x100"))
+    await submit(w, JobSpec("a", RESNET, 1000))
+    await w.run_until(lambda: w.completed() == {"a"})
+    refused = w.mechanism.memory.refused_workers
+    assert set(refused) == {"odd"}  # a virtual clock has nothing to compare, so 'skewed' joined
+    assert "has 0 GPUs" in refused["odd"]
+
+
+@pytest.mark.parametrize("worker_clock", ["wall", "scaled x10"])
+def test_a_worker_on_another_clock_is_refused(worker_clock: str) -> None:
+    from mechanism_service.clocks import ScaledClock
+
+    mechanism = MechanismService(
+        clock=ScaledClock(100.0), settings=preset("default", "fifo"), policy="fifo", isolated=TABLE.isolated,
+        pair=TABLE.pair, shuffle=type_shuffler("default", 0),
+    )
+    problem = mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1, clock=worker_clock))
+    assert problem == (
+        f"worker 'v100-0' runs on the {worker_clock} clock and this mechanism on the scaled x100 clock, so its "
+        "leases would never end when rounds do: start both with the same --time-scale (or both with --lockstep, or neither)"
+    )
+    assert mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1, clock="scaled x100")) == ""
+    assert mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1)) == ""  # an older worker: not checked
+
+
+async def test_a_command_nobody_can_receive_is_said_and_does_not_stop_the_mechanism() -> None:
+    """A worker whose queue is gone (registered, then vanished): its run command is unroutable.
+    Raising would stop the round loop, and a restart would republish the same command and stop
+    again; instead it is logged and the lease counts as no progress."""
+    from structlog.testing import capture_logs
+
+    from tests.support.mechanism import ManualClock, live_mechanism
+
+    bus = InMemoryBus(InMemoryBroker(), source="test")
+    await bus.start()
+    mechanism = live_mechanism(None, ManualClock())
+    await PolicyService(clock=ManualClock(), context=CONTEXT, solving="inline").start(bus)
+    with capture_logs() as logs:
+        await mechanism.start(bus)
+        await bus.publish(WorkerRegistered("ghost", "v100", 1, "ghost"))
+        await bus.publish(JobSubmitted(JobSpec("a", RESNET, 1000)))
+        from tests.support.waiting import eventually
+
+        await eventually(lambda: any(e["event"] == "worker_unreachable" for e in logs), timeout_s=20)
+    unreachable = next(e for e in logs if e["event"] == "worker_unreachable")
+    assert unreachable["worker_id"] == "ghost" and unreachable["action"] == "its lease counts as no progress"
+    assert not mechanism.crashed.is_set() and not mechanism.stopped.is_set()
+    await mechanism.stop()
+    await bus.close()
+
+
+def test_a_snapshot_from_before_these_fields_is_upgraded_on_load() -> None:
+    """A journal written by the previous version: its memory lacks the fields added since."""
+    import pickle
+
+    from mechanism_service.service import Memory, _upgraded
+
+    old = Memory()
+    for name in ("held", "intake", "cancelling", "refused_workers", "policy", "preset"):
+        del vars(old)[name]
+    vars(old)["known_jobs"] = {"a", "b"}
+    vars(old)["sealed"] = 3
+    del vars(old.observations)["cancelled"]
+    memory = _upgraded(pickle.loads(pickle.dumps(old)))
+    assert memory.held == [] and memory.cancelling == {} and memory.policy == ""
+    assert memory.intake.known == {"a": None, "b": None}  # accepted before specs were kept: absorbed as retries
+    assert memory.observations.cancelled == {} and "known_jobs" not in vars(memory)
