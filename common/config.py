@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -44,6 +45,16 @@ def _positive_float(name: str, raw: str) -> float:
         raise ConfigError(f"{name} must be a positive number, got {raw!r}") from None
     if not math.isfinite(v) or v <= 0:
         raise ConfigError(f"{name} must be a positive number, got {raw!r}")
+    return v
+
+
+def _non_negative_float(name: str, raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number >= 0, got {raw!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{name} must be a number >= 0, got {raw!r}")
     return v
 
 
@@ -131,6 +142,16 @@ def _path(name: str, raw: str) -> str:
     return raw
 
 
+def default_state_dir(env: Mapping[str, str]) -> str:
+    """Where gavel keeps state by default: ``$XDG_STATE_HOME/gavel``, or ``~/.local/state/gavel``
+    (the XDG base directory specification, which also says to ignore a relative XDG_STATE_HOME)."""
+    base = env.get("XDG_STATE_HOME", "").strip()
+    if not os.path.isabs(base):
+        home = env.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "state")
+    return os.path.join(base, "gavel")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
     bus: BusSettings = BusSettings()
@@ -138,6 +159,11 @@ class Settings:
     shutdown_timeout_s: float = 30.0  # GAVEL_SHUTDOWN_TIMEOUT_S: wait for in-flight handlers
     journal_path: str | None = None  # GAVEL_JOURNAL_PATH: the mechanism's SQLite journal
     health_file: str | None = None  # GAVEL_HEALTH_FILE: where `gavel serve` writes its health
+    # GAVEL_BROKER_WAIT_S: how long `gavel serve`/`gavel up` keep trying to reach a broker that
+    # does not answer (0: not at all); plain processes have no restart policy to retry for them
+    broker_wait_s: float = 60.0
+    # XDG_STATE_HOME/gavel: the mechanism's default journal, mechanism-<exchange>.sqlite
+    state_dir: str = dataclasses.field(default_factory=lambda: default_state_dir({}))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -147,6 +173,8 @@ class Settings:
             shutdown_timeout_s=_get(env, "GAVEL_SHUTDOWN_TIMEOUT_S", 30.0, _positive_float),
             journal_path=_get(env, "GAVEL_JOURNAL_PATH", None, _path),
             health_file=_get(env, "GAVEL_HEALTH_FILE", None, _path),
+            broker_wait_s=_get(env, "GAVEL_BROKER_WAIT_S", 60.0, _non_negative_float),
+            state_dir=default_state_dir(env),
         )
 
     def as_dict(self) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The mechanism's durable journal: SQLite in WAL mode (DESIGN.md section 6).
+"""The mechanism's durable journal: SQLite in WAL mode (docs/ARCHITECTURE.md, "Services as processes").
 
 Two tables:
 - ``events``: every input the mechanism accepted (a worker registered, a job submitted, a lease's
@@ -18,6 +18,10 @@ Durability: commits survive a killed process (WAL with synchronous=NORMAL); ``sy
 also survives power loss. Appends open a transaction that ``commit`` closes, so a burst of inputs
 (a trace being submitted) is written in one commit: group commit, the caller acknowledging the
 messages only after it.
+
+Opening checks the file before anything is written: a directory, a file that is not SQLite, or
+another application's database (which must not gain our tables) is a ``JournalError`` naming the
+file, as is a directory that cannot be made.
 """
 
 from __future__ import annotations
@@ -28,15 +32,27 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+from common.errors import JournalError
+
+# What a journal holds; a database with other tables and not these is another application's.
+TABLES = {"events": {"seq", "kind", "body"}, "snapshot": {"id", "last_seq", "body"}}
+
 
 class Journal:
     def __init__(self, path: str | pathlib.Path, *, sync: str = "normal") -> None:
         if sync not in ("normal", "full"):
             raise ValueError(f"journal sync must be normal or full, got {sync!r}")
         self.path = pathlib.Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)  # autocommit: one statement, one commit
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = _open(self.path)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")  # the first read: a file that is not SQLite fails here
+            _check_tables(self.path, self._db)
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise JournalError(_reason(self.path, e)) from None
+        except JournalError:
+            self._db.close()
+            raise
         self._db.execute(f"PRAGMA synchronous={sync.upper()}")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, body BLOB NOT NULL, at_s REAL)"
@@ -110,3 +126,44 @@ class Journal:
     def close(self) -> None:
         self.commit()
         self._db.close()
+
+
+def _open(path: pathlib.Path) -> sqlite3.Connection:
+    if path.is_dir():
+        raise JournalError(f"{path} is a directory; name the journal's file, e.g. {path / 'mechanism.sqlite'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        file = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+        if file == path.parent:
+            raise JournalError(f"{path}: {file} exists and is not a directory") from None
+        why = f"{file} exists and is not a directory" if file is not None else (e.strerror or str(e))
+        raise JournalError(f"{path}: cannot create the directory {path.parent}: {why}") from None
+    try:
+        return sqlite3.connect(path, isolation_level=None)  # autocommit: one statement, one commit
+    except sqlite3.Error as e:
+        raise JournalError(_reason(path, e)) from None
+
+
+def _check_tables(path: pathlib.Path, db: sqlite3.Connection) -> None:
+    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if names and "events" not in names:
+        raise JournalError(
+            f"{path} is an SQLite database but not a mechanism journal (its tables: {', '.join(sorted(names))})"
+        )
+    for table, needed in TABLES.items():
+        if table in names:
+            columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if not needed <= columns:
+                raise JournalError(
+                    f"{path} is an SQLite database but not a mechanism journal (table {table} lacks "
+                    f"{', '.join(sorted(needed - columns))})"
+                )
+
+
+def _reason(path: pathlib.Path, e: sqlite3.Error) -> str:
+    if isinstance(e, sqlite3.DatabaseError) and "not a database" in str(e):
+        return f"{path} is not an SQLite database (is it the right file?)"
+    if "unable to open" in str(e):
+        return f"{path}: SQLite cannot open or create it ({e}); can {path.parent} be written?"
+    return f"{path}: {e}"

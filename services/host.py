@@ -11,6 +11,11 @@ Shutdown order (SIGTERM, SIGINT, or ``request_stop()``):
 2. ``stop()`` each service, in reverse start order (timers, background tasks);
 3. close the bus connection.
 A second signal shortens the wait for running handlers to zero.
+
+Connecting: with ``broker_wait_s`` (``gavel serve``: GAVEL_BROKER_WAIT_S), a broker that does not
+answer yet is tried again with exponential backoff (0.5 s doubling to 8 s) for that long, each
+failure logged as ``broker_unreachable``; plain-process deployments have no restart policy to
+do it for us. A broker that answers and refuses (credentials, vhost) is not tried again.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from typing import Protocol
 import structlog
 
 from common.bus import Bus, DeadLetter, Handler, Subscription
-from common.errors import ServiceError
+from common.errors import BrokerUnreachableError, ServiceError
 from common.messages.base import Message
 
 log = structlog.get_logger("gavel.host")
+
+FIRST_RETRY_S = 0.5  # waits between attempts to reach the broker double from here ...
+LAST_RETRY_S = 8.0  # ... to here
 
 
 class Service(Protocol):
@@ -108,6 +116,9 @@ class ServiceBus:
     async def declare(self, queue: str, bindings: Sequence[str]) -> None:
         await self._bus.declare(queue, bindings)
 
+    async def consumer_count(self, queue: str) -> int | None:
+        return await self._bus.consumer_count(queue)
+
     async def cancel_subscriptions(self, timeout_s: float = 30.0) -> None:
         await asyncio.gather(*(sub.cancel(timeout_s) for sub in self.subscriptions))
 
@@ -135,7 +146,9 @@ class Health:
 
 
 class ServiceHost:
-    def __init__(self, bus: Bus, services: Sequence[Service], *, shutdown_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bus: Bus, services: Sequence[Service], *, shutdown_timeout_s: float = 30.0, broker_wait_s: float = 0.0
+    ) -> None:
         names = [s.name for s in services]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -145,12 +158,15 @@ class ServiceHost:
         self._views: dict[str, ServiceBus] = {}
         self._started: list[Service] = []
         self._shutdown_timeout_s = shutdown_timeout_s
+        self._broker_wait_s = broker_wait_s
         self._stop_requested = asyncio.Event()
         self._stopped = False
 
     async def start(self) -> None:
-        """Connect, then start every service in order. A failure stops what had started."""
-        await self._bus.start()
+        """Connect, then start every service in order. A failure stops what had started; a stop
+        requested while waiting for the broker starts nothing."""
+        if not await self._connect():
+            return
         for service in self._services:
             view = ServiceBus(self._bus, service.name)
             self._views[service.name] = view
@@ -167,6 +183,45 @@ class ServiceHost:
             self._started.append(service)
             log.info("service_started", service=service.name, consumers=len(view.subscriptions))
         log.info("host_ready", services=[s.name for s in self._services], ready=self.health().ready)
+
+    async def _connect(self) -> bool:
+        """Start the bus, trying again while no broker answers, for up to ``broker_wait_s``.
+        False if a stop was requested meanwhile."""
+        loop = asyncio.get_running_loop()
+        began_s = loop.time()
+        backoff_s = FIRST_RETRY_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._bus.start()
+                break
+            except BrokerUnreachableError as e:
+                waited_s = loop.time() - began_s
+                left_s = self._broker_wait_s - waited_s
+                if left_s <= 0 and attempt == 1:
+                    raise  # one attempt: its error as it is
+                if left_s <= 0:
+                    raise BrokerUnreachableError(
+                        f"{e} (gave up after {waited_s:.1f} s and {attempt} attempts; "
+                        "--broker-wait-s or GAVEL_BROKER_WAIT_S waits longer)"
+                    ) from None
+                retry_in_s = min(backoff_s, left_s)
+                log.warning("broker_unreachable", attempt=attempt, retry_in_s=round(retry_in_s, 3), error=str(e))
+                if await self._stop_requested_within(retry_in_s):
+                    log.info("broker_wait_stopped", attempts=attempt)
+                    return False
+                backoff_s = min(backoff_s * 2, LAST_RETRY_S)
+        if attempt > 1:
+            log.info("broker_reached", attempt=attempt, waited_s=round(loop.time() - began_s, 3))
+        return True
+
+    async def _stop_requested_within(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._stop_requested.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def health(self) -> Health:
         started = {s.name for s in self._started}

@@ -9,7 +9,7 @@ another on one broker):
   the DLX, so even a message the broker itself rejects (or one we could not republish) lands
   there.
 
-Reliability choices, each answering a measured pitfall (DESIGN.md section 6):
+Reliability choices, each answering a measured pitfall of aio-pika 10 / RabbitMQ:
 - publisher confirms on, and ``on_return_raises`` so a mandatory publish that no queue takes
   raises ``UnroutableError`` instead of being confirmed and dropped;
 - a publish that fails because the connection dropped is retried (same message id) once the
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -37,7 +39,15 @@ from common.bus import DeadLetter, Delivery, Handler
 from common.clock import Clock
 from common.codec import DEFAULT_CODEC, Codec, id_sequence
 from common.config import BusSettings, redact_url
-from common.errors import BusClosedError, BusError, DecodeError, PublishError, SubscriptionError, UnroutableError
+from common.errors import (
+    BrokerUnreachableError,
+    BusClosedError,
+    BusError,
+    DecodeError,
+    PublishError,
+    SubscriptionError,
+    UnroutableError,
+)
 from common.messages.base import Message
 from common.topics import check_subscription
 from services.bus.acks import AckBatcher
@@ -65,6 +75,60 @@ def _header_text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return "" if value is None else str(value)
+
+
+def connect_error(url: str, e: BaseException, *, timeout_s: float) -> BusError:
+    """A failed connection as one line that says what is wrong and what to check.
+
+    A broker that answered and refused (credentials, vhost, TLS) will refuse again: a BusError.
+    One that did not answer (closed port, timeout, reset, DNS) may still be starting: a
+    BrokerUnreachableError, which `gavel serve` waits out. What aiormq 7 raises, measured against
+    the local RabbitMQ: bad credentials, ProbableAuthenticationError (ACCESS_REFUSED); a vhost
+    that does not exist or that the user may not use, InvalidFrameError "Expected one of
+    ['Connection.OpenOk'], got <Connection.Close ...>" (the broker's 530 NOT_ALLOWED, its text
+    lost); a closed port, a reset or DNS, AMQPConnectionError; no answer, TimeoutError.
+    """
+    where = redact_url(url)
+    parsed = urllib.parse.urlparse(url)
+    user = urllib.parse.unquote(parsed.username or "guest")
+    vhost = urllib.parse.unquote(parsed.path[1:]) or "/"
+    refused = f"RabbitMQ at {where} refused the connection"
+    if isinstance(e, aiormq.exceptions.ProbableAuthenticationError):
+        hint = ""
+        if user == "guest" and parsed.hostname not in ("localhost", "127.0.0.1", "::1"):
+            hint = "; RabbitMQ lets guest log in only from localhost"
+        return BusError(
+            f"{refused}: user {user!r} could not log in: wrong user name or password (ACCESS_REFUSED{hint}; "
+            "rabbitmqctl list_users / authenticate_user)"
+        )
+    if isinstance(e, aiormq.exceptions.InvalidFrameError) and "Connection.OpenOk" in str(e):
+        return BusError(
+            f"{refused}: vhost {vhost!r} does not exist or user {user!r} may not use it "
+            "(rabbitmqctl list_vhosts / list_permissions)"
+        )
+    if isinstance(e, aiormq.exceptions.ConnectionClosed) and len(e.args) == 2 and e.args[0] in (403, 530):
+        return BusError(f"{refused}: {e.args[1]} (rabbitmqctl list_users / list_vhosts / list_permissions)")
+    if isinstance(e, aiormq.exceptions.AuthenticationError):
+        return BusError(f"{refused}: no authentication mechanism in common: {e}")
+    tls = _ssl_cause(e)
+    if tls is not None:
+        return BusError(
+            f"TLS with RabbitMQ at {where} failed: {tls.reason or tls} (is the port a TLS listener, and is the "
+            "broker's certificate signed by the cafile in the URL, for this host name?)"
+        )
+    if isinstance(e, TimeoutError):
+        return BrokerUnreachableError(
+            f"cannot connect to RabbitMQ at {where}: no answer within {timeout_s:g} s (GAVEL_CONNECT_TIMEOUT_S)"
+        )
+    return BrokerUnreachableError(f"cannot connect to RabbitMQ at {where}: {type(e).__name__}: {e}")
+
+
+def _ssl_cause(e: BaseException | None) -> ssl.SSLError | None:
+    for _ in range(10):  # the chain of causes, bounded
+        if e is None or isinstance(e, ssl.SSLError):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 class RabbitSubscription:
@@ -181,7 +245,7 @@ class RabbitBus:
                 client_properties={"connection_name": self._source},
             )
         except (OSError, aiormq.exceptions.AMQPError, asyncio.TimeoutError) as e:
-            raise BusError(f"cannot connect to RabbitMQ at {redact_url(url)}: {type(e).__name__}: {e}") from None
+            raise connect_error(url, e, timeout_s=self._settings.connect_timeout_s) from None
         self._connection.reconnect_callbacks.add(self._on_reconnect)
         self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         self._exchange = await self._channel.declare_exchange(
@@ -408,10 +472,30 @@ class RabbitBus:
         finally:
             if not probe.is_closed:
                 await probe.close()
-        amqp_queue = await channel.declare_queue(name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name})
-        for pattern in bindings:
-            await amqp_queue.bind(exchange, pattern)
+        try:
+            amqp_queue = await channel.declare_queue(name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name})
+            for pattern in bindings:
+                await amqp_queue.bind(exchange, pattern)
+        except aiormq.exceptions.ChannelAccessRefused:
+            # A least-privilege producer (the CLI's broker user) may check the queue but not make
+            # it; the channel it used is gone with the refusal, so this bus cannot go on either.
+            user = urllib.parse.urlparse(self._settings.amqp_url).username or "?"
+            raise SubscriptionError(f"queue {name!r} does not exist and user {user!r} may not create it") from None
         self._declared_queues.add(name)
+
+    async def consumer_count(self, queue: str) -> int | None:
+        """Passively (no permission needed): how many consumers the queue has, None if it is missing."""
+        self._require()
+        assert self._connection is not None
+        probe = await self._connection.channel(publisher_confirms=False)
+        try:
+            declared = await probe.declare_queue(self.queue_name(queue), passive=True)
+            return int(declared.declaration_result.consumer_count)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return None
+        finally:
+            if not probe.is_closed:
+                await probe.close()
 
     def _forget(self, sub: RabbitSubscription) -> None:
         if sub in self._subscriptions:

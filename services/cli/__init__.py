@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import importlib
 from types import ModuleType
@@ -48,6 +49,7 @@ COMMAND_MODULE = {
     "up": "serve_cmd",
     "health": "serve_cmd",
     "submit": "submit_cmd",
+    "cancel": "submit_cmd",
     "job-types": "jobtypes_cmd",
     "jobs": "status_cmd",
     "job": "status_cmd",
@@ -67,6 +69,15 @@ def _groups(argv: Sequence[str] | None) -> list[ModuleType]:
     return [importlib.import_module(f"services.cli.{name}") for name in names]
 
 
+class Parser(argparse.ArgumentParser):
+    """Every error is one line, like the command's own (argparse's default prints the usage
+    first): ``gavel up: argument --round-s: must be a finite number > 0, got '-1' (see gavel up
+    --help)``. Sub-commands' parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the named command's group is loaded (all for help)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -75,7 +86,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         v = version("gavel-scheduler")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         v = "unknown"
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gavel",
         description="Heterogeneity-aware scheduling of deep-learning training jobs (Gavel, as services).",
     )

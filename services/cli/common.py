@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import resources
 from typing import Any
 
-from common.errors import GavelError
+from common.errors import GavelError, ProblemError
+from common.throughputs import ThroughputTable, throughput_table_from_json
 
 
 class CommandFailed(GavelError):
@@ -16,6 +21,32 @@ class CommandFailed(GavelError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+# -- flag types: refused at parse time, naming the flag (argparse puts the flag before the message)
+
+
+def _number_type(kind: type, minimum: float, inclusive: bool, wording: str) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {raw!r}")
+        return value
+
+    return parse
+
+
+positive_number = _number_type(float, 0.0, False, "a finite number > 0")
+non_negative_number = _number_type(float, 0.0, True, "a finite number >= 0")
+positive_int = _number_type(int, 1, True, "a whole number >= 1")
+
+
+def per_hour(rate: float) -> str:
+    """``1 job/hour``, ``1.5 jobs/hour``."""
+    return f"{rate:g} job/hour" if rate == 1 else f"{rate:g} jobs/hour"
 
 
 def print_json(value: Any) -> None:
@@ -37,3 +68,21 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def load_table(path: str | None) -> ThroughputTable:
+    """The throughput table at ``path``, or the shipped one (without the solver stack: commands
+    that only need the table start at once). A file that cannot be read or parsed is one line
+    naming --throughputs (exit 2)."""
+    try:
+        if path is None:
+            text = (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
+        else:
+            text = pathlib.Path(path).read_text()
+        return throughput_table_from_json(json.loads(text))
+    except OSError as e:
+        raise CommandFailed(f"--throughputs: cannot read {path}: {e.strerror or e}", exit_code=2) from None
+    except json.JSONDecodeError as e:
+        raise CommandFailed(f"--throughputs: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
+    except ProblemError as e:
+        raise CommandFailed(f"--throughputs: {path}: {e}", exit_code=2) from None

@@ -3,7 +3,16 @@ chosen set in one process, on either bus) and ``gavel health`` (for container he
 
 Services find each other only through the exchange, so they start in any order: a mechanism
 without a policy service waits for it and says so; a policy replica started later takes its
-share of the requests; a fleet re-announces its workers until a mechanism has heard them.
+share of the requests; a fleet re-announces its workers until a mechanism has heard them. A
+broker that does not answer yet is tried again for ``--broker-wait-s`` (services/host.py).
+
+The mechanism keeps a journal unless told not to (``--no-journal``): ``--journal``, else
+GAVEL_JOURNAL_PATH, else ``$XDG_STATE_HOME/gavel/mechanism-<exchange>.sqlite`` (one per exchange,
+so two deployments on one broker do not share it). ``gavel up`` on the in-memory bus keeps none
+by default: nothing outside the process survives it anyway.
+
+The health file is rewritten every 2 s while the service runs and once more when it stops
+(``"stopped": true``), so ``gavel health`` tells a stopped service from a running one at once.
 """
 
 from __future__ import annotations
@@ -21,24 +30,29 @@ import structlog
 
 from common.clock import Clock
 from common.config import BusSettings, Settings
-from estimator_service.service import EstimatorService
-from mechanism_service.clocks import ScaledClock
-from mechanism_service.core.rounds import type_shuffler
-from mechanism_service.core.settings import PRESETS, preset
+from common.errors import JournalError
+from mechanism_service.clocks import ScaledClock, describe_clock
+from mechanism_service.core.settings import PRESETS
 from mechanism_service.journal import Journal
-from mechanism_service.service import MechanismService
-from policy_service.core.catalog import policy_names
-from policy_service.service import PolicyService
 from services.bus import make_bus
-from services.cli.common import CommandFailed
-from services.cli.simulation import load_context, parse_cluster
+from services.cli.common import CommandFailed, non_negative_number, positive_int, positive_number
 from services.clock import WallClock
 from services.host import Service, ServiceHost
 from services.logging import bind_service
-from sim.fleet import SimulatedFleet
 
 log = structlog.get_logger("gavel.serve")
 SERVICES = ("policy", "mechanism", "estimator", "fleet")
+HEALTH_EVERY_S = 2.0
+
+UP_DESCRIPTION = (
+    "Run several services in one process. On the in-memory bus (the default) they talk only to each other: "
+    "nothing outside this process can reach them, so `gavel submit`, `gavel jobs` and services started "
+    "elsewhere cannot reach them either; use --bus amqp to run them on RabbitMQ (GAVEL_AMQP_URL)."
+)
+BUS_HELP = (
+    "memory (the default, unless GAVEL_BUS says amqp): a bus inside this process, which `gavel submit`, "
+    "`gavel jobs` and other processes cannot reach; --bus amqp: RabbitMQ at GAVEL_AMQP_URL"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,16 +69,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         _service_options(p, only=name)
         p.set_defaults(run=run_serve, services=(name,), bus_kind="amqp")
 
-    up = sub.add_parser("up", help="run several services in one process, on the in-memory bus or RabbitMQ")
+    up = sub.add_parser(
+        "up",
+        help="run several services in one process, on the in-memory bus (private to the process) or RabbitMQ",
+        description=UP_DESCRIPTION,
+    )
     up.add_argument("--services", default=",".join(SERVICES), help=f"comma-separated, of {', '.join(SERVICES)}")
-    up.add_argument("--bus", dest="bus_kind", choices=("memory", "amqp"), default="memory")
+    up.add_argument("--bus", dest="bus_kind", choices=("memory", "amqp"), help=BUS_HELP)
     _common_options(up)
     _service_options(up, only=None)
     up.set_defaults(run=run_serve)
 
     health = sub.add_parser("health", help="exit 0 when the service writing FILE is ready (container healthchecks)")
     health.add_argument("file", help="the health file (GAVEL_HEALTH_FILE of the service)")
-    health.add_argument("--max-age-s", type=float, default=30.0, help="older than this counts as dead (default 30)")
+    health.add_argument(
+        "--max-age-s", type=positive_number, default=30.0, help="older than this counts as dead (default 30)"
+    )
     health.set_defaults(run=run_health)
 
 
@@ -72,6 +92,13 @@ def _common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
     p.add_argument("--throughputs", metavar="TABLE.json", help="throughput table (default: the shipped Gavel table)")
     p.add_argument("--health-file", help="write health here every few seconds (default: GAVEL_HEALTH_FILE)")
+    p.add_argument(
+        "--broker-wait-s",
+        type=non_negative_number,
+        metavar="S",
+        help="keep trying to reach a broker that does not answer for this long; 0: not at all "
+        "(default: GAVEL_BROKER_WAIT_S, 60). Wrong credentials or vhost fail at once",
+    )
 
 
 def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
@@ -81,14 +108,22 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
     if only in (None, "mechanism"):
         p.add_argument("--policy", default="max_min_fairness_perf", help="the policy to run (default max_min_fairness_perf)")
         p.add_argument("--preset", choices=sorted(PRESETS), default="default")
-        p.add_argument("--journal", help="the SQLite journal (default: GAVEL_JOURNAL_PATH; none: state is not kept)")
+        journal = p.add_mutually_exclusive_group()
+        journal.add_argument(
+            "--journal",
+            help="the mechanism's SQLite journal (default: GAVEL_JOURNAL_PATH, else "
+            "$XDG_STATE_HOME/gavel/mechanism-<exchange>.sqlite; `gavel up` on the in-memory bus: none)",
+        )
+        journal.add_argument(
+            "--no-journal", action="store_true", help="keep no journal: the mechanism's state will not survive a restart"
+        )
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--expect-gpus", type=int, help="lockstep: start when this many GPUs registered")
+        p.add_argument("--expect-gpus", type=positive_int, help="lockstep: start when this many GPUs registered")
     if only in (None, "mechanism", "fleet"):
-        p.add_argument("--round-s", type=float, default=360.0)
-        p.add_argument("--gpus-per-server", type=int, default=1)
+        p.add_argument("--round-s", type=positive_number, default=360.0, help="round length in seconds (default 360)")
+        p.add_argument("--gpus-per-server", type=positive_int, default=1, help="GPUs per server (default 1)")
         timing = p.add_mutually_exclusive_group()
-        timing.add_argument("--time-scale", type=float, help="run time this many times faster than the wall clock")
+        timing.add_argument("--time-scale", type=positive_number, help="run time this many times faster than the wall clock")
         timing.add_argument("--lockstep", action="store_true", help="virtual time that moves round by round (trace replays)")
     if only in (None, "fleet"):
         p.add_argument("--cluster", help="fleet: GPUs per type, v100=4,p100=4,k80=4 or 4:4:4")
@@ -99,7 +134,46 @@ def _clock(args: argparse.Namespace) -> Clock:
     return ScaledClock(scale) if scale else WallClock()
 
 
-def build_services(names: Sequence[str], args: argparse.Namespace, settings: Settings) -> list[Service]:
+def default_journal_path(settings: Settings) -> pathlib.Path:
+    return pathlib.Path(settings.state_dir) / f"mechanism-{settings.bus.exchange}.sqlite"
+
+
+def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) -> Journal | None:
+    """The mechanism's journal as the flags, the settings and the bus say (module docstring)."""
+    if args.no_journal:
+        log.warning("journal_disabled", reason="--no-journal: the mechanism's state will not survive a restart")
+        return None
+    if args.journal:
+        path, source = args.journal, "--journal"
+    elif settings.journal_path:
+        path, source = settings.journal_path, "GAVEL_JOURNAL_PATH"
+    elif bus_kind == "memory":
+        return None  # nothing outside this process survives it anyway
+    else:
+        path, source = str(default_journal_path(settings)), "default"
+    try:
+        journal = Journal(path)
+    except JournalError as e:
+        if source == "default":
+            source = "the default journal (choose another with --journal or GAVEL_JOURNAL_PATH, or --no-journal)"
+        raise CommandFailed(f"{source}: {e}", exit_code=2) from None
+    log.info("journal_opened", path=str(journal.path), source=source)
+    return journal
+
+
+def build_services(names: Sequence[str], args: argparse.Namespace, settings: Settings, bus_kind: str) -> list[Service]:
+    journal = open_journal(args, settings, bus_kind) if "mechanism" in names else None  # a bad one fails at once
+    # Imported here, not above: `gavel health` (a container healthcheck, run every few seconds),
+    # refused flags and journals need none of the solver and simulation stacks (1.5 s).
+    from estimator_service.service import EstimatorService
+    from mechanism_service.core.rounds import type_shuffler
+    from mechanism_service.core.settings import preset
+    from mechanism_service.service import MechanismService
+    from policy_service.core.catalog import policy_names
+    from policy_service.service import PolicyService
+    from services.cli.simulation import load_context, parse_cluster
+    from sim.fleet import SimulatedFleet
+
     context = load_context(args.throughputs)
     table = context.table
     assert table is not None
@@ -113,7 +187,6 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
             if args.policy not in policy_names():
                 raise CommandFailed(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}", exit_code=2)
             mechanism_settings = preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server)
-            journal_path = args.journal or settings.journal_path
             services.append(
                 MechanismService(
                     clock=clock,
@@ -125,7 +198,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     seed=args.seed,
                     lockstep=args.lockstep,
                     expected_gpus=args.expect_gpus,
-                    journal=Journal(journal_path) if journal_path else None,
+                    journal=journal,
                     round_timeout_s=None if args.lockstep else args.round_s * 1.5 + 60.0,
                     deadlines=not args.lockstep and not args.time_scale,
                     elastic_types=() if args.lockstep else table.accelerator_types,
@@ -145,6 +218,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     gpus_per_server=args.gpus_per_server,
                     lockstep=args.lockstep,
                     heartbeat_s=5.0 * (args.time_scale or 1.0),
+                    clock_name=describe_clock(clock, lockstep=args.lockstep),
                 )
             )
         else:
@@ -156,35 +230,81 @@ async def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     names = list(args.services) if isinstance(args.services, tuple) else [s.strip() for s in args.services.split(",") if s.strip()]
     if not names:
         raise CommandFailed("--services: name at least one service", exit_code=2)
-    bus_settings = dataclasses.replace(settings.bus, kind=args.bus_kind)
-    if args.amqp:
-        bus_settings = dataclasses.replace(
-            bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": args.amqp}).amqp_url
-        )
-    services = build_services(names, args, settings)
     bind_service("+".join(names))
-    host = ServiceHost(make_bus(bus_settings, source="+".join(names)), services, shutdown_timeout_s=settings.shutdown_timeout_s)
     health_file = args.health_file or settings.health_file
-    writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
+    outcome = "stopped"
     try:
-        crashed = await host.run_until_stopped()
+        crashed = await _serve(names, args, settings, health_file)
+    except Exception as e:
+        outcome = f"failed: {e}"
+        raise
+    else:
+        if crashed:
+            outcome = "a service crashed"
     finally:
-        if writer is not None:
-            writer.cancel()
+        if health_file:
+            _write_stopped(health_file, outcome)
     if crashed:
         raise CommandFailed("a service crashed (see its round_loop_crashed event); a supervisor should restart it")
     return 0
 
 
+async def _serve(names: list[str], args: argparse.Namespace, settings: Settings, health_file: str | None) -> bool:
+    """Run the services until a signal or a crash (True)."""
+    bus_settings = dataclasses.replace(settings.bus, kind=args.bus_kind or settings.bus.kind)  # up: GAVEL_BUS
+    if args.amqp:
+        bus_settings = dataclasses.replace(
+            bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": args.amqp}).amqp_url
+        )
+    if bus_settings.kind == "memory":
+        log.warning(
+            "memory_bus_only",
+            reason="the services talk over an in-memory bus inside this process: `gavel submit`, `gavel jobs` "
+            "and services in other processes cannot reach them",
+            fix="use --bus amqp to run them on RabbitMQ (GAVEL_AMQP_URL)",
+        )
+    services = build_services(names, args, settings, bus_settings.kind)
+    broker_wait_s = settings.broker_wait_s if args.broker_wait_s is None else args.broker_wait_s
+    host = ServiceHost(
+        make_bus(bus_settings, source="+".join(names)),
+        services,
+        shutdown_timeout_s=settings.shutdown_timeout_s,
+        broker_wait_s=broker_wait_s,
+    )
+    writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
+    try:
+        return await host.run_until_stopped()
+    finally:
+        if writer is not None:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+
 async def _write_health(host: ServiceHost, path: str) -> None:
-    target = pathlib.Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     while True:
         body = {**host.health().as_dict(), "written_at": time.time(), "pid": os.getpid()}
+        if not _write_health_file(path, body):
+            return
+        await asyncio.sleep(HEALTH_EVERY_S)
+
+
+def _write_stopped(path: str, outcome: str) -> None:
+    """The last word: a healthcheck must not read "ready" from a service that is gone."""
+    now = time.time()
+    _write_health_file(path, {"ready": False, "stopped": True, "stopped_at": now, "outcome": outcome, "written_at": now, "pid": os.getpid()})
+
+
+def _write_health_file(path: str, body: dict[str, object]) -> bool:
+    target = pathlib.Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_suffix(".tmp")
         temporary.write_text(json.dumps(body))
         temporary.replace(target)  # atomic: a reader never sees half a file
-        await asyncio.sleep(2.0)
+    except OSError as e:
+        log.error("health_write_failed", path=path, error=str(e))
+        return False
+    return True
 
 
 def run_health(args: argparse.Namespace, settings: Settings) -> int:
@@ -192,6 +312,13 @@ def run_health(args: argparse.Namespace, settings: Settings) -> int:
         body = json.loads(pathlib.Path(args.file).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CommandFailed(f"no health at {args.file}: {e}") from None
+    if body.get("stopped"):
+        stopped_at = float(body.get("stopped_at", 0))
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stopped_at))
+        outcome = body.get("outcome")
+        raise CommandFailed(
+            f"the service stopped at {when} ({time.time() - stopped_at:.0f} s ago)" + (f": {outcome}" if outcome else "")
+        )
     age_s = time.time() - float(body.get("written_at", 0))
     if age_s > args.max_age_s:
         raise CommandFailed(f"health is {age_s:.0f} s old (limit {args.max_age_s:.0f} s): the service is not running")

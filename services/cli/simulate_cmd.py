@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import pathlib
 
 from common.config import Settings
 from policy_service.answer import SolveContext
-from services.cli.common import print_json
+from services.cli.common import per_hour, print_json
 from services.cli.progress import ProgressBar
 from services.cli.simulation import (
     ENGINES,
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     window = parse_window(args.window, len(trace))
     scenario = Scenario(trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, args.engine)
     out = pathlib.Path(args.out) if args.out else default_out(label)
+    make_out_dir(out)
 
     # 2. the runs, one after the other (gavel sweep spreads runs over the cores)
     if not args.json:
@@ -170,13 +172,29 @@ def _trace(args: argparse.Namespace, context: SolveContext) -> tuple[tuple[Trace
     seed = args.seed if args.trace_seed is None else args.trace_seed
     rate = None if args.static else args.jobs_per_hour
     trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table)
-    arrivals = "static" if rate is None else f"{rate:g} jobs/hour"
+    arrivals = "static" if rate is None else per_hour(rate)
     multi_gpu = ", multi-GPU" if args.multi_gpu else ""
     source = f"generated, {arrivals}{multi_gpu}, trace seed {seed}"
     label = "-".join(
         [f"n{args.jobs}", "static" if rate is None else f"r{rate:g}", *(["multigpu"] if args.multi_gpu else []), f"s{seed}"]
     )
     return trace, source, label
+
+
+def make_out_dir(out: pathlib.Path) -> None:
+    """Make the output directory now, after every other check and before the runs: an output
+    path that cannot be written must fail in a second, not after the whole simulation. (Only
+    making it tells for sure: as root, permission checks say yes to /proc.)"""
+    if out.exists() and not out.is_dir():
+        raise bad_input("--out", f"{out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        file = next((p for p in reversed(out.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{file} exists and is not a directory" if file is not None else (e.strerror or str(e))
+        raise bad_input("--out", f"cannot create {out}: {why}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise bad_input("--out", f"{out} is not writable")
 
 
 def default_out(label: str) -> pathlib.Path:

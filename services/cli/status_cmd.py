@@ -2,23 +2,24 @@
 
 The question goes out on ``status.requested``; the answer comes back on this command's own key,
 to a private queue that disappears with it. No mechanism: a clear line and exit 1, after the
-timeout at most.
+timeout at most. Answers print for people (tables, aligned ``key: value`` lines) unless ``--json``
+asks for the mechanism's JSON as it came.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
-import uuid
+from collections.abc import Mapping
 
-from common.bus import Bus, Delivery
+from common.bus import Bus
 from common.config import BusSettings, Settings
 from common.errors import UnroutableError
-from common.messages import StatusReported, StatusRequested
+from common.messages import StatusRequested
 from services.bus import make_bus
-from services.cli.common import CommandFailed, print_json, print_table
+from services.cli.common import CommandFailed, positive_number, print_json, print_table
+from services.cli.replies import Replies
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "job":
             p.add_argument("job_id")
         p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
-        p.add_argument("--timeout-s", type=float, default=5.0, help="wait this long for the mechanism (default 5)")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--timeout-s", type=positive_number, default=5.0, help="wait this long for the mechanism (default 5)")
+        p.add_argument("--json", action="store_true", help="print the mechanism's answer as JSON")
         p.set_defaults(run=run_status, query=query)
 
 
@@ -51,32 +52,18 @@ async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | N
 
 async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5.0) -> object:
     """Ask the mechanism over ``bus`` and wait for every part of its answer."""
-    me = uuid.uuid4().hex[:12]
-    answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    parts: dict[int, str] = {}
-
-    async def on_reply(d: Delivery) -> None:
-        reply = d.message
-        if not isinstance(reply, StatusReported) or reply.request_id != me or answer.done():
-            return
-        parts[reply.part] = reply.body
-        if len(parts) >= reply.parts:
-            answer.set_result("".join(parts[k] for k in range(reply.parts)))
-
-    subscription = await bus.subscribe(f"cli.{me}", [f"status.reply.{me}"], on_reply, durable=False)
-    try:
+    async with Replies(bus) as replies:
+        request_id = replies.key
         try:
-            await bus.publish(StatusRequested(me, query, me, job_id))
+            await bus.publish(StatusRequested(request_id, query, replies.key, job_id))
         except UnroutableError:
             raise CommandFailed("the mechanism is not running (nothing receives status requests)") from None
         try:
-            body = await asyncio.wait_for(answer, timeout_s)
-        except asyncio.TimeoutError:
-            got = f" ({len(parts)} parts of the answer came)" if parts else ""
+            return await replies.wait(request_id, timeout_s)
+        except TimeoutError:
+            parts = replies.parts_received(request_id)
+            got = f" ({parts} parts of the answer came)" if parts else ""
             raise CommandFailed(f"no answer from the mechanism within {timeout_s:g} s{got}: is it running?") from None
-    finally:
-        await subscription.cancel()
-    return json.loads(body)
 
 
 async def run_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -87,14 +74,17 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
         print_json(answer)
     elif args.query == "jobs":
         assert isinstance(answer, list)
+        # why a job waits, was refused, failed or was cancelled: in the last column, in full
+        why = any(row.get("reason") for row in answer)
         print_table(
-            ["id", "type", "state", "on", "steps", "service GPU-h", "waited h"],
+            ["id", "type", "state", "on", "steps", "service GPU-h", "waited h", *(["why"] if why else [])],
             [
                 [
                     row["id"], row.get("type", ""), row["state"], row.get("accelerator_type") or "",
                     f"{row.get('steps_done', '')}/{row.get('steps_total', '')}" if "steps_total" in row else "",
                     f"{row.get('attained_service_gpu_s', 0) / 3600:.2f}" if "attained_service_gpu_s" in row else "",
                     f"{row.get('waiting_s', 0) / 3600:.2f}" if "waiting_s" in row else "",
+                    *([row.get("reason") or ""] if why else []),
                 ]
                 for row in answer
             ],
@@ -102,6 +92,70 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
     elif args.query == "workers":
         assert isinstance(answer, list)
         print_table(["worker", "type", "GPUs"], [[r["worker_id"], r["accelerator_type"], r["gpus"]] for r in answer])
-    else:
-        print_json(answer)
+    else:  # cluster, job: whatever fields the mechanism sends, those added later included
+        assert isinstance(answer, dict)
+        print_report(answer)
     return 0
+
+
+# -- a report for people -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Table:
+    """A field whose value is a list of records (a job's placements), shown as a table."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def describe(report: Mapping[str, object]) -> tuple[list[str], list[Table]]:
+    """Aligned ``key: value`` lines (nested mappings flattened to ``outer.inner``), then a table
+    per field that holds a list of records. Generic on purpose: a field the mechanism adds later
+    shows up without a change here."""
+    fields: list[tuple[str, str]] = []
+    tables: list[Table] = []
+    for key, value in report.items():
+        if _is_records(value):
+            assert isinstance(value, list)
+            headers = tuple(dict.fromkeys(k for record in value for k in record))
+            rows = tuple(tuple(_text(record[h]) if h in record else "" for h in headers) for record in value)
+            tables.append(Table(key, headers, rows))
+        else:
+            fields += _flatten(key, value)
+    width = max((len(key) for key, _ in fields), default=0) + 1
+    return [f"{key + ':':<{width}}  {text}" for key, text in fields], tables
+
+
+def print_report(report: Mapping[str, object]) -> None:
+    lines, tables = describe(report)
+    for line in lines:
+        print(line)
+    for table in tables:
+        print(f"\n{table.title}:")
+        print_table(table.headers, table.rows)
+
+
+def _is_records(value: object) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _flatten(key: str, value: object) -> list[tuple[str, str]]:
+    if isinstance(value, dict) and value:
+        return [pair for k, v in value.items() for pair in _flatten(f"{key}.{k}", v)]
+    return [(key, _text(value))]
+
+
+def _text(value: object) -> str:
+    if value is None or value == {} or value == []:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
+    if isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value):
+        return ", ".join(_text(v) for v in value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,6 +33,9 @@ class Cluster:
             "GAVEL_EXCHANGE": self.exchange,
             "GAVEL_LOG_FORMAT": "json",
             "GAVEL_LOG_LEVEL": "info",
+            # the mechanism's default journal (and any other default state) under the test's
+            # directory, never in the home directory of whoever runs the tests
+            "XDG_STATE_HOME": str(workdir),
         }
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -42,12 +46,27 @@ class Cluster:
         self.processes[name] = process
         return process
 
-    def run(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+    def gavel(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """The `gavel` command as a user runs it against this cluster."""
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=self.env, capture_output=True, text=True,
+            timeout=timeout_s,
         )
+
+    def run(self, *args: str) -> str:
+        done = self.gavel(*args)
         assert done.returncode == 0, done.stderr
         return done.stdout
+
+    def answer(self, *args: str) -> object:
+        """A command's ``--json`` answer (it must succeed)."""
+        return json.loads(self.run(*args, "--json"))
+
+    def stop(self, name: str) -> None:
+        """SIGTERM, and wait: a graceful stop."""
+        process = self.processes.pop(name)
+        process.terminate()
+        process.wait(timeout=30)
 
     def kill(self, name: str) -> None:
         process = self.processes.pop(name)
@@ -66,3 +85,18 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))
+
+
+def logged(path: Path, event: str) -> list[dict[str, object]]:
+    """The JSON events named ``event`` in a service's log (empty if it has none yet)."""
+    if not path.exists():
+        return []
+    records = (json.loads(line) for line in path.read_text().splitlines() if line.startswith("{"))
+    return [r for r in records if r.get("event") == event]
+
+
+def the_line(stderr: str) -> str:
+    """A command's one line (the e2e environment asks for info events, which are JSON lines)."""
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("{")]
+    assert len(lines) == 1, stderr
+    return lines[0]
