@@ -9,17 +9,13 @@ type has), as one line naming the flag.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 
 from common.config import Settings
-from common.errors import ProblemError
-from common.throughputs import ThroughputTable, throughput_table_from_json
-from services.cli.common import CommandFailed, print_json, print_table
+from common.throughputs import ThroughputTable
+from services.cli.common import CommandFailed, load_table, print_json, print_table
 
 NOT_MEASURED = "-"  # a job key the table has on some accelerator types but not this one
 
@@ -43,23 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a list of {job_type, scale_factors, throughputs_steps_per_s: {scale factor: {accelerator type: steps/s}}}",
     )
     p.set_defaults(run=run_job_types)
-
-
-def load_table(path: str | None) -> ThroughputTable:
-    """The table at ``path``, or the shipped one; a file that cannot be read or parsed is one
-    line naming --throughputs (exit 2)."""
-    try:
-        if path is None:
-            text = (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
-        else:
-            text = pathlib.Path(path).read_text()
-        return throughput_table_from_json(json.loads(text))
-    except OSError as e:
-        raise CommandFailed(f"--throughputs: cannot read {path}: {e.strerror or e}", exit_code=2) from None
-    except json.JSONDecodeError as e:
-        raise CommandFailed(f"--throughputs: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
-    except ProblemError as e:
-        raise CommandFailed(f"--throughputs: {path}: {e}", exit_code=2) from None
 
 
 @dataclass(frozen=True)

@@ -1,62 +1,114 @@
-"""``gavel submit``: publish job submissions (one, or a whole trace) to the mechanism.
+"""``gavel submit`` (one job, or every job of a trace) and ``gavel cancel ID``.
 
-A submission is checked before it is published (an unknown job type, steps <= 0, a gang larger
-than any accelerator type can hold: one line, exit 2), then published persistent and confirmed to
-the mechanism's durable queue, which this command declares itself: a submission the user was told
-about is kept even when the mechanism is down at that moment. Job ids are printed; resubmitting
-the same id is absorbed by the mechanism (idempotent).
+A submission is checked before it is published, field by field as the policy checks it
+(common/job_checks.py) and against the throughput table: one line naming the flag (or the trace's
+job), exit 2. It is then published persistent and confirmed to the mechanism's durable queue,
+which this command makes sure exists: a submission the user was told about is kept even when the
+mechanism is down at that moment. The batch is sealed, and the mechanism answers what became of
+it: new, already known (the same id with the same spec: absorbed), or refused (why).
+
+Ids. One job: ``--job-id`` or a new unique id. A trace: its jobs' ids under a prefix of its own
+(``<file stem>-<6 hex of its content>/``), because every Gavel trace numbers its jobs from 0 and a
+second trace would collide with the first; submitting the same file again gives the same ids
+(an idempotent retry). ``--id-prefix ''`` keeps the trace's ids as they are.
+
+Arrivals. On a live cluster a trace keeps its spacing: each job arrives its trace arrival time
+minus the first one's after the mechanism received the trace (on the mechanism's clock: with
+``--time-scale 100`` an hour of trace passes in 36 s). ``--now`` makes every job arrive at once.
+A mechanism replaying in lockstep takes the trace's own times.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import hashlib
 import pathlib
 import sys
 import time
 import uuid
-from importlib import resources
 
+from common.bus import Bus
 from common.config import BusSettings, Settings
-from common.errors import TraceError
-from common.throughputs import ThroughputTable, throughput_table_from_json
-from common.messages import JobSpec, JobSubmitted, SubmissionsSealed
+from common.errors import JobFieldError, SubscriptionError, TraceError
+from common.job_checks import check_job
+from common.messages import CancelJob, JobSpec, JobSubmitted, SubmissionsSealed
+from common.throughputs import ThroughputTable
 from services.bus import make_bus
-from services.cli.common import CommandFailed, print_json
+from services.cli.common import CommandFailed, load_table, positive_number, print_json
 from services.cli.progress import ProgressBar
+from services.cli.replies import Replies
 from sim.traces import TraceJob, read_trace
 
 SUBMISSION_QUEUE = "mechanism.submissions"  # the mechanism's queue (mechanism_service/service.py)
-SUBMISSION_BINDINGS = (JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY)
+SUBMISSION_BINDINGS = (JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY, CancelJob.ROUTING_KEY)
+REASONS_SHOWN = 10  # refused jobs listed one per line; `gavel jobs` shows every reason
+FLAG_OF_FIELD = {
+    "job_id": "--job-id", "job_type": "--job-type", "total_steps": "--steps", "scale_factor": "--scale-factor",
+    "priority_weight": "--priority-weight", "slo_s": "--slo-s", "entity": "--entity", "command": "--command",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("submit", help="submit a job, or every job of a trace, to the mechanism")
+    p = sub.add_parser(
+        "submit", help="submit a job, or every job of a trace, to the mechanism",
+        description="Publishes to the mechanism's durable queue (kept while it is down), then reports what "
+        "it made of them: new, already known (same id and spec), refused (why). A trace's jobs get ids "
+        "under a prefix of their own, and arrive with their trace's spacing, counted from when the "
+        "mechanism receives the trace. Exit codes: 0 submitted; 1 some job refused, or no broker; 2 bad input.",
+    )
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--job-type", help='a job template, e.g. "ResNet-50 (batch size 64)"')
-    what.add_argument("--trace", metavar="FILE", help="a trace (.trace or .jsonl): submit every job, with its arrival time")
+    what.add_argument("--job-type", help='a job template, e.g. "ResNet-50 (batch size 64)" (gavel job-types lists them)')
+    what.add_argument("--trace", metavar="FILE", help="a trace (.trace or .jsonl): submit every job, keeping its arrival spacing")
     p.add_argument("--steps", type=int, help="total steps (with --job-type)")
-    p.add_argument("--scale-factor", type=int, default=1)
+    p.add_argument(
+        "--scale-factor", type=int, default=1,
+        help="GPUs of one accelerator type the job needs at once; more than the cluster has of any type it runs on: "
+        "the job is held, saying why, until such workers join",
+    )
     p.add_argument("--priority-weight", type=float, default=1.0)
-    p.add_argument("--slo-s", type=float)
-    p.add_argument("--entity")
+    p.add_argument("--slo-s", type=float, help="finish within this many seconds of arrival")
+    p.add_argument("--entity", help="the team or user the job belongs to (hierarchical policies)")
     p.add_argument("--job-id", help="default: a new unique id")
     p.add_argument("--command", default="", help="what a real worker runs")
+    p.add_argument(
+        "--id-prefix", metavar="PREFIX",
+        help="with --trace: put PREFIX before each job's id (default: '<file stem>-<content hash>/'; '' keeps the ids)",
+    )
+    p.add_argument("--now", action="store_true", help="with --trace: every job arrives at once, not with the trace's spacing")
     p.add_argument("--max-gpus", type=int, help="refuse gangs larger than this (default: the table's largest scale factor)")
     p.add_argument("--throughputs", metavar="TABLE.json", help="to check job types (default: the shipped Gavel table)")
     p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
-    p.add_argument("--json", action="store_true", help='print {"job_ids": [...], "publish_s": ...} as JSON')
+    p.add_argument(
+        "--timeout-s", type=positive_number, default=10.0,
+        help="wait this long for the mechanism to say what it made of the jobs (default 10)",
+    )
+    p.add_argument("--no-wait", action="store_true", help="publish and return: do not wait for the mechanism's answer")
+    p.add_argument("--json", action="store_true", help='print {"job_ids": [...], "new": n, "known": n, "refused": n, ...}')
     p.set_defaults(run=run_submit)
 
+    c = sub.add_parser(
+        "cancel", help="cancel a job: it ends in the state cancelled",
+        description="A job not yet admitted is cancelled at once; a running one stops being scheduled and leaves "
+        "when its current round ends (its steps so far are kept). Exit codes: 0 cancelled (or already); 1 no "
+        "such job, already ended, or no answer (the cancel then waits in the mechanism's queue).",
+    )
+    c.add_argument("job_id")
+    c.add_argument("--reason", default="cancelled by the user")
+    c.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
+    c.add_argument("--timeout-s", type=positive_number, default=5.0, help="wait this long for the mechanism (default 5)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(run=run_cancel)
 
-def _table(path: str | None) -> ThroughputTable:
-    """The table to check job types against (no solver stack: this command must start fast)."""
-    try:
-        text = pathlib.Path(path).read_text() if path else (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
-        return throughput_table_from_json(json.loads(text))
-    except (OSError, json.JSONDecodeError) as e:
-        raise CommandFailed(f"--throughputs: cannot read {path}: {e}", exit_code=2) from None
+
+# -- what to submit ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    batch_id: str  # one per invocation: the mechanism's answer is about what this one sent
+    specs: list[JobSpec]
+    offsets_s: list[float]  # arrival after the mechanism receives the batch (live clusters)
 
 
 def _trace(path: str) -> tuple[TraceJob, ...]:
@@ -69,76 +121,185 @@ def _trace(path: str) -> tuple[TraceJob, ...]:
     return jobs
 
 
-def _specs(args: argparse.Namespace) -> list[JobSpec]:
-    table = _table(args.throughputs)
+def trace_namespace(path: str) -> str:
+    """``<stem>-<6 hex of the file's content>``: the same file always gets the same ids (a retry
+    is absorbed), another trace other ids."""
+    digest = hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:6]
+    return f"{pathlib.Path(path).stem}-{digest}"
+
+
+def batch_from_args(args: argparse.Namespace) -> Batch:
+    table = load_table(args.throughputs)
     if args.trace:
         jobs = _trace(args.trace)
+        namespace = trace_namespace(args.trace)
+        prefix = f"{namespace}/" if args.id_prefix is None else args.id_prefix
+        first_s = min(j.arrival_time_s for j in jobs)
         specs = [
-            JobSpec(j.job_id, j.job_type, j.total_steps, j.scale_factor, j.priority_weight, j.slo_s, None, j.command, j.arrival_time_s)
+            JobSpec(
+                prefix + j.job_id, j.job_type, j.total_steps, j.scale_factor, j.priority_weight, j.slo_s, None,
+                j.command, 0.0 if args.now else j.arrival_time_s,
+            )
             for j in jobs
         ]
+        offsets = [0.0 if args.now else j.arrival_time_s - first_s for j in jobs]
+        batch = Batch(f"trace:{namespace}:{uuid.uuid4().hex[:12]}", specs, offsets)
     else:
         if args.steps is None:
             raise CommandFailed("--steps: required with --job-type", exit_code=2)
-        specs = [
-            JobSpec(
-                args.job_id or uuid.uuid4().hex[:12], args.job_type, args.steps, args.scale_factor, args.priority_weight,
-                args.slo_s, args.entity, args.command, time.time(),
-            )
-        ]
+        if args.id_prefix is not None or args.now:
+            raise CommandFailed(f"{'--id-prefix' if args.id_prefix is not None else '--now'}: only with --trace", exit_code=2)
+        job_id = args.job_id or uuid.uuid4().hex[:12]
+        spec = JobSpec(
+            job_id, args.job_type, args.steps, args.scale_factor, args.priority_weight, args.slo_s, args.entity,
+            args.command, 0.0,
+        )
+        batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
     largest = args.max_gpus or max(sf for _, sf in table.job_keys)
-    for i, spec in enumerate(specs):
-        where = f"job {spec.job_id}" if args.trace else "--job-type"
-        if spec.job_type not in table.job_types:
-            raise CommandFailed(f"{where}: unknown job type {spec.job_type!r} (gavel policy list shows the table's)", exit_code=2)
-        if spec.total_steps <= 0:
-            raise CommandFailed(f"{'job ' + spec.job_id if args.trace else '--steps'}: must be positive, got {spec.total_steps}", exit_code=2)
-        if spec.scale_factor < 1 or spec.scale_factor > largest:
-            raise CommandFailed(
-                f"{'job ' + spec.job_id if args.trace else '--scale-factor'}: {spec.scale_factor} GPUs is more than any "
-                f"accelerator type holds (largest: {largest})", exit_code=2,
-            )
-        if not table.has_job(spec.job_type, spec.scale_factor):
-            raise CommandFailed(
-                f"{where}: {spec.job_type!r} has no measured throughput on {spec.scale_factor} GPUs", exit_code=2
-            )
-        if spec.priority_weight <= 0:
-            raise CommandFailed(f"--priority-weight: must be positive, got {spec.priority_weight}", exit_code=2)
-    return specs
+    for spec in batch.specs:
+        check_spec(spec, table, largest, trace=bool(args.trace))
+    return batch
+
+
+def check_spec(spec: JobSpec, table: ThroughputTable, largest: int, *, trace: bool) -> None:
+    """One line naming the flag (one job) or the trace's job, exit 2: the same checks as the
+    mechanism's and the policy's, so nothing published here is refused for its fields."""
+
+    def bad(field: str, reason: str) -> CommandFailed:
+        where = f"job {spec.job_id}: {field}" if trace else FLAG_OF_FIELD.get(field, field)
+        return CommandFailed(f"{where}: {reason}", exit_code=2)
+
+    try:
+        check_job(
+            job_id=spec.job_id, job_type=spec.job_type, scale_factor=spec.scale_factor,
+            priority_weight=spec.priority_weight, slo_s=spec.slo_s, entity=spec.entity, total_steps=spec.total_steps,
+            command=spec.command,
+        )
+    except JobFieldError as e:
+        raise bad(e.field, e.reason) from None
+    if spec.job_type not in table.job_types:
+        raise bad("job_type", f"unknown job type {spec.job_type!r} (gavel job-types lists them)")
+    if spec.scale_factor > largest:
+        raise bad("scale_factor", f"no accelerator type here runs a job on {spec.scale_factor} GPUs (largest: {largest})")
+    if not table.has_job(spec.job_type, spec.scale_factor):
+        sizes = ", ".join(str(sf) for t, sf in sorted(table.job_keys) if t == spec.job_type)
+        raise bad("scale_factor", f"{spec.job_type!r} has no measured throughput on {spec.scale_factor} GPUs (it has: {sizes})")
+
+
+# -- talking to the mechanism --------------------------------------------------------------------
+
+
+def _bus(settings: Settings, amqp: str | None, source: str) -> Bus:
+    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
+    if amqp:
+        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
+    return make_bus(bus_settings, source=source)
+
+
+async def _make_sure_the_queue_exists(bus: Bus) -> None:
+    try:
+        await bus.declare(SUBMISSION_QUEUE, SUBMISSION_BINDINGS)
+    except SubscriptionError as e:
+        raise CommandFailed(
+            f"the mechanism has never run here: {e}; start it once (`gavel serve mechanism` declares its "
+            "queues), or load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+        ) from None
 
 
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
-    specs = _specs(args)
-    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
-    if args.amqp:
-        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": args.amqp}).amqp_url)
-    bus = make_bus(bus_settings, source="gavel-submit")
+    batch = batch_from_args(args)
+    specs = batch.specs
+    request_id = uuid.uuid4().hex[:12]
+    answer: object = None
+    bus = _bus(settings, args.amqp, "gavel-submit")
     await bus.start()
     try:
-        await bus.declare(SUBMISSION_QUEUE, SUBMISSION_BINDINGS)
-        progress = ProgressBar("submit", sys.stderr, simulated=False) if len(specs) > 1 else None
-        publishing = time.monotonic()
-        total = len(specs)
-        every = max(1, total // 200)  # the bar redraws ~200 times, not once per confirm
+        await _make_sure_the_queue_exists(bus)
+        async with Replies(bus) as replies:
+            progress = ProgressBar("submit", sys.stderr, simulated=False) if len(specs) > 1 else None
+            publishing = time.monotonic()
+            total = len(specs)
+            every = max(1, total // 200)  # the bar redraws ~200 times, not once per confirm
 
-        def confirmed(n: int) -> None:
-            if progress is not None and (n % every == 0 or n == total):
-                progress(0.0, n, total)
+            def confirmed(n: int) -> None:
+                if progress is not None and (n % every == 0 or n == total):
+                    progress(0.0, n, total)
 
-        # one stream with a window of confirms in flight (batches would drain the window each time)
-        await bus.publish_many([JobSubmitted(spec) for spec in specs], on_confirmed=confirmed)
-        if args.trace:
-            await bus.publish(SubmissionsSealed(args.trace, len(specs)))
-        publish_s = time.monotonic() - publishing
-        if progress is not None:
-            progress.close()
+            # one stream with a window of confirms in flight (batches would drain the window each time)
+            submissions = [
+                JobSubmitted(spec, batch.batch_id, offset) for spec, offset in zip(specs, batch.offsets_s, strict=True)
+            ]
+            await bus.publish_many(submissions, on_confirmed=confirmed)
+            reply_to = "" if args.no_wait else replies.key
+            await bus.publish(SubmissionsSealed(batch.batch_id, total, reply_to, request_id))
+            publish_s = time.monotonic() - publishing
+            if progress is not None:
+                progress.close()
+            if not args.no_wait:
+                try:
+                    answer = await replies.wait(request_id, args.timeout_s)
+                except TimeoutError:
+                    answer = None
     finally:
         await bus.close()
+    return _report(args, specs, answer, publish_s)
+
+
+def _report(args: argparse.Namespace, specs: list[JobSpec], answer: object, publish_s: float) -> int:
     ids = [spec.job_id for spec in specs]
+    summary = answer if isinstance(answer, dict) else None
+    refused = int(summary.get("refused", 0)) if summary else 0
+    reasons: dict[str, str] = dict(summary.get("reasons", {})) if summary else {}  # type: ignore[call-overload]
     if args.json:
-        print_json({"job_ids": ids, "published": len(ids), "publish_s": publish_s})
-    elif len(ids) == 1:
+        print_json({
+            "job_ids": ids, "published": len(ids), "publish_s": publish_s, "confirmed": summary is not None,
+            **({k: summary[k] for k in ("batch_id", "new", "known", "refused", "reasons")} if summary else {}),
+        })
+    elif len(ids) == 1 and not refused:
         print(ids[0])
+    elif len(ids) > 1:
+        line = f"submitted {len(ids)} jobs ({ids[0]} .. {ids[-1]})"
+        if summary:
+            line += f": {summary['new']} new, {summary['known']} already known, {refused} refused"
+        print(line)
+    if summary is None and not args.no_wait:
+        print(
+            f"gavel: the mechanism has not said what it made of {'it' if len(ids) == 1 else 'them'} within "
+            f"{args.timeout_s:g} s (is it running?); what was published waits in its queue",
+            file=sys.stderr,
+        )
+    elif summary is not None and not args.json:
+        if len(ids) == 1 and summary.get("known"):
+            print(f"gavel: {ids[0]} was submitted before with the same spec: nothing new", file=sys.stderr)
+        for job_id, reason in list(reasons.items())[:REASONS_SHOWN]:
+            print(f"gavel: job {job_id} refused: {reason}", file=sys.stderr)
+        if refused > len(reasons) or len(reasons) > REASONS_SHOWN:
+            print(f"gavel: ... {refused - min(len(reasons), REASONS_SHOWN)} more refused (gavel jobs shows why)", file=sys.stderr)
+    return 1 if refused else 0
+
+
+async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    request_id = uuid.uuid4().hex[:12]
+    bus = _bus(settings, args.amqp, "gavel-cancel")
+    await bus.start()
+    try:
+        await _make_sure_the_queue_exists(bus)
+        async with Replies(bus) as replies:
+            await bus.publish(CancelJob(args.job_id, args.reason, replies.key, request_id))
+            try:
+                answer = await replies.wait(request_id, args.timeout_s)
+            except TimeoutError:
+                raise CommandFailed(
+                    f"no answer from the mechanism within {args.timeout_s:g} s (is it running?); the cancel waits "
+                    "in its queue and applies when it runs"
+                ) from None
+    finally:
+        await bus.close()
+    if not isinstance(answer, dict) or "error" in answer:
+        raise CommandFailed(str(answer.get("error") if isinstance(answer, dict) else answer))
+    if args.json:
+        print_json(answer)
     else:
-        print(f"submitted {len(ids)} jobs ({ids[0]} .. {ids[-1]})")
+        note = f" ({answer['note']})" if answer.get("note") else ""
+        print(f"{answer['job_id']}: {answer['state']}{note}")
     return 0

@@ -8,17 +8,13 @@ Exit codes: 0 done; 2 bad input (one line naming the file, line and column, or t
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import pathlib
-from importlib import resources
 
 import numpy as np
 
 from common.config import Settings
-from common.errors import ProblemError, TraceError
-from common.throughputs import ThroughputTable, throughput_table_from_json
-from services.cli.common import CommandFailed, print_json, print_table
+from common.errors import TraceError
+from services.cli.common import CommandFailed, load_table, per_hour, print_json, print_table
 from sim.traces import (
     TraceFormat,
     TraceJob,
@@ -85,22 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(run=run_show)
 
 
-def _table(path: str | None) -> ThroughputTable:
-    try:
-        if path is None:
-            text = (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
-        else:
-            text = pathlib.Path(path).read_text()
-    except OSError as e:
-        raise CommandFailed(f"--throughputs: cannot read {path}: {e.strerror or e}", exit_code=2) from None
-    try:
-        return throughput_table_from_json(json.loads(text))
-    except json.JSONDecodeError as e:
-        raise CommandFailed(f"--throughputs: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
-    except ProblemError as e:
-        raise CommandFailed(f"--throughputs {path}: {e}", exit_code=2) from None
-
-
 def _read(path: str) -> tuple[tuple[TraceJob, ...], TraceFormat | None]:
     text = read_trace_text(path)
     trace_format = input_format(path, text)
@@ -124,10 +104,10 @@ def run_generate(args: argparse.Namespace, settings: Settings) -> int:
             streams = TraceStreams.split(np.random.default_rng(args.seed))
     except TraceError as e:
         raise CommandFailed(f"{_FLAG_OF_FIELD.get(e.column or '', e.column)}: {e.reason}", exit_code=2) from None
-    table = _table(args.throughputs)
+    table = load_table(args.throughputs)
     jobs = generate_trace(spec, table, streams)
     written = write_trace(jobs, args.output)
-    arrivals = "static" if spec.jobs_per_hour is None else f"{spec.jobs_per_hour:g} jobs/hour"
+    arrivals = "static" if spec.jobs_per_hour is None else per_hour(spec.jobs_per_hour)
     gpu_hours = summarize_trace(jobs, table, REFERENCE_ACCELERATOR_TYPE).gpu_hours
     print(
         f"wrote {len(jobs)} jobs to {args.output} ({written.value}): {arrivals}, seed {args.seed} ({args.rng}); "
@@ -158,7 +138,7 @@ def run_convert(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_show(args: argparse.Namespace, settings: Settings) -> int:
     jobs, read_format = _read(args.file)
-    summary = summarize_trace(jobs, _table(args.throughputs), REFERENCE_ACCELERATOR_TYPE)
+    summary = summarize_trace(jobs, load_table(args.throughputs), REFERENCE_ACCELERATOR_TYPE)
     if args.json:
         print_json(_summary_json(args.file, read_format, summary))
         return 0
@@ -188,7 +168,7 @@ def _summary_lines(s: TraceSummary) -> list[tuple[str, str]]:
         assert s.mean_interarrival_s is not None
         arrivals = (
             f"{s.first_arrival_s:,.0f} s to {s.last_arrival_s:,.0f} s ({span_s / 3600:,.1f} h); "
-            f"one every {s.mean_interarrival_s:,.0f} s on average ({3600 / s.mean_interarrival_s:.3g} jobs/hour)"
+            f"one every {s.mean_interarrival_s:,.0f} s on average ({per_hour(float(f'{3600 / s.mean_interarrival_s:.3g}'))})"
         )
     if not s.arrivals_in_order:
         arrivals += "; NOT in arrival order"

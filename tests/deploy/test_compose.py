@@ -60,7 +60,9 @@ from common.messages import (
     AllocationComputed,
     AllocationFailed,
     AllocationRequested,
+    CancelJob,
     ExtendLease,
+    JobCancelled,
     JobCompleted,
     JobFailed,
     JobProgress,
@@ -145,6 +147,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(WorkerHeartbeat),
             key(JobSubmitted),
             key(SubmissionsSealed),
+            key(CancelJob),
             key(JobProgress),
             key(AllocationComputed),
             key(AllocationFailed),
@@ -159,6 +162,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(JobRejected),
             key(JobCompleted),
             key(JobFailed),
+            key(JobCancelled),
             key(RoundStarted),
             key(RoundEnded),
             key(StatusReported, reply_to=REPLY_TO),
@@ -186,7 +190,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
         "CLI_AMQP_PASSWORD",
         queues=(f"gavel.cli.{REPLY_TO}",),
         bindings=(key(StatusReported, reply_to=REPLY_TO),),
-        publishes=(key(JobSubmitted), key(SubmissionsSealed), key(StatusRequested)),
+        publishes=(key(JobSubmitted), key(SubmissionsSealed), key(CancelJob), key(StatusRequested)),
         gets=(DEAD_LETTERS,),
         exclusive=True,
     ),
@@ -339,7 +343,7 @@ def test_the_broker_healthcheck_checks_port_connectivity() -> None:
     test = service("rabbitmq")["healthcheck"]["test"]
     assert test[0] in ("CMD", "CMD-SHELL")
     argv = shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]
-    # `rabbitmq-diagnostics ping` answers while the broker application is down (DESIGN.md section 6).
+    # `rabbitmq-diagnostics ping` answers while the broker application is down (measured).
     assert argv == ["rabbitmq-diagnostics", "-q", "check_port_connectivity"]
 
 
@@ -825,9 +829,11 @@ def _rabbitmqctl(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
 
 
 @contextlib.contextmanager
-def _imported_definitions(broker_url: str) -> Iterator[dict[str, str]]:
+def _imported_definitions(broker_url: str, *, queues: bool = True) -> Iterator[dict[str, str]]:
     """definitions.json imported into the local test broker under a unique vhost and unique user
-    names (users are broker-wide), removed afterwards. Yields service name -> its AMQP URL."""
+    names (users are broker-wide), removed afterwards. Yields service name -> its AMQP URL.
+    ``queues=False``: without the queues it declares (and their bindings), as users made by hand
+    with rabbitmqctl have them (docs/deploy.md section 2)."""
     host = urllib.parse.urlparse(broker_url)
     # Under `make test`/CI this broker is local (scripts/ensure-broker), so these fail rather
     # than skip; a developer pointing GAVEL_AMQP_URL at a remote broker gets a skip with the reason.
@@ -845,6 +851,9 @@ def _imported_definitions(broker_url: str) -> Iterator[dict[str, str]]:
     d = copy.deepcopy(definitions())
     users = {u["name"]: f"{u['name']}-{suffix}" for u in d["users"]}
     d["vhosts"] = [{"name": vhost}]
+    if not queues:
+        d["queues"] = [q for q in d["queues"] if q["name"] == DEAD_LETTERS]
+        d["bindings"] = [b for b in d["bindings"] if b["destination"] == DEAD_LETTERS]
     for u in d["users"]:
         u["name"] = users[u["name"]]
     for section in ("permissions", "topic_permissions", "queues", "exchanges", "bindings", "policies"):
@@ -927,6 +936,26 @@ def test_the_cli_can_make_sure_the_submissions_queue_exists(deployed: dict[str, 
             await bus.close()
 
     asyncio.run(declare())
+
+
+def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(broker_url: str) -> None:
+    """Users made by hand (no submissions queue) and a mechanism never started: the CLI user may
+    not create the mechanism's queue, and `gavel submit` / `gavel cancel` say so and what to do,
+    instead of ~60 lines of ChannelAccessRefused (issue 9)."""
+    with _imported_definitions(broker_url, queues=False) as urls:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+        env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
+        for argv in (("submit", "--job-type", "A3C", "--steps", "100"), ("cancel", "x")):
+            out = subprocess.run(
+                [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+            )
+            assert out.returncode == 1, out.stderr
+            user = urllib.parse.urlparse(urls["cli"]).username
+            assert out.stderr.strip().splitlines() == [
+                f"gavel: the mechanism has never run here: queue 'gavel.mechanism.submissions' does not exist and "
+                f"user {user!r} may not create it; start it once (`gavel serve mechanism` declares its queues), or "
+                "load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+            ], out.stderr
 
 
 @pytest.mark.slow
@@ -1094,17 +1123,22 @@ def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str,
         )
     ]  # fmt: skip
     trace.write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    submitted = _gavel(services_running, "submit", "--trace", str(trace))
+    submitted = _gavel(services_running, "submit", "--trace", str(trace), "--json")
     assert submitted.returncode == 0, submitted.stderr[-3000:]
+    answer = json.loads(submitted.stdout)
+    ids = answer["job_ids"]  # the trace's ids under a prefix of its own
+    assert answer["new"] == 3 and answer["refused"] == 0, answer
     deadline = time.monotonic() + 120
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
         answer = _gavel(services_running, "jobs", "--json", "--timeout-s", "20")
         if answer.returncode == 0:
             states = {str(row["id"]): row["state"] for row in json.loads(answer.stdout)}
-            if all(states.get(str(j["job_id"])) == "completed" for j in jobs):
+            if all(states.get(job_id) == "completed" for job_id in ids):
                 break
         time.sleep(1)
-    assert all(states.get(str(j["job_id"])) == "completed" for j in jobs), f"{states}\n{_logs(services_running)}"
+    assert all(states.get(job_id) == "completed" for job_id in ids), f"{states}\n{_logs(services_running)}"
+    cancelled = _gavel(services_running, "cancel", ids[0])  # the CLI user may cancel; an ended job says so
+    assert cancelled.returncode == 1 and "has already completed" in cancelled.stderr, cancelled.stderr
     letters = _gavel(services_running, "bus", "dead-letters", "--json")
     assert letters.returncode == 0 and json.loads(letters.stdout) == [], letters.stdout

@@ -1,0 +1,264 @@
+"""Issue 9 on a live cluster of service processes over RabbitMQ: no single job, message or worker
+stops it; a trace keeps its arrival spacing; ids are never dropped without a word; a gang that
+cannot fit says why it waits; cancels; a restart under another policy says so; a worker on
+another clock and a policy queue with no consumer are said at once.
+
+Clusters run on a scaled clock (--time-scale 1000: a 360 s round lasts 0.36 s)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from common.config import BusSettings
+from common.messages import JobSpec, JobSubmitted
+from services.bus.rabbit import RabbitBus
+from tests.support.processes import Cluster, logged, the_line
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.broker
+
+RESNET = "ResNet-50 (batch size 64)"
+SCALE = ("--time-scale", "1000")
+
+
+def gavel(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return cluster.gavel(*args, timeout_s=60)
+
+
+def answer(cluster: Cluster, *args: str) -> object:
+    return cluster.answer(*args)
+
+
+def jobs(cluster: Cluster) -> dict[str, dict[str, object]]:
+    return {str(row["id"]): row for row in answer(cluster, "jobs")}  # type: ignore[union-attr]
+
+
+def state_of(cluster: Cluster, job_id: str) -> str | None:
+    row = jobs(cluster).get(job_id)
+    return None if row is None else str(row["state"])
+
+
+async def rogue_publish(cluster: Cluster, *messages: object, raw: tuple[bytes, ...] = ()) -> None:
+    """What a client that skips `gavel submit` (or a broken one) can put on the queue."""
+    bus = RabbitBus(BusSettings(kind="amqp", amqp_url=cluster.url, exchange=cluster.exchange), source="rogue")
+    await bus.start()
+    for m in messages:
+        await bus.publish(m)  # type: ignore[arg-type]
+    for body in raw:
+        await bus.publish_raw(JobSubmitted.ROUTING_KEY, body)
+    await bus.close()
+
+
+def envelope(body: dict[str, object]) -> bytes:
+    """A JobSubmitted on the wire, written by hand: fields our encoder would never let through."""
+    return msgpack.packb({"schema": "JobSubmitted", "ver": 1, "id": "rogue-raw", "cid": None, "src": "rogue", "at": 0.0, "body": body})
+
+
+def start_cluster(cluster: Cluster, tmp_path: Path, *, policy: str = "max_min_fairness_perf", cluster_spec: str = "v100=2,p100=2,k80=2") -> None:
+    cluster.start("policy", "serve", "policy", "--solving", "inline")
+    cluster.start(
+        "mechanism", "serve", "mechanism", "--policy", policy, "--journal", str(tmp_path / "journal.sqlite"), *SCALE,
+    )
+    cluster.start("fleet", "serve", "fleet", "--cluster", cluster_spec, *SCALE)
+
+
+async def ready(cluster: Cluster, workers: int) -> None:
+    def up() -> bool:
+        out = gavel(cluster, "workers", "--json", "--timeout-s", "2")
+        return out.returncode == 0 and len(json.loads(out.stdout)) == workers
+
+    await eventually(up, timeout_s=60, poll_s=0.3)
+
+
+async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
+    """One job with each field a policy could refuse, published around the command line's checks,
+    between two good jobs; then a gang no worker here can hold, and cancels. Every other job keeps
+    being scheduled, and every refusal says why. (About 20 s.)"""
+    start_cluster(cluster, tmp_path)
+    await ready(cluster, 6)
+    out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "3000", "--job-id", "before")
+    assert out.returncode == 0 and out.stdout.strip() == "before", out.stderr
+
+    bad_fields = {
+        "bad-slo": JobSpec("bad-slo", RESNET, 1000, slo_s=-10.0),
+        "bad-slo-huge": JobSpec("bad-slo-huge", RESNET, 1000, slo_s=1e300),
+        "bad-weight": JobSpec("bad-weight", RESNET, 1000, priority_weight=0.0),
+        "bad-weight-huge": JobSpec("bad-weight-huge", RESNET, 1000, priority_weight=1e12),
+        "bad-steps": JobSpec("bad-steps", RESNET, 0),
+        "bad-steps-huge": JobSpec("bad-steps-huge", RESNET, 10**15),
+        "bad-scale": JobSpec("bad-scale", RESNET, 1000, scale_factor=0),
+        "bad-scale-size": JobSpec("bad-scale-size", RESNET, 1000, scale_factor=3),  # not in the table at 3 GPUs
+        "bad-type": JobSpec("bad-type", "GPT-7", 1000),
+        "bad-entity": JobSpec("bad-entity", RESNET, 1000, entity=""),
+        "bad id": JobSpec("bad id", RESNET, 1000),
+        "bad-arrival": JobSpec("bad-arrival", RESNET, 1000),
+    }
+    messages = [JobSubmitted(spec) for spec in bad_fields.values()]
+    messages[-1] = JobSubmitted(bad_fields["bad-arrival"], arrival_offset_s=-5.0)
+    good_body = {"spec": {"job_id": "raw", "job_type": RESNET, "total_steps": 1000}}
+    wrong_type = {"spec": {**good_body["spec"], "job_id": "raw-type", "total_steps": "1000"}}  # type: ignore[dict-item]
+    not_finite = {"spec": {**good_body["spec"], "job_id": "raw-nan", "priority_weight": float("nan")}}  # type: ignore[dict-item]
+    await rogue_publish(cluster, *messages, raw=(envelope(wrong_type), envelope(not_finite)))
+    out = gavel(cluster, "submit", "--job-type", "A3C", "--steps", "2000", "--job-id", "after", "--entity", "team-a")
+    assert out.returncode == 0, out.stderr
+
+    await eventually(lambda: state_of(cluster, "before") == state_of(cluster, "after") == "completed", timeout_s=90, poll_s=0.5)
+    rows = jobs(cluster)
+    for job_id in bad_fields:
+        assert rows[job_id]["state"] == "rejected", (job_id, rows.get(job_id))
+    reasons = {job_id: str(rows[job_id]["reason"]) for job_id in bad_fields}
+    assert reasons["bad-slo"] == "slo_s: must be > 0, got -10"
+    assert reasons["bad-weight-huge"] == "priority_weight: must be <= 1000, got 1e+12"
+    assert reasons["bad-scale-size"] == f"the throughput table has no {RESNET!r} on 3 GPUs"
+    assert reasons["bad id"] == "job_id: must be printable, without spaces, got 'bad id'"
+    assert reasons["bad-arrival"] == "arrival_offset_s: must be >= 0, got -5"
+    # wrong types and non-finite numbers never reach the mechanism: dead-lettered with the reason
+    letters = answer(cluster, "bus", "dead-letters")
+    why = sorted(str(letter["reason"]) for letter in letters)  # type: ignore[union-attr]
+    assert any("JobSubmitted.spec.total_steps: expected int, got str" in w for w in why), why
+    assert any("priority_weight" in w and ("NaN" in w or "finite" in w) for w in why), why
+    solve = answer(cluster, "cluster")["last_solve"]  # type: ignore[index]
+    assert solve["status"] == "optimal" and solve["error"] == "", solve
+    assert not logged(tmp_path / "mechanism.log", "allocation_failed")
+
+    # a gang no accelerator type here can hold: held, with why, in `gavel job` and `gavel jobs`
+    out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "1000", "--scale-factor", "8", "--job-id", "gang")
+    assert out.returncode == 0, out.stderr
+    await eventually(lambda: state_of(cluster, "gang") == "held", timeout_s=30, poll_s=0.3)
+    held_reason = f"needs 8 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2, p100 2, v100 2): it waits for workers to join"
+    assert answer(cluster, "job", "gang")["reason"] == held_reason  # type: ignore[index]
+    assert jobs(cluster)["gang"]["reason"] == held_reason
+    table = gavel(cluster, "jobs").stdout
+    assert "held" in table and "it waits for workers to join" in table
+
+    # cancels: the held gang at once; a running job when its round ends; an unknown id is refused
+    out = gavel(cluster, "cancel", "gang")
+    assert out.returncode == 0 and out.stdout.strip() == "gang: cancelled", out.stderr
+    out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "100000000", "--job-id", "long")
+    assert out.returncode == 0, out.stderr
+    await eventually(lambda: state_of(cluster, "long") == "running", timeout_s=30, poll_s=0.2)
+    out = gavel(cluster, "cancel", "long", "--reason", "changed my mind")
+    assert out.returncode == 0 and out.stdout.startswith("long: "), out.stderr
+    await eventually(lambda: state_of(cluster, "long") == "cancelled", timeout_s=30, poll_s=0.2)
+    row = jobs(cluster)["long"]
+    assert row["reason"] == "changed my mind" and int(row["steps_done"]) > 0  # type: ignore[call-overload]
+    out = gavel(cluster, "cancel", "nope")
+    assert out.returncode == 1 and the_line(out.stderr) == "gavel: no job 'nope'"
+    out = gavel(cluster, "cancel", "before")
+    assert out.returncode == 1 and the_line(out.stderr) == "gavel: job 'before' has already completed: nothing to cancel"
+
+    # placements name workers as `gavel workers` does
+    placements = answer(cluster, "job", "before")["placements"]  # type: ignore[index]
+    workers = {w["worker_id"] for w in answer(cluster, "workers")}  # type: ignore[union-attr]
+    assert placements and all(set(p["workers"]) <= workers for p in placements), placements
+
+
+async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a_word(cluster, tmp_path):
+    """Arrivals count from when the mechanism receives the trace (--now: all at once); a second
+    trace with the same ids gets ids of its own; the same trace again is absorbed and said so; a
+    clashing id under --id-prefix '' is refused with what differs. (About 20 s.)"""
+    start_cluster(cluster, tmp_path)
+    await ready(cluster, 6)
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(
+        json.dumps({"job_id": str(n), "job_type": "A3C", "total_steps": 1500, "arrival_time_s": 50_000.0 + 3600.0 * n}) + "\n"
+        for n in range(3)
+    ))
+    out = gavel(cluster, "submit", "--trace", str(first), "--json")
+    assert out.returncode == 0, out.stderr
+    submitted = json.loads(out.stdout)
+    ids = submitted["job_ids"]
+    assert submitted["new"] == 3 and submitted["known"] == 0 and submitted["refused"] == 0
+    assert ids[0].startswith("first-") and ids[0].endswith("/0")
+    rows = jobs(cluster)
+    arrivals = [float(rows[i]["arrival_s"]) for i in ids]  # type: ignore[arg-type]
+    assert [a - arrivals[0] for a in arrivals] == pytest.approx([0.0, 3600.0, 7200.0])
+    assert rows[ids[2]]["state"] == "submitted"  # its arrival is still 7,200 s (7.2 s) ahead
+    await eventually(lambda: all(state_of(cluster, i) == "completed" for i in ids), timeout_s=90, poll_s=0.5)
+    done = jobs(cluster)
+    assert all(float(done[i]["waiting_s"]) >= 0.0 for i in ids)  # type: ignore[arg-type]
+
+    again = gavel(cluster, "submit", "--trace", str(first))
+    assert again.returncode == 0 and again.stdout.strip().endswith(": 0 new, 3 already known, 0 refused"), again.stdout
+
+    second = tmp_path / "second.jsonl"  # Gavel numbers every trace's jobs from 0
+    second.write_text("".join(
+        json.dumps({"job_id": str(n), "job_type": RESNET, "total_steps": 1000, "arrival_time_s": 10.0 * n}) + "\n"
+        for n in range(3)
+    ))
+    out = gavel(cluster, "submit", "--trace", str(second), "--now", "--json")
+    assert out.returncode == 0, out.stderr
+    now_ids = json.loads(out.stdout)["job_ids"]
+    assert json.loads(out.stdout)["new"] == 3 and not set(now_ids) & set(ids)
+    rows = jobs(cluster)
+    assert len({float(rows[i]["arrival_s"]) for i in now_ids}) == 1  # type: ignore[arg-type]
+
+    raw = gavel(cluster, "submit", "--trace", str(first), "--id-prefix", "")
+    assert raw.returncode == 0, raw.stderr
+    clash = gavel(cluster, "submit", "--trace", str(second), "--id-prefix", "")
+    assert clash.returncode == 1
+    assert clash.stdout.strip().endswith(": 0 new, 0 already known, 3 refused"), clash.stdout
+    lines = [line for line in clash.stderr.splitlines() if not line.startswith("{")]
+    assert lines[0] == (
+        "gavel: job 0 refused: job id '0' is taken by another job (job_type 'ResNet-50 (batch size 64)' "
+        "(was 'A3C'), total_steps 1000 (was 1500)); submit this one under another id"
+    )
+
+
+async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_allocate_with_is_set_aside(cluster, tmp_path):
+    """A job the policy refuses the problem for (an SLO no allocation can meet, whatever its
+    fields) is rejected with the policy's reason; the rest is solved again and runs. (About 15 s.)"""
+    start_cluster(cluster, tmp_path)
+    await ready(cluster, 6)
+    assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "first").returncode == 0
+    await eventually(lambda: state_of(cluster, "first") == "completed", timeout_s=60, poll_s=0.3)
+    process = cluster.processes.pop("mechanism")
+    process.terminate()
+    process.wait(timeout=30)
+
+    slo_policy = "max_sum_throughput_normalized_by_cost_perf_SLOs"
+    cluster.start(
+        "mechanism", "serve", "mechanism", "--policy", slo_policy, "--journal", str(tmp_path / "journal.sqlite"), *SCALE,
+    )
+    await eventually(lambda: logged(tmp_path / "mechanism.log", "policy_changed"), timeout_s=30, poll_s=0.2)
+    change = logged(tmp_path / "mechanism.log", "policy_changed")[0]
+    assert (change["journal_policy"], change["policy"]) == ("max_min_fairness_perf", slo_policy)
+    for args in (("--job-id", "hopeless", "--slo-s", "1"), ("--job-id", "fine", "--slo-s", "1000000")):
+        out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "2000", *args)
+        assert out.returncode == 0, out.stderr
+    await eventually(lambda: state_of(cluster, "fine") == "completed", timeout_s=90, poll_s=0.5)
+    rows = jobs(cluster)
+    assert rows["hopeless"]["state"] == "rejected"
+    assert str(rows["hopeless"]["reason"]).startswith("the policy cannot allocate with this job: SLOs infeasible: job 'hopeless'")
+    assert rows["first"]["state"] == "completed"  # kept across the restart
+
+
+async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_said_at_once(cluster, tmp_path):
+    """(About 20 s.)"""
+    log = tmp_path / "mechanism.log"
+    cluster.start("policy", "serve", "policy", "--solving", "inline")
+    await eventually(lambda: logged(tmp_path / "policy.log", "host_ready"), timeout_s=30, poll_s=0.2)
+    cluster.kill("policy")  # its durable queue stays, with nobody consuming it
+    cluster.start("mechanism", "serve", "mechanism", "--journal", str(tmp_path / "journal.sqlite"), *SCALE)
+    cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1")  # wall clock: the mechanism's is scaled
+    await eventually(lambda: len(logged(log, "worker_refused")) >= 2, timeout_s=30, poll_s=0.2)
+    refused = answer(cluster, "cluster")["workers_refused"]  # type: ignore[index]
+    assert set(refused) == {"v100-0", "k80-0"}  # type: ignore[arg-type]
+    assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in refused["v100-0"]  # type: ignore[index]
+    assert answer(cluster, "workers") == []
+
+    cluster.kill("fleet")
+    cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1", *SCALE)
+    await ready(cluster, 2)
+    assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "j").returncode == 0
+    await eventually(lambda: logged(log, "policy_service_missing"), timeout_s=20, poll_s=0.2)
+    missing = logged(log, "policy_service_missing")[0]
+    assert "no consumer" in str(missing["reason"])
+    assert not logged(log, "allocation_unavailable")  # said before any timeout
+    cluster.start("policy", "serve", "policy", "--solving", "inline")
+    await eventually(lambda: state_of(cluster, "j") == "completed", timeout_s=120, poll_s=0.5)
