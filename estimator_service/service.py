@@ -1,7 +1,7 @@
 """The throughput estimator service. For now it answers from the measured table (provenance
 "oracle"): for every submitted job it publishes how fast the job runs on each accelerator type
 alone. Profiling new jobs against reference jobs, matrix completion and online refinement come
-with a later issue (DESIGN.md section 1.3); they will publish the same message with another
+with a later issue; they will publish the same message with another
 provenance."""
 
 from __future__ import annotations

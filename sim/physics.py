@@ -1,5 +1,5 @@
-"""The simulated hardware: what a lease does, given the throughputs (DESIGN.md section 5,
-docs/gavel-semantics.md section 7). Shared by the simulated fleet and the bus-free path, so both
+"""The simulated hardware: what a lease does, given the throughputs (docs/gavel-semantics.md
+section 7). Shared by the simulated fleet and the bus-free path, so both
 make exactly the same progress."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dependency rule of DESIGN.md section 2, enforced over every import statement (top level and
+"""The dependency rule of docs/ARCHITECTURE.md, enforced over every import statement (top level and
 inside functions) by walking the AST of each module."""
 
 from __future__ import annotations
