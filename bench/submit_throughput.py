@@ -51,12 +51,14 @@ def journaled(path: Path) -> int:
         return 0
 
 
-def start_mechanism(env: dict[str, str], journal: Path, health: Path) -> subprocess.Popen[bytes]:
+def start_mechanism(env: dict[str, str], journal: Path, health: Path, *, wait_ready: bool = True) -> subprocess.Popen[bytes]:
     health.unlink(missing_ok=True)
     mechanism = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "mechanism", "--journal", str(journal), "--health-file", str(health)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    if not wait_ready:
+        return mechanism
     deadline = time.monotonic() + 60
     while not (health.exists() and json.loads(health.read_text() or "{}").get("ready")):
         if time.monotonic() > deadline or mechanism.poll() is not None:
@@ -109,7 +111,8 @@ def one_run(trace: Path, jobs: int, url: str, workdir: Path) -> dict[str, float]
         # the mechanism's state is per journal: a fresh one for the backlog
         backlog = workdir / f"{exchange}-backlog.sqlite"
         _, backlog_publish_s = submit(trace, env)
-        mechanism = start_mechanism(env, backlog, health)
+        # watched from its start: a backlog is taken in faster than the process reports ready
+        mechanism = start_mechanism(env, backlog, health, wait_ready=False)
         first_s, backlog_last_s = wait_journaled(backlog, jobs)
         return {
             "command_per_s": jobs / command_s,

@@ -33,6 +33,10 @@ class Delivery:
     routing_key: str
     queue: str
     redelivered: bool = False
+    # The wire bytes as received, where the transport had them (b"" when messages travel as
+    # objects): a consumer that keeps a message (the mechanism's journal) stores these instead of
+    # encoding it again.
+    body: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -212,6 +212,7 @@ class MechanismService:
         # wall-clock fleet stalled without a word); "" (virtual time in one process): not checked.
         self._clock_name = describe_clock(self._clock, lockstep=lockstep)
         self._cluster_grew = False  # a worker joined since the last boundary (held jobs may fit)
+        self._job_types_here: tuple[str, ...] | None = None
         self._bus: Bus | None = None
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self._pending_request: tuple[str, asyncio.Future[Message]] | None = None
@@ -310,6 +311,8 @@ class MechanismService:
 
     @staticmethod
     def _wire(d: Delivery) -> bytes:
+        if d.body:
+            return d.body  # as received: no second encoding, and the journal keeps what came
         env = d.envelope
         return DEFAULT_CODEC.encode(
             d.message, source=env.source, sent_at_s=env.sent_at_s, message_id=env.message_id,
@@ -357,6 +360,7 @@ class MechanismService:
         memory = self.memory
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
         self._cluster_grew = True
+        self._job_types_here = None
         if memory.state is not None:  # joined a running cluster
             ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._isolated, self._pair)
             memory.worker_of.update({gpu: (w.worker_id, k) for k, gpu in enumerate(ids)})
@@ -389,8 +393,12 @@ class MechanismService:
 
     def _receive(self, message: JobSubmitted, now_s: float) -> Receipt:
         memory = self.memory
-        types = tuple(dict.fromkeys([*(w for w, servers in memory.servers.items() if servers), *self._elastic_types]))
-        receipt = receive(memory.intake, message, now_s, lockstep=self._lockstep, isolated=self._isolated, types=types)
+        if self._job_types_here is None:  # the types a job may run on: those here, and any that may join
+            servers = (w for w, registered in memory.servers.items() if registered)
+            self._job_types_here = tuple(dict.fromkeys([*servers, *self._elastic_types]))
+        receipt = receive(
+            memory.intake, message, now_s, lockstep=self._lockstep, isolated=self._isolated, types=self._job_types_here
+        )
         job_id = message.spec.job_id
         if receipt.outcome == "new":
             assert receipt.job is not None
@@ -682,20 +690,32 @@ class MechanismService:
 
     async def _admit(self, state: MechanismState, now_s: float) -> None:
         memory = self.memory
-        was_held = {job.job_id for job, _ in memory.held}
-        due = [job for job, _ in memory.held] + [j for j in memory.submitted if j.arrival_s <= now_s]
-        memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
-        memory.held = []
-        self._cluster_grew = False
+        arrived = [j for j in memory.submitted if j.arrival_s <= now_s]
+        if arrived:
+            memory.submitted = [j for j in memory.submitted if j.arrival_s > now_s]
+        due = arrived
+        if self._cluster_grew:
+            # Only new workers can change a held job's verdict: look at them again only then (every
+            # boundary would make a trace that arrives before its fleet quadratic to take in).
+            due = [job for job, _ in memory.held] + arrived
+            memory.held = []
+            self._cluster_grew = False
+        arrived_ids = {j.job_id for j in arrived}
+        newly_held: list[tuple[NewJob, str]] = []
         for job, verdict in admit_arrivals(state, due, self._settings, self._isolated, self._pair, self._elastic_types):
             if verdict.verdict == "hold":
                 memory.held.append((job, verdict.reason))
-                if job.job_id not in was_held:
-                    self._log.warning("job_held", job_id=job.job_id, reason=verdict.reason)
+                if job.job_id in arrived_ids:
+                    newly_held.append((job, verdict.reason))
                 continue
             memory.observations.rejected[job.job_id] = verdict.reason
             memory.intake.known.pop(job.job_id, None)  # nothing of it was accepted: the id is free again
             await self._publish_rejection(job.job_id, verdict.reason)
+        if newly_held:  # once per boundary, not once per job: a trace can arrive before its fleet
+            self._log.warning(
+                "jobs_held", count=len(newly_held), job_ids=[j.job_id for j, _ in newly_held[:5]],
+                reason=newly_held[0][1], held_in_all=len(memory.held),
+            )
 
     async def _until(self, condition: Callable[[], bool]) -> None:
         while not condition():

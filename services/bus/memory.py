@@ -220,7 +220,7 @@ class InMemoryBroker:
                 self._dead_letter(q, item, f"undecodable: {e.reason}")
                 return
             message, envelope = decoded.message, decoded.envelope
-        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered)
+        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered, item.body or b"")
         try:
             await handler(delivery)
         except asyncio.CancelledError:

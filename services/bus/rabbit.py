@@ -508,7 +508,7 @@ class RabbitBus:
         except DecodeError as e:
             await self._dead_letter(queue, incoming, f"undecodable: {e.reason}", acks)
             return
-        delivery = Delivery(decoded.message, decoded.envelope, routing_key, queue, bool(incoming.redelivered))
+        delivery = Delivery(decoded.message, decoded.envelope, routing_key, queue, bool(incoming.redelivered), incoming.body)
         try:
             await handler(delivery)
         except asyncio.CancelledError:

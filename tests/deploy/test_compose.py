@@ -1105,9 +1105,16 @@ def test_the_compose_services_run_as_their_users(services_running: dict[str, Any
                 waiting.discard(name)
         time.sleep(0.5)
     assert not waiting, f"not healthy: {sorted(waiting)}\n{_logs(services_running)}"
-    answer = _gavel(services_running, "cluster", "--json", "--timeout-s", "20")
-    assert answer.returncode == 0, answer.stderr
-    assert json.loads(answer.stdout)["capacity_gpus"]
+    # the fleet may have announced its workers before the mechanism's queue existed: it
+    # announces them again every few seconds (a heartbeat), so wait for one
+    deadline = time.monotonic() + 30
+    while True:
+        answer = _gavel(services_running, "cluster", "--json", "--timeout-s", "20")
+        assert answer.returncode == 0, answer.stderr
+        if json.loads(answer.stdout)["capacity_gpus"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert json.loads(answer.stdout)["capacity_gpus"], _logs(services_running)
 
 
 @pytest.mark.slow
