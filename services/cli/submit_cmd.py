@@ -62,15 +62,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--trace", metavar="FILE", help="a trace (.trace or .jsonl): submit every job, keeping its arrival spacing")
     p.add_argument("--steps", type=int, help="total steps (with --job-type)")
     p.add_argument(
-        "--scale-factor", type=int, default=1,
+        "--scale-factor", type=int,
         help="GPUs of one accelerator type the job needs at once; more than the cluster has of any type it runs on: "
         "the job is held, saying why, until such workers join",
     )
-    p.add_argument("--priority-weight", type=float, default=1.0)
+    p.add_argument("--priority-weight", type=float, help="default 1")
     p.add_argument("--slo-s", type=float, help="finish within this many seconds of arrival")
     p.add_argument("--entity", help="the team or user the job belongs to (hierarchical policies)")
     p.add_argument("--job-id", help="default: a new unique id")
-    p.add_argument("--command", default="", help="what a real worker runs")
+    p.add_argument("--command", help="what a real worker runs")
     p.add_argument(
         "--id-prefix", metavar="PREFIX",
         help="with --trace: put PREFIX before each job's id (default: '<file stem>-<content hash>/'; '' keeps the ids)",
@@ -131,6 +131,10 @@ def trace_namespace(path: str) -> str:
 def batch_from_args(args: argparse.Namespace) -> Batch:
     table = load_table(args.throughputs)
     if args.trace:
+        # a trace gives each job its own: a flag for one job would be ignored without a word
+        for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command"):
+            if getattr(args, flag) is not None:
+                raise CommandFailed(f"--{flag.replace('_', '-')}: only with --job-type (a trace gives each job's own)", exit_code=2)
         jobs = _trace(args.trace)
         namespace = trace_namespace(args.trace)
         prefix = f"{namespace}/" if args.id_prefix is None else args.id_prefix
@@ -151,8 +155,8 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
             raise CommandFailed(f"{'--id-prefix' if args.id_prefix is not None else '--now'}: only with --trace", exit_code=2)
         job_id = args.job_id or uuid.uuid4().hex[:12]
         spec = JobSpec(
-            job_id, args.job_type, args.steps, args.scale_factor, args.priority_weight, args.slo_s, args.entity,
-            args.command, 0.0,
+            job_id, args.job_type, args.steps, 1 if args.scale_factor is None else args.scale_factor,
+            1.0 if args.priority_weight is None else args.priority_weight, args.slo_s, args.entity, args.command or "", 0.0,
         )
         batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
     largest = args.max_gpus or max(sf for _, sf in table.job_keys)

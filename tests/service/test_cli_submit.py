@@ -74,6 +74,16 @@ def test_a_trace_job_with_a_bad_field_is_named(tmp_path) -> None:
     ), prefix
 
 
+def test_a_flag_for_one_job_is_refused_with_a_trace(tmp_path) -> None:
+    """A trace gives each job its own steps, gang, weight...: `--steps 100` would be ignored."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"job_id": "0", "job_type": RESNET, "total_steps": 10, "arrival_time_s": 0}) + "\n")
+    for flag, value in (("--steps", "100"), ("--scale-factor", "1"), ("--job-id", "x"), ("--slo-s", "5")):
+        out = gavel("submit", "--trace", str(trace), flag, value, env=nobody_listens())
+        assert out.returncode == 2
+        assert out.stderr.strip() == f"gavel: {flag}: only with --job-type (a trace gives each job's own)"
+
+
 def test_a_good_submission_gets_past_the_checks_to_the_broker() -> None:
     """The same command with good values fails only for want of a broker (exit 1): the checks
     above refuse the field, not everything."""
