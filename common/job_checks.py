@@ -102,11 +102,13 @@ def check_job(
     command: object = "",
     arrival_s: object = None,
     path: str = "",
+    id_field: str = "job_id",
 ) -> None:
     """Every field of a job, as the policy would check it. ``None`` leaves an optional field out
     (``total_steps`` and ``arrival_s`` where the caller has none; ``job_type`` for a policy input
-    that gives throughputs instead). ``path`` prefixes each field: ``"jobs[3]."`` or ``""``."""
-    check_name(job_id, f"{path}job_id")
+    that gives throughputs instead). ``path`` prefixes each field: ``"jobs[3]."`` or ``""``;
+    ``id_field`` is what the caller calls the id (the policy's JSON says ``id``)."""
+    check_name(job_id, f"{path}{id_field}")
     if job_type is not None:
         if not isinstance(job_type, str):
             raise JobFieldError(f"{path}job_type", f"expected a string, got {type(job_type).__name__}")

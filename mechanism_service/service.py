@@ -101,6 +101,7 @@ SNAPSHOT_EVERY_EVENTS = 20_000  # at most this many inputs replayed after a rest
 # (the rest go at the next boundary).
 SOLVES_PER_BOUNDARY = 8
 MAX_WORKER_GPUS = 1024
+NO_ANSWER_GRACE_S = 2.0  # a policy replica answers in milliseconds; after this, ask who listens
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -923,8 +924,7 @@ class MechanismService:
 
     async def _send_request(self, request: Message) -> None:
         """Publish an allocation request; while no policy service has ever attached (nothing
-        is bound to receive it), say so and keep trying. When the queue is there but nobody
-        consumes it (every replica stopped), the request waits in it: say that at once too."""
+        is bound to receive it), say so and keep trying."""
         assert self._bus is not None
         waited_s = 0.0
         while True:
@@ -932,12 +932,6 @@ class MechanismService:
                 await self._bus.publish(request)
                 if waited_s:
                     self._log.info("policy_service_found", waited_s=waited_s)
-                if await self._bus.consumer_count(POLICY_REQUEST_QUEUE) == 0:
-                    self._log.warning(
-                        "policy_service_missing", queue=POLICY_REQUEST_QUEUE,
-                        reason="the policy queue has no consumer: is `gavel serve policy` running?",
-                        action=f"the request waits there; keeping the last allocation after {self._allocation_timeout_s:g} s",
-                    )
                 return
             except UnroutableError:
                 if waited_s == 0.0 or waited_s % 30.0 < 1.0:
@@ -949,16 +943,33 @@ class MechanismService:
 
     async def _await_reply(self, future: asyncio.Future[Message], request_id: str) -> Message:
         """Wait for the policy service. In lockstep and virtual time a round never passes without
-        an answer; on a live cluster the round goes on with the last allocation."""
+        an answer; on a live cluster the round goes on with the last allocation. A request to a
+        queue that exists but that nobody consumes (every replica stopped) waits there silently:
+        when no answer came within a grace, ask the broker, and say so at once if so (asking
+        on every request would cost a broker round trip on the common, prompt path)."""
+        grace_s = NO_ANSWER_GRACE_S if self._lockstep else min(NO_ANSWER_GRACE_S, self._allocation_timeout_s)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), grace_s)
+        except asyncio.TimeoutError:
+            await self._say_if_nobody_listens()
         if self._lockstep:
-            waiting_s = 0.0
+            waiting_s = grace_s
             while True:
                 try:
                     return await asyncio.wait_for(asyncio.shield(future), 10.0)
                 except asyncio.TimeoutError:
                     waiting_s += 10.0
                     self._log.warning("waiting_for_policy_service", request_id=request_id, waited_s=waiting_s)
-        return await asyncio.wait_for(future, self._allocation_timeout_s)
+        return await asyncio.wait_for(future, self._allocation_timeout_s - grace_s)
+
+    async def _say_if_nobody_listens(self) -> None:
+        assert self._bus is not None
+        if await self._bus.consumer_count(POLICY_REQUEST_QUEUE) == 0:
+            self._log.warning(
+                "policy_service_missing", queue=POLICY_REQUEST_QUEUE,
+                reason="the policy queue has no consumer: is `gavel serve policy` running?",
+                action=f"the request waits there; keeping the last allocation after {self._allocation_timeout_s:g} s",
+            )
 
     async def _dispatch(self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool, *, settled: bool) -> None:
         memory = self.memory

@@ -53,6 +53,10 @@ def submission_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[st
     """Why a job can never run on any of ``types`` ("" when it may): its fields, checked as the
     policy checks them (common/job_checks.py), then its type and size in the throughput table.
     With no types known yet (a replay before its fleet registered), only the fields."""
+    return _field_problem(job) or _table_problem(job, isolated, types, _runs_on(job, isolated, types))
+
+
+def _field_problem(job: NewJob) -> str:
     try:
         check_job(
             job_id=job.job_id, job_type=job.job_type, scale_factor=job.scale_factor,
@@ -60,19 +64,28 @@ def submission_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[st
         )
     except JobFieldError as e:
         return str(e)
-    if types and not any(_rate(isolated, job.job_type, job.scale_factor, w) > 0 for w in types):
-        unknown = []
-        for w in types:
-            try:
-                isolated(job.job_type, job.scale_factor, w)
-            except Exception as e:  # noqa: BLE001 - the table's ProblemError names what it does not know
-                unknown.append(str(e))
-        if len(unknown) < len(types):
-            return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
-        if unknown[0].startswith("unknown job type"):
-            return unknown[0]
-        return f"the throughput table has no {job.job_type!r} on {job.scale_factor} GPUs"
     return ""
+
+
+def _runs_on(job: NewJob, isolated: IsolatedLookup, types: Sequence[str]) -> list[str]:
+    """The types where the table gives the job a positive speed at its size."""
+    return [w for w in types if _rate(isolated, job.job_type, job.scale_factor, w) > 0]
+
+
+def _table_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[str], runs_on: Sequence[str]) -> str:
+    if not types or runs_on:
+        return ""
+    unknown = []
+    for w in types:
+        try:
+            isolated(job.job_type, job.scale_factor, w)
+        except Exception as e:  # noqa: BLE001 - the table's ProblemError names what it does not know
+            unknown.append(str(e))
+    if len(unknown) < len(types):
+        return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
+    if unknown[0].startswith("unknown job type"):
+        return unknown[0]
+    return f"the throughput table has no {job.job_type!r} on {job.scale_factor} GPUs"
 
 
 def admission(
@@ -85,10 +98,10 @@ def admission(
     the GPUs here now, is held: the policy never sees it (it would refuse the whole problem), and
     it is admitted at the first boundary after enough workers joined."""
     types = list(dict.fromkeys([*gpus, *elastic_types]))
-    problem = submission_problem(job, isolated, types)
+    runs_on = _runs_on(job, isolated, types)  # looked up once, for both questions below
+    problem = _field_problem(job) or _table_problem(job, isolated, types, runs_on)
     if problem:
         return Admission("refuse", problem)
-    runs_on = [w for w in types if _rate(isolated, job.job_type, job.scale_factor, w) > 0]
     if any(gpus.get(w, 0) >= job.scale_factor for w in runs_on):
         return Admission("admit")
     here = ", ".join(f"{w} {gpus[w]}" for w in runs_on if gpus.get(w, 0) > 0)

@@ -126,15 +126,10 @@ def build_problem(
 def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:
     """The fields every caller checks the same way (common/job_checks.py), then what only a
     problem knows: the entity must be one of the problem's."""
-    try:
-        check_job(
-            job_id=job.id, job_type=job.job_type, scale_factor=job.scale_factor,
-            priority_weight=job.priority_weight, slo_s=job.slo_s, entity=job.entity, path=f"{path}.",
-        )
-    except ProblemError as e:
-        if e.args[0].startswith(f"{path}.job_id"):  # the policy's JSON calls it "id"
-            raise ProblemError(e.args[0].replace(f"{path}.job_id", f"{path}.id", 1)) from None
-        raise
+    check_job(
+        job_id=job.id, job_type=job.job_type, scale_factor=job.scale_factor,
+        priority_weight=job.priority_weight, slo_s=job.slo_s, entity=job.entity, path=f"{path}.", id_field="id",
+    )
     if job.entity is not None and job.entity not in entity_index:
         known = ", ".join(sorted(entity_index)) or "none defined"
         raise ProblemError(f"{path}.entity: unknown entity {job.entity!r} (entities: {known})")

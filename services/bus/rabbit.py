@@ -90,7 +90,7 @@ def connect_error(url: str, e: BaseException, *, timeout_s: float) -> BusError:
     """
     where = redact_url(url)
     parsed = urllib.parse.urlparse(url)
-    user = urllib.parse.unquote(parsed.username or "guest")
+    user = _user(url)
     vhost = urllib.parse.unquote(parsed.path[1:]) or "/"
     refused = f"RabbitMQ at {where} refused the connection"
     if isinstance(e, aiormq.exceptions.ProbableAuthenticationError):
@@ -121,6 +121,11 @@ def connect_error(url: str, e: BaseException, *, timeout_s: float) -> BusError:
             f"cannot connect to RabbitMQ at {where}: no answer within {timeout_s:g} s (GAVEL_CONNECT_TIMEOUT_S)"
         )
     return BrokerUnreachableError(f"cannot connect to RabbitMQ at {where}: {type(e).__name__}: {e}")
+
+
+def _user(url: str) -> str:
+    """The user an AMQP URL logs in as (aio-pika's default: guest)."""
+    return urllib.parse.unquote(urllib.parse.urlparse(url).username or "guest")
 
 
 def _ssl_cause(e: BaseException | None) -> ssl.SSLError | None:
@@ -463,15 +468,8 @@ class RabbitBus:
         assert self._connection is not None
         check_subscription(queue, bindings)
         name = self.queue_name(queue)
-        probe = await self._connection.channel(publisher_confirms=False)
-        try:
-            await probe.declare_queue(name, passive=True)
+        if await self._consumers_of(name) is not None:
             return
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            pass  # 404: the probe channel is closed by the broker; create the queue below
-        finally:
-            if not probe.is_closed:
-                await probe.close()
         try:
             amqp_queue = await channel.declare_queue(name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name})
             for pattern in bindings:
@@ -479,17 +477,21 @@ class RabbitBus:
         except aiormq.exceptions.ChannelAccessRefused:
             # A least-privilege producer (the CLI's broker user) may check the queue but not make
             # it; the channel it used is gone with the refusal, so this bus cannot go on either.
-            user = urllib.parse.urlparse(self._settings.amqp_url).username or "?"
+            user = _user(self._settings.amqp_url)
             raise SubscriptionError(f"queue {name!r} does not exist and user {user!r} may not create it") from None
         self._declared_queues.add(name)
 
     async def consumer_count(self, queue: str) -> int | None:
-        """Passively (no permission needed): how many consumers the queue has, None if it is missing."""
         self._require()
+        return await self._consumers_of(self.queue_name(queue))
+
+    async def _consumers_of(self, name: str) -> int | None:
+        """A passive declaration (it needs no permission): the queue's consumers, None if it does
+        not exist. On a channel of its own, since a 404 makes the broker close the channel."""
         assert self._connection is not None
         probe = await self._connection.channel(publisher_confirms=False)
         try:
-            declared = await probe.declare_queue(self.queue_name(queue), passive=True)
+            declared = await probe.declare_queue(name, passive=True)
             return int(declared.declaration_result.consumer_count)
         except aiormq.exceptions.ChannelNotFoundEntity:
             return None

@@ -7,9 +7,9 @@ import json
 import math
 import pathlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TextIO
 
 from common.errors import GavelError, ProblemError
 from common.throughputs import ThroughputTable, throughput_table_from_json
@@ -49,6 +49,14 @@ def per_hour(rate: float) -> str:
     return f"{rate:g} job/hour" if rate == 1 else f"{rate:g} jobs/hour"
 
 
+def print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
+    """A command's lines for people: on stdout, or on ``stream`` (stderr for notes beside the
+    answer). Commands write through here, print_json and print_table, never ``print``."""
+    out = stream or sys.stdout
+    for line in lines:
+        out.write(f"{line}\n")
+
+
 def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
@@ -58,10 +66,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain aligned table on stdout (no colour: it is read by people and by grep)."""
     cells = [[str(h) for h in headers], *[[_fmt(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    for n, row in enumerate(cells):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    print_lines([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
 def _fmt(v: Any) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from common.config import Settings
 from common.throughputs import ThroughputTable
-from services.cli.common import CommandFailed, load_table, print_json, print_table
+from services.cli.common import CommandFailed, load_table, print_json, print_lines, print_table
 
 NOT_MEASURED = "-"  # a job key the table has on some accelerator types but not this one
 
@@ -97,7 +97,7 @@ def run_job_types(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     scale_factor = args.scale_factor or 1
     gpus = "1 GPU" if scale_factor == 1 else f"{scale_factor} GPUs"
-    print(f"steps/s of one job alone on {gpus} of each accelerator type (0: cannot run there; {NOT_MEASURED}: not measured)")
+    print_lines([f"steps/s of one job alone on {gpus} of each accelerator type (0: cannot run there; {NOT_MEASURED}: not measured)"])
     rows = []
     for job_type in job_types(table, scale_factor):
         steps_per_s = job_type.steps_per_s.get(scale_factor, {})

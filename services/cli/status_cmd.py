@@ -18,7 +18,7 @@ from common.config import BusSettings, Settings
 from common.errors import UnroutableError
 from common.messages import StatusRequested
 from services.bus import make_bus
-from services.cli.common import CommandFailed, positive_number, print_json, print_table
+from services.cli.common import CommandFailed, positive_number, print_json, print_lines, print_table
 from services.cli.replies import Replies
 
 
@@ -130,10 +130,9 @@ def describe(report: Mapping[str, object]) -> tuple[list[str], list[Table]]:
 
 def print_report(report: Mapping[str, object]) -> None:
     lines, tables = describe(report)
-    for line in lines:
-        print(line)
+    print_lines(lines)
     for table in tables:
-        print(f"\n{table.title}:")
+        print_lines(["", f"{table.title}:"])
         print_table(table.headers, table.rows)
 
 

@@ -35,10 +35,10 @@ from common.job_checks import check_job
 from common.messages import CancelJob, JobSpec, JobSubmitted, SubmissionsSealed
 from common.throughputs import ThroughputTable
 from services.bus import make_bus
-from services.cli.common import CommandFailed, load_table, positive_number, print_json
+from services.cli.common import CommandFailed, load_table, positive_number, print_json, print_lines
 from services.cli.progress import ProgressBar
 from services.cli.replies import Replies
-from sim.traces import TraceJob, read_trace
+from sim.traces import TraceJob, input_format, parse_trace, read_trace_text
 
 SUBMISSION_QUEUE = "mechanism.submissions"  # the mechanism's queue (mechanism_service/service.py)
 SUBMISSION_BINDINGS = (JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY, CancelJob.ROUTING_KEY)
@@ -111,21 +111,18 @@ class Batch:
     offsets_s: list[float]  # arrival after the mechanism receives the batch (live clusters)
 
 
-def _trace(path: str) -> tuple[TraceJob, ...]:
+def _trace(path: str) -> tuple[tuple[TraceJob, ...], str]:
+    """The trace's jobs, and its namespace ``<stem>-<6 hex of its content>``: the same file always
+    gets the same ids (a retry is absorbed), another trace other ids. The file is read once."""
     try:
-        jobs = read_trace(path)
-    except (TraceError, OSError) as e:
+        text = read_trace_text(path)
+        jobs = parse_trace(text, source=path, trace_format=input_format(path, text))
+    except TraceError as e:
         raise CommandFailed(f"--trace: {e}", exit_code=2) from None
     if not jobs:
         raise CommandFailed(f"--trace {path}: the trace has no jobs", exit_code=2)
-    return jobs
-
-
-def trace_namespace(path: str) -> str:
-    """``<stem>-<6 hex of the file's content>``: the same file always gets the same ids (a retry
-    is absorbed), another trace other ids."""
-    digest = hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:6]
-    return f"{pathlib.Path(path).stem}-{digest}"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:6]
+    return jobs, f"{pathlib.Path(path).stem}-{digest}"
 
 
 def batch_from_args(args: argparse.Namespace) -> Batch:
@@ -135,8 +132,7 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
         for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command"):
             if getattr(args, flag) is not None:
                 raise CommandFailed(f"--{flag.replace('_', '-')}: only with --job-type (a trace gives each job's own)", exit_code=2)
-        jobs = _trace(args.trace)
-        namespace = trace_namespace(args.trace)
+        jobs, namespace = _trace(args.trace)
         prefix = f"{namespace}/" if args.id_prefix is None else args.id_prefix
         first_s = min(j.arrival_time_s for j in jobs)
         specs = [
@@ -254,31 +250,33 @@ def _report(args: argparse.Namespace, specs: list[JobSpec], answer: object, publ
     summary = answer if isinstance(answer, dict) else None
     refused = int(summary.get("refused", 0)) if summary else 0
     reasons: dict[str, str] = dict(summary.get("reasons", {})) if summary else {}  # type: ignore[call-overload]
+    out: list[str] = []  # the answer, on stdout
+    notes: list[str] = []  # beside it, on stderr
     if args.json:
         print_json({
             "job_ids": ids, "published": len(ids), "publish_s": publish_s, "confirmed": summary is not None,
             **({k: summary[k] for k in ("batch_id", "new", "known", "refused", "reasons")} if summary else {}),
         })
     elif len(ids) == 1 and not refused:
-        print(ids[0])
+        out.append(ids[0])
     elif len(ids) > 1:
         line = f"submitted {len(ids)} jobs ({ids[0]} .. {ids[-1]})"
         if summary:
             line += f": {summary['new']} new, {summary['known']} already known, {refused} refused"
-        print(line)
+        out.append(line)
     if summary is None and not args.no_wait:
-        print(
+        notes.append(
             f"gavel: the mechanism has not said what it made of {'it' if len(ids) == 1 else 'them'} within "
-            f"{args.timeout_s:g} s (is it running?); what was published waits in its queue",
-            file=sys.stderr,
+            f"{args.timeout_s:g} s (is it running?); what was published waits in its queue"
         )
     elif summary is not None and not args.json:
         if len(ids) == 1 and summary.get("known"):
-            print(f"gavel: {ids[0]} was submitted before with the same spec: nothing new", file=sys.stderr)
-        for job_id, reason in list(reasons.items())[:REASONS_SHOWN]:
-            print(f"gavel: job {job_id} refused: {reason}", file=sys.stderr)
+            notes.append(f"gavel: {ids[0]} was submitted before with the same spec: nothing new")
+        notes += [f"gavel: job {job_id} refused: {reason}" for job_id, reason in list(reasons.items())[:REASONS_SHOWN]]
         if refused > len(reasons) or len(reasons) > REASONS_SHOWN:
-            print(f"gavel: ... {refused - min(len(reasons), REASONS_SHOWN)} more refused (gavel jobs shows why)", file=sys.stderr)
+            notes.append(f"gavel: ... {refused - min(len(reasons), REASONS_SHOWN)} more refused (gavel jobs shows why)")
+    print_lines(out)
+    print_lines(notes, sys.stderr)
     return 1 if refused else 0
 
 
@@ -305,5 +303,5 @@ async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
         print_json(answer)
     else:
         note = f" ({answer['note']})" if answer.get("note") else ""
-        print(f"{answer['job_id']}: {answer['state']}{note}")
+        print_lines([f"{answer['job_id']}: {answer['state']}{note}"])
     return 0
