@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy_service.core import Allocation, PairShares, Status, expand_pairs
+from policy_service.core.allocation import NOISE_FRACTION
 
 
 @st.composite
@@ -40,8 +41,11 @@ def test_expansion_preserves_each_jobs_packed_time_and_never_pairs_a_job_with_it
     per_job = np.zeros((num_jobs, num_types))
     np.add.at(per_job, pair_jobs[:, 0], fractions)
     np.add.at(per_job, pair_jobs[:, 1], fractions)
-    np.testing.assert_allclose(per_job, pairs.time_per_job(), atol=1e-9)
-    np.testing.assert_allclose(fractions.sum(axis=0), pairs.pair_time.sum(axis=0), atol=1e-9)
+    # Concrete pairs below NOISE_FRACTION are solver noise and dropped by design: each pair a
+    # job is in may lose that much (hypothesis found two 1e-9 pairs of one job).
+    noise = NOISE_FRACTION * max(1, len(pairs.group_of_job))
+    np.testing.assert_allclose(per_job, pairs.time_per_job(), atol=1e-9 + noise)
+    np.testing.assert_allclose(fractions.sum(axis=0), pairs.pair_time.sum(axis=0), atol=1e-9 + noise * pairs.num_pairs)
     # At most |a| + |b| - 1 concrete pairs per group pair (|a| for a self pair).
     assert len(pair_jobs) <= sum(2 * num_jobs for _ in range(max(1, pairs.num_pairs)))
 
