@@ -23,7 +23,7 @@ from common.messages.jobs import (
     JobSubmitted,
     SubmissionsSealed,
 )
-from common.messages.leases import ExtendLease, KillJobs, RunJobs
+from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJobs, WorkerFenced
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
 from common.messages.status import StatusReported, StatusRequested
 from common.messages.throughput import Provenance, ThroughputEstimated
@@ -38,6 +38,7 @@ __all__ = [
     "CancelJob",
     "EntitySpec",
     "ExtendLease",
+    "GangRendezvous",
     "JobCancelled",
     "JobCompleted",
     "JobFailed",
@@ -59,6 +60,7 @@ __all__ = [
     "StatusRequested",
     "SubmissionsSealed",
     "ThroughputEstimated",
+    "WorkerFenced",
     "WorkerHeartbeat",
     "WorkerRegistered",
     "message",

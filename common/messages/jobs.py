@@ -16,7 +16,8 @@ class JobSpec:
     priority_weight: float = 1.0
     slo_s: float | None = None  # finish within this many seconds of arrival, if set
     entity: str | None = None  # owner for hierarchical policies (team, user)
-    command: str = ""  # what a real worker runs; empty for simulated jobs
+    command: str = ""  # what a real worker runs ("": the catalog's workload for job_type)
+    working_dir: str = ""  # where the command runs, on the worker ("": the worker's --work-dir)
     # Arrival time on the trace's clock: a mechanism replaying in lockstep takes the job in at this
     # time. A live mechanism stamps arrivals with its own clock instead (see JobSubmitted).
     submit_time_s: float = 0.0
@@ -104,5 +105,17 @@ class JobProgress(Message):
     round_id: int
     steps_done: int  # steps done under this lease so far (cumulative within the lease)
     elapsed_s: float  # time run under this lease so far
-    throughput_steps_per_s: float
+    throughput_steps_per_s: float  # steps / stepping_s: restore, start-up and checkpoints excluded
     finished: bool = False  # the job has done all its steps
+    # A real worker's breakdown of elapsed_s (0 from simulated fleets): starting the process
+    # (interpreter, imports, model build), loading the checkpoint, stepping, saving the checkpoint.
+    startup_s: float = 0.0
+    restore_s: float = 0.0
+    stepping_s: float = 0.0
+    checkpoint_s: float = 0.0
+    # How the lease ended for this job: "" or "lease_end" (ran its time), "finished", "killed",
+    # "crashed" (the process failed: exit_code and error say how; its steps since the last
+    # checkpoint are lost, so steps_done counts only what was checkpointed).
+    outcome: str = ""
+    exit_code: int | None = None
+    error: str = ""  # the tail of the process's stderr when it crashed
