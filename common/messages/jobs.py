@@ -17,10 +17,10 @@ class JobSpec:
     slo_s: float | None = None  # finish within this many seconds of arrival, if set
     entity: str | None = None  # owner for hierarchical policies (team, user)
     command: str = ""  # what a real worker runs ("": the catalog's workload for job_type)
-    working_dir: str = ""  # where the command runs, on the worker ("": the worker's --work-dir)
     # Arrival time on the trace's clock: a mechanism replaying in lockstep takes the job in at this
     # time. A live mechanism stamps arrivals with its own clock instead (see JobSubmitted).
     submit_time_s: float = 0.0
+    working_dir: str = ""  # where the command runs, on the worker ("": the worker's --work-dir)
 
 
 @message("job.submitted")

@@ -1,4 +1,4 @@
-"""``gavel serve policy|mechanism|estimator|fleet`` (one service per process), ``gavel up`` (a
+"""``gavel serve policy|mechanism|estimator|fleet|worker`` (one service per process), ``gavel up`` (a
 chosen set in one process, on either bus) and ``gavel health`` (for container healthchecks).
 
 Services find each other only through the exchange, so they start in any order: a mechanism
@@ -35,7 +35,8 @@ from mechanism_service.clocks import ScaledClock, describe_clock
 from mechanism_service.core.settings import PRESETS
 from mechanism_service.journal import Journal
 from services.bus import make_bus
-from services.cli.common import CommandFailed, non_negative_number, positive_int, positive_number
+from services.cli.common import CommandFailed, load_table, non_negative_number, positive_int, positive_number
+from services.cli.worker_options import add_worker_options, worker_config
 from services.clock import WallClock
 from services.host import Service, ServiceHost
 from services.logging import bind_service
@@ -68,6 +69,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         _common_options(p)
         _service_options(p, only=name)
         p.set_defaults(run=run_serve, services=(name,), bus_kind="amqp")
+    worker = serve_sub.add_parser(
+        "worker",
+        help="a real worker: runs PyTorch training jobs on this server's accelerators under the mechanism's leases",
+        description="One process per server, owning its accelerators of one type (docs/worker.md). Jobs run as "
+        "child processes; their checkpoints go to --checkpoint-dir, which every worker must share.",
+    )
+    _common_options(worker)
+    add_worker_options(worker)
+    worker.set_defaults(run=run_serve, services=("worker",), bus_kind="amqp")
 
     up = sub.add_parser(
         "up",
@@ -161,7 +171,19 @@ def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) ->
     return journal
 
 
+def build_worker(args: argparse.Namespace, settings: Settings) -> Service:
+    """A real worker needs none of the solver stack: only the table (for --type and speeds)."""
+    from worker_service.service import WorkerService  # noqa: PLC0415
+
+    config = worker_config(args, settings, load_table(args.throughputs))
+    return WorkerService(
+        config=config, heartbeat_s=args.heartbeat_s, kill_grace_s=args.kill_grace_s, server_id=args.server_id or ""
+    )
+
+
 def build_services(names: Sequence[str], args: argparse.Namespace, settings: Settings, bus_kind: str) -> list[Service]:
+    if list(names) == ["worker"]:
+        return [build_worker(args, settings)]
     journal = open_journal(args, settings, bus_kind) if "mechanism" in names else None  # a bad one fails at once
     # Imported here, not above: `gavel health` (a container healthcheck, run every few seconds),
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).

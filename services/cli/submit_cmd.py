@@ -46,6 +46,7 @@ REASONS_SHOWN = 10  # refused jobs listed one per line; `gavel jobs` shows every
 FLAG_OF_FIELD = {
     "job_id": "--job-id", "job_type": "--job-type", "total_steps": "--steps", "scale_factor": "--scale-factor",
     "priority_weight": "--priority-weight", "slo_s": "--slo-s", "entity": "--entity", "command": "--command",
+    "working_dir": "--working-dir",
 }
 
 
@@ -70,7 +71,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo-s", type=float, help="finish within this many seconds of arrival")
     p.add_argument("--entity", help="the team or user the job belongs to (hierarchical policies)")
     p.add_argument("--job-id", help="default: a new unique id")
-    p.add_argument("--command", help="what a real worker runs")
+    p.add_argument(
+        "--command",
+        help="with --job-type: your own training script, run by a real worker through /bin/sh (it must use "
+        "worker_service.training.LeaseIterator: docs/worker.md); --job-type then only says how fast it runs. "
+        "Default: the catalog's workload for --job-type",
+    )
+    p.add_argument(
+        "--working-dir", metavar="DIR",
+        help="with --command: where it runs, on the worker (made absolute here; default: the worker's --work-dir)",
+    )
     p.add_argument(
         "--id-prefix", metavar="PREFIX",
         help="with --trace: put PREFIX before each job's id (default: '<file stem>-<content hash>/'; '' keeps the ids)",
@@ -129,16 +139,18 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
     table = load_table(args.throughputs)
     if args.trace:
         # a trace gives each job its own: a flag for one job would be ignored without a word
-        for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command"):
+        for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command", "working_dir"):
             if getattr(args, flag) is not None:
                 raise CommandFailed(f"--{flag.replace('_', '-')}: only with --job-type (a trace gives each job's own)", exit_code=2)
         jobs, namespace = _trace(args.trace)
         prefix = f"{namespace}/" if args.id_prefix is None else args.id_prefix
         first_s = min(j.arrival_time_s for j in jobs)
         specs = [
+            # A trace's own commands are Gavel's (its workloads directory, %s placeholders) and run
+            # nowhere here: real workers run the catalog's workload for each job type instead.
             JobSpec(
                 prefix + j.job_id, j.job_type, j.total_steps, j.scale_factor, j.priority_weight, j.slo_s, None,
-                j.command, 0.0 if args.now else j.arrival_time_s,
+                "", 0.0 if args.now else j.arrival_time_s,
             )
             for j in jobs
         ]
@@ -149,10 +161,15 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
             raise CommandFailed("--steps: required with --job-type", exit_code=2)
         if args.id_prefix is not None or args.now:
             raise CommandFailed(f"{'--id-prefix' if args.id_prefix is not None else '--now'}: only with --trace", exit_code=2)
+        if args.working_dir is not None and not args.command:
+            raise CommandFailed("--working-dir: only with --command (catalog workloads run in the worker's --work-dir)", exit_code=2)
+        if args.command is not None and not args.command.strip():
+            raise CommandFailed("--command: empty; leave it out to run the catalog's workload for --job-type", exit_code=2)
         job_id = args.job_id or uuid.uuid4().hex[:12]
         spec = JobSpec(
             job_id, args.job_type, args.steps, 1 if args.scale_factor is None else args.scale_factor,
             1.0 if args.priority_weight is None else args.priority_weight, args.slo_s, args.entity, args.command or "", 0.0,
+            working_dir=str(pathlib.Path(args.working_dir).absolute()) if args.working_dir else "",
         )
         batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
     largest = args.max_gpus or max(sf for _, sf in table.job_keys)

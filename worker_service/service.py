@@ -1,0 +1,415 @@
+"""The worker service: one per server, owning that server's accelerators of one type.
+
+It speaks the protocol of the simulated fleet (sim/fleet.py), so the same mechanism drives either:
+it registers and heartbeats, obeys ``worker.cmd.<id>.run|extend|kill`` (refusing commands of an
+older mechanism incarnation than one it obeyed), and reports ``job.progress`` for every lease.
+
+A lease, as the shell runs it (the decisions are worker_service/core.py's):
+
+1. ``run``: start the job's process (one per rank for a gang, after the gang's rendezvous), with
+   its lease file; GPUs still held by a paused job that was not extended are freed first.
+2. The job steps until its lease's end or its step budget, saves a checkpoint and pauses
+   (worker_service/training.py); its progress file says so and the worker reports the lease.
+3. ``extend``: the lease file gets the next lease and the same process goes on. A job not extended
+   by the next round (``round.started`` does not list it here), or not within ``hold_s``, is told
+   to stop; it has checkpointed already, so it exits at once.
+4. ``kill``, a fence, or the worker's own shutdown: SIGTERM (checkpoint at the end of the step,
+   exit), SIGKILL after ``kill_grace_s``.
+5. A process that fails is reported as crashed, with its exit code and the tail of its stderr,
+   and its lease ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from common.bus import Bus, Delivery
+from common.messages import (
+    ExtendLease,
+    GangRendezvous,
+    JobProgress,
+    KillJobs,
+    RoundStarted,
+    RunJobs,
+    WorkerFenced,
+    WorkerHeartbeat,
+    WorkerRegistered,
+)
+from worker_service import core, processes
+from worker_service.core import Launch, LeaseTerms, Observed, Rendezvous, WorkerConfig
+from worker_service.processes import JobProcess
+from worker_service.training import read_json, write_json_atomic
+
+log = structlog.get_logger("gavel.worker")
+
+WATCH_EVERY_S = 0.1  # how often a job's progress file and process are looked at
+REPORTS_KEPT_ROUNDS = 3  # a command repeated within this many rounds gets its report again
+
+
+@dataclass
+class JobRun:
+    """One job on this worker: its processes (one per local rank) and the lease they run under."""
+
+    job_id: str
+    job_type: str
+    gpu_ids: tuple[int, ...]
+    procs: list[JobProcess]
+    terms: LeaseTerms
+    received_unix_s: float
+    reports: bool  # rank 0 is here: this worker reports the job's leases
+    killed: bool = False
+    stopping: bool = False
+    reported: set[str] = field(default_factory=set)  # lease ids
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def lease_id(self) -> str:
+        return self.terms.lease_id
+
+    def write_terms(self) -> None:
+        for p in self.procs:
+            write_json_atomic(Path(p.launch.lease_file), self.terms.as_json())
+
+
+class WorkerService:
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        heartbeat_s: float = 2.0,
+        kill_grace_s: float = 30.0,
+        hold_s: float = 60.0,
+        rendezvous_timeout_s: float = 60.0,
+        now_unix_s: Callable[[], float] = time.time,
+        base_env: Mapping[str, str] | None = None,
+        server_id: str = "",
+    ) -> None:
+        self.name = f"worker-{config.worker_id}"
+        self.config = config
+        self._server_id = server_id or config.worker_id
+        self._heartbeat_s = heartbeat_s
+        self._kill_grace_s = kill_grace_s
+        self._hold_s = hold_s
+        self._rendezvous_timeout_s = rendezvous_timeout_s
+        self._now = now_unix_s
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._newest_epoch = 0
+        self._runs: dict[str, JobRun] = {}  # job id -> run
+        self._reports: dict[str, list[JobProgress]] = {}  # lease id -> reports sent
+        self._seen_leases: set[str] = set()
+        self._rendezvous: dict[str, Rendezvous] = {}
+        self._rendezvous_waiters: dict[str, asyncio.Future[Rendezvous]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._bus: Bus | None = None
+        self._log = log.bind(worker_id=config.worker_id, accelerator_type=config.accelerator_type)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, bus: Bus) -> None:
+        self._bus = bus
+        for directory in (self.config.run_dir, self.config.checkpoint_dir, self.config.work_dir):
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        # Commands and round starts share one queue, so a round's start comes after its commands.
+        await bus.subscribe(
+            f"worker.{self.config.worker_id}",
+            [f"worker.cmd.{self.config.worker_id}.*", RoundStarted.ROUTING_KEY],
+            self.on_message,
+            prefetch=64,
+        )
+        await self._announce()
+        self._spawn(self._heartbeats())
+        self._log.info("worker_started", gpus=self.config.gpus, device=self.config.device, checkpoint_dir=self.config.checkpoint_dir)
+
+    async def stop(self) -> None:
+        """Stop every job (each checkpoints and is reported as killed), then the tasks."""
+        runs = list(self._runs.values())
+        await asyncio.gather(*(self._stop_run(run, "the worker is shutting down") for run in runs), return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coroutine) -> asyncio.Task[None]:  # noqa: ANN001
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _announce(self) -> None:
+        assert self._bus is not None
+        c = self.config
+        registration = WorkerRegistered(c.worker_id, c.accelerator_type, c.gpus, self._server_id, clock="wall")
+        # Not mandatory: a worker may start before the mechanism; it re-announces itself.
+        await self._bus.publish(registration, mandatory=False)
+        heartbeat = WorkerHeartbeat(c.worker_id, tuple(sorted({r.lease_id for r in self._runs.values()})), self._newest_epoch)
+        await self._bus.publish(heartbeat, mandatory=False)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            try:
+                await self._announce()
+            except Exception as e:  # noqa: BLE001 - a broker hiccup must not end the heartbeats
+                self._log.warning("heartbeat_failed", error=repr(e))
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    async def on_message(self, d: Delivery) -> None:
+        message = d.message
+        if isinstance(message, RoundStarted):
+            await self._on_round_started(message)
+            return
+        if isinstance(message, GangRendezvous):
+            self._on_rendezvous(message)
+            return
+        epoch = getattr(message, "epoch", 0)
+        if core.stale_epoch(epoch, self._newest_epoch):
+            self._log.warning(
+                "command_refused", command=type(message).__name__, lease_id=getattr(message, "lease_id", ""),
+                reason=f"epoch {epoch} is older than {self._newest_epoch}, already obeyed",
+            )
+            return
+        self._newest_epoch = max(self._newest_epoch, epoch)
+        if isinstance(message, WorkerFenced):
+            await self._on_fenced(message)
+        elif isinstance(message, KillJobs):
+            await self._on_kill(message)
+        elif isinstance(message, (RunJobs, ExtendLease)):
+            await self._on_lease(message)
+
+    async def _on_lease(self, command: RunJobs | ExtendLease) -> None:
+        if command.lease_id in self._seen_leases:
+            # Seen before (redelivered, or republished by a restarted mechanism): its report again.
+            assert self._bus is not None
+            for report in self._reports.get(command.lease_id, []):
+                await self._bus.publish(report, mandatory=False)
+            return
+        self._seen_leases.add(command.lease_id)
+        received_unix_s = self._now()
+        if isinstance(command, ExtendLease):
+            running = [self._runs.get(j) for j in command.job_ids]
+            if all(run is not None and not run.stopping and run.procs and all(p.exit_code is None for p in run.procs) for run in running):
+                for index, run in enumerate(running):
+                    assert run is not None
+                    await self._maybe_report(run, [])  # the lease before, if its pause was not reported yet
+                    run.terms = core.lease_terms(command, index, received_unix_s)
+                    run.received_unix_s = received_unix_s
+                    run.write_terms()
+                self._log.info("lease_extended", lease_id=command.lease_id, job_ids=list(command.job_ids), round_id=command.round_id)
+                return
+            # Not running here (this worker restarted, or the job crashed): start it anew.
+        self._spawn(self._launch(command, received_unix_s))
+
+    async def _launch(self, command: RunJobs | ExtendLease, received_unix_s: float) -> None:
+        gpu_ids = core.gpu_ids_of(command)
+        # GPUs still held by jobs that are not part of this lease (paused, not extended) are freed first.
+        holders = [r for r in self._runs.values() if r.job_id not in command.job_ids and set(r.gpu_ids) & set(gpu_ids)]
+        holders += [self._runs[j] for j in command.job_ids if j in self._runs]  # an earlier attempt of the same job
+        await asyncio.gather(*(self._stop_run(run, "its GPUs are leased to another job") for run in holders))
+        rendezvous: Rendezvous | None = None
+        try:
+            if core.needs_rendezvous(command):
+                rendezvous = await self._gang_rendezvous(command)
+            launches = core.launches(self.config, command, received_unix_s, rendezvous, self._base_env)
+        except Exception as e:  # noqa: BLE001 - reported as the lease's failure
+            await self._report_failure(command, received_unix_s, f"could not start: {e}")
+            return
+        by_job: dict[str, list[Launch]] = {}
+        for launch in launches:
+            by_job.setdefault(launch.job_id, []).append(launch)
+        for index, job_id in enumerate(command.job_ids):
+            terms = core.lease_terms(command, index, received_unix_s)
+            job_launches = by_job.get(job_id, [])
+            run = JobRun(
+                job_id=job_id, job_type=job_launches[0].job_type if job_launches else "", gpu_ids=gpu_ids, procs=[],
+                terms=terms, received_unix_s=received_unix_s, reports=any(launch.reports for launch in job_launches),
+            )
+            self._runs[job_id] = run
+            try:
+                for launch in job_launches:
+                    Path(launch.lease_file).parent.mkdir(parents=True, exist_ok=True)
+                    write_json_atomic(Path(launch.lease_file), terms.as_json())
+                    run.procs.append(await processes.start(launch))
+            except OSError as e:
+                for p in run.procs:
+                    await p.stop(0.0)
+                self._runs.pop(job_id, None)
+                await self._report_failure(command, received_unix_s, f"could not start {core.describe_argv(job_launches[0].argv)!r}: {e}", only=job_id)
+                continue
+            self._log.info(
+                "job_started", job_id=job_id, lease_id=command.lease_id, round_id=command.round_id, gpu_ids=list(gpu_ids),
+                ranks=[launch.rank for launch in job_launches], pids=[p.pid for p in run.procs],
+                resume_step=command.resume_steps[index] if index < len(command.resume_steps) else None,
+            )
+            run.task = self._spawn(self._watch(run))
+
+    async def _report_failure(self, command: RunJobs | ExtendLease, received_unix_s: float, error: str, only: str = "") -> None:
+        self._log.error("job_start_failed", lease_id=command.lease_id, error=error)
+        leader = core.is_gang_leader(command, self.config.worker_id)
+        for job_id in command.job_ids:
+            if only and job_id != only:
+                continue
+            if leader:
+                await self._publish_report(JobProgress(
+                    job_id=job_id, worker_id=self.config.worker_id, lease_id=command.lease_id, round_id=command.round_id,
+                    steps_done=0, elapsed_s=self._now() - received_unix_s, throughput_steps_per_s=0.0,
+                    outcome="crashed", exit_code=None, error=error,
+                ))
+
+    async def _gang_rendezvous(self, command: RunJobs | ExtendLease) -> Rendezvous:
+        """The gang's first worker picks a port and tells the others; they wait for it."""
+        if core.is_gang_leader(command, self.config.worker_id):
+            rendezvous = Rendezvous(self.config.advertise_host, free_port())
+            assert self._bus is not None
+            for peer in command.gang_workers[1:]:
+                await self._bus.publish(GangRendezvous(
+                    peer, command.lease_id, command.round_id, command.epoch, rendezvous.master_addr,
+                    rendezvous.master_port, from_worker=self.config.worker_id,
+                ))
+            return rendezvous
+        known = self._rendezvous.pop(command.lease_id, None)
+        if known is not None:
+            return known
+        waiter = self._rendezvous_waiters.setdefault(command.lease_id, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(waiter, self._rendezvous_timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"no rendezvous from {command.gang_workers[0]} within {self._rendezvous_timeout_s:g} s"
+            ) from None
+        finally:
+            self._rendezvous_waiters.pop(command.lease_id, None)
+
+    def _on_rendezvous(self, message: GangRendezvous) -> None:
+        rendezvous = Rendezvous(message.master_addr, message.master_port)
+        waiter = self._rendezvous_waiters.get(message.lease_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(rendezvous)
+        else:
+            self._rendezvous[message.lease_id] = rendezvous
+            if len(self._rendezvous) > 1024:  # never claimed: forget the oldest
+                self._rendezvous.pop(next(iter(self._rendezvous)))
+
+    async def _on_round_started(self, started: RoundStarted) -> None:
+        """A job paused here that the new round does not continue here is told to stop (it has
+        checkpointed already)."""
+        continuing = {
+            job_id for a in started.assignments if a.worker_id == self.config.worker_id for job_id in a.job_ids
+        }
+        for run in list(self._runs.values()):
+            if run.terms.round_id < started.round_id and run.job_id not in continuing and not run.stopping:
+                self._spawn(self._stop_run(run, f"not continued here in round {started.round_id}"))
+
+    async def _on_kill(self, command: KillJobs) -> None:
+        for run in [r for r in self._runs.values() if r.lease_id == command.lease_id]:
+            self._spawn(self._stop_run(run, command.reason or "killed by the mechanism", killed=True))
+
+    async def _on_fenced(self, message: WorkerFenced) -> None:
+        """Declared lost: our leases were ended without us; stop everything, report nothing (the
+        mechanism refuses it), and announce ourselves again to rejoin."""
+        self._log.warning("worker_fenced", reason=message.reason, jobs=len(self._runs))
+        runs = list(self._runs.values())
+        for run in runs:
+            run.reported.add(run.lease_id)  # no report: the lease is over for the mechanism
+        await asyncio.gather(*(self._stop_run(run, "fenced") for run in runs), return_exceptions=True)
+        await self._announce()
+
+    async def _stop_run(self, run: JobRun, reason: str, *, killed: bool = False) -> None:
+        if run.stopping:
+            if run.task is not None:
+                await asyncio.gather(run.task, return_exceptions=True)
+            return
+        run.stopping = True
+        run.killed = run.killed or killed
+        run.terms = LeaseTerms(run.terms.lease_id, run.terms.round_id, run.terms.lease_end_unix_s, run.terms.step_budget, stop=True)
+        try:
+            run.write_terms()
+        except OSError:
+            pass
+        self._log.info("job_stopping", job_id=run.job_id, lease_id=run.lease_id, reason=reason)
+        await asyncio.gather(*(p.stop(self._kill_grace_s) for p in run.procs))
+        if run.task is not None:
+            await asyncio.gather(run.task, return_exceptions=True)
+
+    # -- watching a job ------------------------------------------------------------------------------
+
+    async def _watch(self, run: JobRun) -> None:
+        """Report each lease of ``run`` when it is settled; end when its processes are gone."""
+        try:
+            paused_since: float | None = None
+            while True:
+                exited = [p for p in run.procs if p.exit_code is not None]
+                failed = [p for p in exited if p.exit_code != 0]
+                if failed and len(exited) < len(run.procs) and not run.stopping:
+                    # A rank failed: the others would wait for it in a collective for ever.
+                    self._spawn(self._stop_run(run, f"rank {failed[0].launch.rank} failed"))
+                await self._maybe_report(run, failed)
+                if len(exited) == len(run.procs):
+                    break
+                progress = self._lead_progress(run)
+                if progress.get("state") == "paused" and progress.get("lease_id") == run.lease_id:
+                    paused_since = paused_since or time.monotonic()
+                    if time.monotonic() - paused_since > self._hold_s and not run.stopping:
+                        self._spawn(self._stop_run(run, f"not extended within {self._hold_s:g} s"))
+                else:
+                    paused_since = None
+                await asyncio.sleep(WATCH_EVERY_S)
+            self._log.info("job_exited", job_id=run.job_id, exit_codes=[p.exit_code for p in run.procs], killed=run.killed)
+        finally:
+            if self._runs.get(run.job_id) is run:
+                del self._runs[run.job_id]
+
+    def _lead_progress(self, run: JobRun) -> Mapping[str, object]:
+        lead = next((p for p in run.procs if p.launch.reports), run.procs[0])
+        return read_json(Path(lead.launch.progress_file)) or {}
+
+    async def _maybe_report(self, run: JobRun, failed: list[JobProcess]) -> None:
+        if run.lease_id in run.reported:
+            return
+        lead = next((p for p in run.procs if p.launch.reports), run.procs[0])
+        culprit = failed[0] if failed and not run.killed else lead
+        exit_code = culprit.exit_code if (failed or all(p.exit_code is not None for p in run.procs)) else None
+        seen = Observed(
+            progress=read_json(Path(lead.launch.progress_file)),
+            exit_code=exit_code,
+            stderr_tail=culprit.stderr_tail(core.STDERR_TAIL_CHARS) if exit_code is not None else "",
+            killed=run.killed or (run.stopping and not failed),
+        )
+        report = core.lease_report(
+            job_id=run.job_id, worker_id=self.config.worker_id, lease_id=run.lease_id, round_id=run.terms.round_id,
+            seen=seen, elapsed_s=self._now() - run.received_unix_s,
+        )
+        if report is None:
+            return
+        run.reported.add(run.lease_id)
+        if report.outcome == "crashed":
+            self._log.error("job_crashed", job_id=run.job_id, lease_id=run.lease_id, exit_code=report.exit_code, error=core.last_line(report.error))
+        if run.reports:
+            await self._publish_report(report)
+
+    async def _publish_report(self, report: JobProgress) -> None:
+        assert self._bus is not None
+        self._reports.setdefault(report.lease_id, []).append(report)
+        # Forget reports of leases older than a few rounds: no mechanism repeats those commands.
+        stale = [lid for lid, rs in self._reports.items() if rs and rs[0].round_id < report.round_id - REPORTS_KEPT_ROUNDS]
+        for lease_id in stale:
+            del self._reports[lease_id]
+        await self._bus.publish(report)
+        self._log.info(
+            "lease_reported", job_id=report.job_id, lease_id=report.lease_id, steps=report.steps_done,
+            outcome=report.outcome, steps_per_s=round(report.throughput_steps_per_s, 3), startup_s=round(report.startup_s, 2),
+        )
+
+
+def free_port() -> int:
+    """A TCP port free now (the gang's rank 0 binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
