@@ -71,6 +71,7 @@ ENV_WORLD_SIZE = "WORLD_SIZE"
 CHECKPOINTS_KEPT = 3
 POLL_S = 0.02  # how often a paused job looks for its next lease
 PROGRESS_EVERY_S = 1.0  # a running job refreshes its progress file at most this often
+LEASE_REREAD_S = 0.25  # a running job re-reads its lease file at least this often
 
 
 class CheckpointError(RuntimeError):
@@ -159,7 +160,8 @@ class LeaseIterator(Generic[T]):
         self._restored = False
         self._stop_requested = False
         self._lease: dict[str, Any] = {}
-        self._lease_mtime_ns = -1
+        self._lease_key: tuple[int, int, int] | None = None
+        self._lease_read_s = 0.0
         self._timings = {"startup_s": 0.0, "restore_s": 0.0, "stepping_s": 0.0, "checkpoint_s": 0.0}
         self._last_progress_s = 0.0
         if self.under_worker and install_signal_handler:
@@ -303,18 +305,23 @@ class LeaseIterator(Generic[T]):
         return bool(flag.item())
 
     def _refresh_lease(self, *, force: bool = False) -> bool:
-        """Re-read the lease file if it changed; True when it names a new lease."""
+        """Re-read the lease file if it changed; True when it names a new lease. A change is seen
+        from its stat (every replace makes a new inode), and the file is re-read at least every
+        LEASE_REREAD_S anyway: two writes within one timestamp tick can share an mtime, and an
+        inode number can be reused."""
         assert self._lease_file is not None
         try:
-            mtime = self._lease_file.stat().st_mtime_ns
+            st = self._lease_file.stat()
         except OSError:
             return False
-        if mtime == self._lease_mtime_ns and not force:
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        now = self._perf()
+        if key == self._lease_key and not force and now - self._lease_read_s < LEASE_REREAD_S:
             return False
         body = read_json(self._lease_file)
         if body is None:
             return False
-        self._lease_mtime_ns = mtime
+        self._lease_key, self._lease_read_s = key, now
         new = body.get("lease_id") != self._lease.get("lease_id")
         self._lease = body
         return new
@@ -325,7 +332,7 @@ class LeaseIterator(Generic[T]):
         while True:
             if self._stop_requested:
                 return False
-            if self._refresh_lease():
+            if self._refresh_lease(force=True):
                 if self._lease.get("stop"):
                     return False
                 self.lease_steps = 0
