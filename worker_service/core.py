@@ -12,6 +12,7 @@ pair is two jobs on the same GPUs: two processes side by side.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -145,6 +146,8 @@ def launches(
             stem = f"{config.run_dir}/{name}/rank{rank}"
             env = {
                 **base_env,
+                # `python` in a user's command is the worker's own interpreter (the one with torch)
+                "PATH": os.pathsep.join([os.path.dirname(config.python), base_env.get("PATH", os.defpath)]),
                 "GAVEL_JOB_ID": job_id,
                 "GAVEL_JOB_TYPE": job_type,
                 "GAVEL_WORKER_ID": config.worker_id,

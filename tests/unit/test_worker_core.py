@@ -35,7 +35,7 @@ def test_a_catalog_job_runs_its_workload_with_the_lease_in_its_environment() -> 
     [launch] = launches(CONFIG, run(), 1000.0, None, {"PATH": "/bin"})
     assert launch.argv == ("/usr/bin/python3", "-m", "worker_service.workloads", "--job-type", "ResNet-18 (batch size 32)", "--size", "small")
     env = launch.env
-    assert env["PATH"] == "/bin"
+    assert env["PATH"] == "/usr/bin:/bin"  # the worker's interpreter first: `python` in a command is it
     assert env["GAVEL_JOB_ID"] == "t/j1" and env["GAVEL_ROUND_ID"] == "7" and env["GAVEL_LEASE_ID"] == "7:3"
     assert float(env["GAVEL_LEASE_END_UNIX_S"]) == 1030.0 and env["GAVEL_STEP_BUDGET"] == "500"
     assert env["GAVEL_CHECKPOINT_DIR"] == "/ckpt/t_j1"  # one path component per job id
