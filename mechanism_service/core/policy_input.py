@@ -33,7 +33,12 @@ def allocation_request(
     packing: bool = False,
 ) -> AllocationRequested:
     """The whole snapshot a stateless policy replica needs (throughputs by job type: the policy
-    service holds the table; the current allocation for the policies that keep jobs in place)."""
+    service holds the table; the current allocation for the policies that keep jobs in place).
+
+    Jobs the cluster as it is cannot run (a gang larger than what is left of every type it runs
+    on, after workers were lost) are left out: the policy would refuse the whole problem because
+    of them. They stay admitted and are sent again once workers that fit them join. A type left
+    with 0 GPUs stays in (the policy accepts zero counts, and a stateful policy may name it)."""
     jobs = tuple(
         PolicyJob(
             job_id=job.job_id,
@@ -47,6 +52,7 @@ def allocation_request(
             isolated_time_s=job.isolated_time_s,
         )
         for job in state.jobs.values()
+        if runs_here(state, job.index)
     )
     previous = tuple(
         AllocationEntry(state.job_ids_of(entry), dict(fractions))
@@ -70,6 +76,14 @@ def allocation_request(
         seed=seed,
         policy_state=state.policy_state,
     )
+
+
+def runs_here(state: MechanismState, index: int) -> bool:
+    """Whether some type here has enough GPUs for job ``index``'s gang and runs it (admission
+    checked this, but a cluster that lost workers may have shrunk since)."""
+    scale_factor = state.jobs[index].scale_factor
+    throughputs = state.entries[(index,)].throughputs
+    return any(count >= scale_factor and throughputs[w][0] > 0 for w, count in state.gpus.items())
 
 
 def allocation_fractions(reply: AllocationComputed) -> dict[tuple[str, ...], Mapping[str, float]]:

@@ -1,10 +1,11 @@
-"""The only functions that change a MechanismState: admission, allocation resets, the new
-allocation, and settling a finished round. Section numbers refer to docs/gavel-semantics.md.
+"""The only functions that change a MechanismState: admission, workers joining and leaving,
+allocation resets, the new allocation, and settling a finished round. Section numbers refer to
+docs/gavel-semantics.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,6 +149,28 @@ def add_server(
     return ids
 
 
+def remove_server(state: MechanismState, accelerator_type: str, gpu_ids: Collection[int]) -> None:
+    """A worker (server) leaves a running cluster (it was declared lost): the inverse of
+    ``add_server``. Its GPUs leave the counts and the servers, and every entry that ran on one of
+    them last round forgets that placement, so nothing is kept (extended) onto a dead worker: it
+    is placed afresh, elsewhere. The type stays, with its ledgers, even with 0 GPUs left (planning
+    skips it, the policy input leaves it out), so a worker that registers again resumes it. Ids
+    are never reused: a worker that comes back gets new ones (``add_server``)."""
+    gone = set(gpu_ids)
+    servers = state.servers.get(accelerator_type, [])
+    mine = gone & {g for server in servers for g in server}
+    if len(mine) != len(gone):
+        raise ValueError(f"{accelerator_type}: GPUs {sorted(gone - mine)} are not in this cluster")
+    state.servers[accelerator_type] = [kept for server in servers if (kept := [g for g in server if g not in gone])]
+    state.gpus[accelerator_type] -= len(gone)
+    state.previous_assignment = {
+        entry: placement
+        for entry, placement in state.previous_assignment.items()
+        if not gone.intersection(placement.worker_ids)
+    }
+    state.needs_allocation = True
+
+
 def admit(
     state: MechanismState,
     job: NewJob,
@@ -214,11 +237,14 @@ def withdraw_job(state: MechanismState, index: int) -> JobState:
     return record
 
 
-def reset_due(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:
+def reset_due(state: MechanismState, now_s: float, settings: MechanismSettings, *, force: bool = False) -> bool:
     """Section 4: re-solve only after a change, and not more often than the minimum interval
-    (with Gavel's quirk that a reset at t = 0 counts as "never reset")."""
+    (with Gavel's quirk that a reset at t = 0 counts as "never reset"). ``force``: a change that
+    cannot wait for the interval (a worker was lost: the allocation gives its GPUs away)."""
     if not state.needs_allocation:
         return False
+    if force:
+        return True
     if settings.reset_quirk_at_zero and state.last_reset_s == 0:
         return True
     return state.resets == 0 or now_s - state.last_reset_s >= settings.min_reset_interval_s
@@ -271,12 +297,15 @@ def apply_allocation(
 @dataclass(frozen=True, slots=True)
 class LeaseResult:
     """What one entry did in a round: steps per member (same order as the entry) and when the
-    last member stopped."""
+    last member stopped. ``ended``: how a real worker's lease ended when it was not the job's
+    time running out: "crashed" (a member's process failed) or "lost" (a worker of it was declared
+    lost). Simulated leases leave it empty."""
 
     entry: Entry
     placement: Placement
     steps: tuple[int, ...]
     finish_s: float
+    ended: Literal["", "crashed", "lost"] = ""
 
 
 def settle_round(
@@ -287,7 +316,13 @@ def settle_round(
 ) -> list[JobState]:
     """Section 8: credit steps and time, count gang failures, retire finished jobs.
 
-    Results are settled latest finish first. Returns the jobs that completed (or were dropped)."""
+    Results are settled latest finish first. Returns the jobs that completed (or were dropped).
+
+    A lease that crashed or lost its worker is not a gang failure, whatever its steps: its steps
+    (what was checkpointed, or reported before the loss) and time count, the job's gang-failure
+    count is left as it was (crashes are counted as failed attempts by the shell), and its
+    placement is forgotten: no process runs there any more, so the next round launches the job
+    afresh instead of extending the lease."""
     done: list[JobState] = []
     for result in sorted(results, key=lambda r: r.finish_s, reverse=True):
         members = [(i, steps) for i, steps in zip(result.entry, result.steps, strict=True) if i in state.jobs]
@@ -297,6 +332,9 @@ def settle_round(
             state.jobs[i].last_finish_s = result.finish_s
         exec_s = result.finish_s - round_start_s
         scale_factor = state.jobs[members[0][0]].scale_factor
+        if result.ended:
+            _settle_ended_early(state, result, members, exec_s, done)
+            continue
         if any(steps < scale_factor for _, steps in members) or exec_s <= 0:
             # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3).
             state.needs_allocation = True
@@ -321,6 +359,29 @@ def settle_round(
             if state.jobs[i].steps_remaining <= 0:
                 done.append(remove_job(state, i))
     return done
+
+
+def _settle_ended_early(
+    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState]
+) -> None:
+    """A crashed or lost lease (see settle_round): credit what it did, and launch it afresh next."""
+    if state.previous_assignment.get(result.entry) == result.placement:
+        del state.previous_assignment[result.entry]
+    w = result.placement.accelerator_type
+    for i, steps in members:
+        state.jobs[i].steps_done += steps
+    if exec_s > 0:
+        share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
+        for i, _ in members:
+            job = state.jobs[i]
+            job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
+        ledger = state.entries.get(result.entry)
+        if ledger is not None:
+            ledger.received_s[w] += exec_s
+            state.type_time_s[w] += exec_s
+    for i, _ in members:
+        if state.jobs[i].steps_remaining <= 0:
+            done.append(remove_job(state, i))
 
 
 def record_first_runs(state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float) -> None:

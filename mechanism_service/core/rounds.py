@@ -111,9 +111,10 @@ def force_reset_when_idle(state: MechanismState) -> None:
     state.last_reset_s = 0.0
 
 
-def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings) -> bool:
-    """True (and the ledgers reset) when the allocation must be recomputed now."""
-    if not reset_due(state, now_s, settings):
+def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings, *, force: bool = False) -> bool:
+    """True (and the ledgers reset) when the allocation must be recomputed now (``force``: after
+    a change, whatever the minimum interval says)."""
+    if not reset_due(state, now_s, settings, force=force):
         return False
     advance_isolated_time(state)
     reset_ledgers(state, now_s, settings)

@@ -57,6 +57,13 @@ class MechanismSettings:
     # Checkpoint/restore cost charged to a job that starts on GPUs it did not hold last round.
     restore_s: float = 0.0
     max_gang_failures: int = 5
+    # Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"). A job whose process
+    # crashed in this many leases in a row fails (Gavel's limit, 5, as for gang failures).
+    max_failed_attempts: int = 5
+    # A worker that has sent heartbeats and then is silent for longer than this (seconds of the
+    # mechanism's clock) is declared lost. None: never (simulated fleets send no heartbeats, and
+    # virtual or lockstep time would not measure silence anyway).
+    worker_grace_s: float | None = None
     # Gavel credits a round's time from the previous round's end, which is stale after an idle
     # gap (and 0 before the first round); ours from when the round was dispatched.
     round_start_from_previous_end: bool = False

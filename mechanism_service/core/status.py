@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mechanism_service.core.attempts import attempts_view
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.reducers import NewJob
 
@@ -23,11 +24,16 @@ class Observations:
     last_solve: dict[str, object] | None = None
     failed: dict[str, str] = field(default_factory=dict)  # job id -> why it failed
     cancelled: dict[str, dict[str, object]] = field(default_factory=dict)  # job id -> its final row
+    # job id -> its attempts on real workers, bounded (core/attempts.py), and the last report that
+    # measured its stepping (steps/s, start-up, restore, checkpoint times)
+    attempts: dict[str, dict[str, object]] = field(default_factory=dict)
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)
     # Filled in by the shell when it answers (not kept): jobs not admitted yet (pending_row)
     waiting: Sequence[dict[str, object]] = ()  # submitted, arrival still ahead
     held: Sequence[dict[str, object]] = ()  # arrived, the cluster cannot run them yet (with why)
     cancelling: Mapping[str, str] = field(default_factory=dict)  # active, leaving at the next boundary
     workers_refused: Mapping[str, str] = field(default_factory=dict)  # worker id -> why
+    workers_lost: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # worker id -> when, why
 
 
 def record_placement(
@@ -142,21 +148,34 @@ def job_report(state: MechanismState | None, job_id: str, now_s: float, obs: Obs
         "allocation_share": shares,
         "rounds_run": sum(int(h["rounds"]) for h in spans),  # type: ignore[call-overload]
         "lease_extensions": sum(int(h["lease_extensions"]) for h in spans),  # type: ignore[call-overload]
+        "measured": obs.measured.get(job_id),
+        **attempts_view(obs.attempts, job_id),
         "placements": spans,
     }
 
 
-def workers_report(state: MechanismState | None, servers: Mapping[str, Sequence[tuple[str, int]]]) -> list[dict[str, object]]:
-    busy: dict[str, int] = {}
-    if state is not None:
-        running_on = running_placements(state.previous_assignment)
-        for placement in {id(p): p for p in running_on.values()}.values():
-            busy[placement.accelerator_type] = busy.get(placement.accelerator_type, 0) + len(placement.worker_ids)
-    return [
-        {"worker_id": worker_id, "accelerator_type": w, "gpus": gpus}
+def workers_report(
+    state: MechanismState | None,
+    servers: Mapping[str, Sequence[tuple[str, int]]],
+    lost: Mapping[str, Mapping[str, object]] | None = None,
+    last_heard_s: Mapping[str, float] | None = None,
+) -> list[dict[str, object]]:
+    """The registered workers ("up"; with their last heartbeat, None for workers that send none,
+    like simulated fleets), then the workers declared lost ("lost": when, and why)."""
+    heard = last_heard_s or {}
+    rows: list[dict[str, object]] = [
+        {"worker_id": worker_id, "accelerator_type": w, "gpus": gpus, "state": "up", "last_heartbeat_s": heard.get(worker_id)}
         for w, entries in sorted(servers.items())
         for worker_id, gpus in entries
     ]
+    rows += [
+        {
+            "worker_id": worker_id, "accelerator_type": info["accelerator_type"], "gpus": info["gpus"], "state": "lost",
+            "lost_at_s": info["lost_at_s"], "reason": info["reason"],
+        }
+        for worker_id, info in sorted((lost or {}).items())
+    ]
+    return rows
 
 
 def cluster_report(
@@ -185,5 +204,7 @@ def cluster_report(
         "resets": state.resets if state is not None else 0,
         "last_solve_s": obs.last_solve_s,
         "last_solve": obs.last_solve,
+        "workers_up": sum(len(entries) for entries in servers.values()),
+        "workers_lost": len(obs.workers_lost),
         "workers_refused": dict(obs.workers_refused),
     }
