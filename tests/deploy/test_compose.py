@@ -3,10 +3,13 @@
 Docker does not run on the machine that builds this project, so the deployment is checked by
 reading it:
 - docker-compose.yml: every service has an image or a build, runs a command the `gavel` parser
-  accepts (argparse itself parses each argv, after the ${...} are filled in from .env.example),
+  accepts (argparse itself parses each argv, after the ${...} are filled in from .env.example, and
+  after a service's entrypoint snippet, run by /bin/sh with a stand-in `gavel`, made it final),
   has a healthcheck (`gavel health`, and `rabbitmq-diagnostics -q check_port_connectivity` for the
-  broker), a restart policy, and depends on a healthy broker; the policy service can be scaled;
-  the mechanism's journal is on a volume; each service connects as its own broker user;
+  broker), a restart policy, and depends on a healthy broker; the policy and worker services can
+  be scaled; the simulated fleet and the real workers are profiles of which .env.example starts
+  exactly one, on the clock it needs; the mechanism's journal and the workers' checkpoints are on
+  volumes; each service connects as its own broker user;
 - .env.example defines every variable the compose file uses;
 - definitions.json: one vhost, no guest, the topology the bus declares (same arguments, so a
   service's declaration is accepted), and permissions evaluated the way RabbitMQ evaluates them
@@ -22,13 +25,16 @@ reading it:
 Where a RabbitMQ broker and `rabbitmqctl` are at hand, the last tests go further: they import the
 definitions (under a unique vhost and unique user names, removed afterwards), perform every
 service's bus operations as that service's user and expect exactly the refusals the regexes
-promise; then they run compose's four services as local processes, each with its compose command
-and environment and its own user, and have the CLI user submit a trace that must complete.
+promise; then they run compose's default services as local processes, each with its compose
+entrypoint, command and environment and its own user, and have the CLI user submit a trace that
+must complete; and a real worker started as compose starts it, as gavel-worker, becomes healthy
+and is refused by that (time-scaled) mechanism, with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import contextlib
 import copy
@@ -41,8 +47,11 @@ import os
 import re
 import shlex
 import shutil
+import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 import urllib.parse
@@ -62,6 +71,7 @@ from common.messages import (
     AllocationRequested,
     CancelJob,
     ExtendLease,
+    GangRendezvous,
     JobCancelled,
     JobCompleted,
     JobFailed,
@@ -97,8 +107,12 @@ VHOST = "gavel"
 EXCHANGE = "gavel"
 DLX = "gavel.dlx"
 DEAD_LETTERS = "gavel.dead-letters"
-UP_SERVICES = {"rabbitmq", "policy", "mechanism", "estimator", "fleet"}  # what `docker compose up` starts
-GAVEL_SERVICES = ("policy", "mechanism", "estimator", "fleet", "cli")
+UP_SERVICES = {"rabbitmq", "policy", "mechanism", "estimator"}  # what `docker compose up` always starts
+# Who trains the jobs: a profile each, COMPOSE_PROFILES in .env chooses (never both).
+TRAINERS = {"fleet": "simulated", "worker": "workers"}
+LONG_RUNNING = ("policy", "mechanism", "estimator", "fleet", "worker")  # the `gavel serve` services
+GAVEL_SERVICES = (*LONG_RUNNING, "cli")
+WORKER_CHECKPOINTS = "/var/lib/gavel/checkpoints"
 ADMIN_USER = "gavel-admin"
 ADMIN_PASSWORD_VAR = "RABBITMQ_ADMIN_PASSWORD"
 
@@ -181,6 +195,17 @@ SERVICES: Mapping[str, ServiceSpec] = {
         queues=("gavel.fleet.commands",),
         bindings=("worker.cmd.v100-0.*", "worker.cmd.k80-3.*"),  # one binding per simulated server
         publishes=(key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress)),
+    ),
+    # A real worker (worker_service/service.py): its own queue for its commands and round starts,
+    # and, as a gang's first worker, the rendezvous to each other worker of the gang.
+    "worker": ServiceSpec(
+        "gavel-worker",
+        "WORKER_AMQP_PASSWORD",
+        queues=("gavel.worker.v100-0",),
+        bindings=("worker.cmd.v100-0.*", key(RoundStarted)),
+        publishes=(
+            key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(GangRendezvous, worker_id="v100-1"),
+        ),
     ),
     # The CLI's only queues are private reply queues. It does not declare the mechanism's
     # submissions queue: definitions.json does (so a submission is kept while the mechanism is
@@ -282,6 +307,44 @@ def command(name: str) -> list[str]:
     return [interpolate(a, env_example()) for a in argv]
 
 
+def entrypoint(name: str) -> list[str] | None:
+    """Compose's entrypoint of the service (the ${...} filled in), or None: the image's, `gavel`."""
+    ep = service(name).get("entrypoint")
+    if ep is None:
+        return None
+    argv = shlex.split(ep) if isinstance(ep, str) else [str(a) for a in ep]
+    return [interpolate(a, env_example()) for a in argv]
+
+
+def container_argv(name: str, gavel: str = "gavel") -> list[str]:
+    """What the container runs: compose's entrypoint and command; `gavel` is the image's entrypoint."""
+    ep = entrypoint(name)
+    return [*ep, *command(name)] if ep else [gavel, *command(name)]
+
+
+def gavel_argv(name: str, **env: str) -> list[str]:
+    """The arguments `gavel` ends up with in the service's container: its entrypoint run by /bin/sh,
+    in its compose environment (plus ``env``), with a stand-in `gavel` that prints them."""
+    if entrypoint(name) is None:
+        return command(name)
+    stub_dir = _gavel_stub()
+    full_env = {"PATH": f"{stub_dir}{os.pathsep}{os.defpath}", **environment(name), **env}
+    out = subprocess.run(container_argv(name), env=full_env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f"{name}: its entrypoint failed: {out.stderr}"
+    return json.loads(out.stdout)
+
+
+@cache
+def _gavel_stub() -> str:
+    directory = Path(tempfile.mkdtemp(prefix="gavel-entrypoint-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    stub = directory / "gavel"
+    printer = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    stub.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "{printer}" "$@"\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    return str(directory)
+
+
 def parse_gavel(argv: list[str]) -> Any:
     """The namespace `gavel argv...` would run with; an AssertionError if argparse refuses it."""
     from services.cli import build_parser
@@ -307,23 +370,37 @@ def seconds(duration: str | int | float) -> float:
 # -- the compose file ------------------------------------------------------------------------------
 
 
-def test_up_starts_the_broker_and_the_four_services_and_the_cli_is_a_tool() -> None:
+def test_up_starts_the_broker_the_scheduler_and_one_kind_of_workers() -> None:
     services = compose()["services"]
     assert {name for name, s in services.items() if not s.get("profiles")} == UP_SERVICES
     assert services["cli"].get("profiles") == ["tools"]
+    for name, profile in TRAINERS.items():
+        assert services[name].get("profiles") == [profile], name
+    # .env.example (COMPOSE_PROFILES, which Compose reads from .env) starts exactly one of them.
+    active = set(env_example()["COMPOSE_PROFILES"].split(","))
+    assert [name for name, profile in TRAINERS.items() if profile in active] == ["fleet"]
 
 
-@pytest.mark.parametrize("name", sorted(UP_SERVICES | {"cli"}))
+@pytest.mark.parametrize("name", sorted(UP_SERVICES | set(TRAINERS) | {"cli"}))
 def test_every_service_has_an_image_or_a_build(name: str) -> None:
     s = service(name)
     assert s.get("image") or s.get("build"), f"{name}: neither image nor build"
-    if name != "rabbitmq":
+    if name == "worker":
+        build = s["build"]
+        assert {k: build[k] for k in ("context", "dockerfile")} == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+        args = {k: interpolate(str(v), env_example()) for k, v in build["args"].items()}
+        assert "worker" in args["GAVEL_EXTRAS"].split(","), "a worker runs PyTorch jobs: the worker extra"
+        assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu", "CPU torch unless told otherwise"
+        assert re.fullmatch(r"torch==[0-9.]+", args["TORCH_REQUIREMENT"]), args["TORCH_REQUIREMENT"]
+        # Its own tag: the scheduler's image stays without torch.
+        assert interpolate(s["image"], env_example()) != interpolate(service("policy")["image"], env_example())
+    elif name != "rabbitmq":
         assert s["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
 
 
-@pytest.mark.parametrize("name", ("policy", "mechanism", "estimator", "fleet"))
+@pytest.mark.parametrize("name", LONG_RUNNING)
 def test_each_service_runs_its_own_gavel_serve_command(name: str) -> None:
-    argv = command(name)
+    argv = gavel_argv(name)
     assert argv[:2] == ["serve", name], f"{name}: runs `gavel {shlex.join(argv)}`"
     args = parse_gavel(argv)
     assert args.command == "serve"
@@ -334,9 +411,51 @@ def test_the_cli_service_runs_a_gavel_command() -> None:
 
 
 def test_the_mechanism_and_the_fleet_share_a_clock_and_a_server_size() -> None:
-    mechanism, fleet = parse_gavel(command("mechanism")), parse_gavel(command("fleet"))
+    mechanism, fleet = parse_gavel(gavel_argv("mechanism")), parse_gavel(gavel_argv("fleet"))
+    assert mechanism.time_scale == float(env_example()["TIME_SCALE"]) > 1
     assert (mechanism.time_scale, mechanism.lockstep) == (fleet.time_scale, fleet.lockstep)
     assert mechanism.gpus_per_server == fleet.gpus_per_server
+
+
+@pytest.mark.parametrize("time_scale", ("1", "100"))
+def test_time_scale_1_is_the_wall_clock_that_real_workers_announce(time_scale: str) -> None:
+    """A real worker announces the clock "wall" (its leases end on the wall clock), and a mechanism
+    on any other clock refuses it. `--time-scale 1` would be "scaled x1": TIME_SCALE=1 must mean
+    no --time-scale at all. The fleet follows the same TIME_SCALE, so it never disagrees."""
+    from mechanism_service.clocks import describe_clock
+    from services.cli.serve_cmd import _clock
+
+    for name in ("mechanism", "fleet"):
+        args = parse_gavel(gavel_argv(name, TIME_SCALE=time_scale))
+        clock = describe_clock(_clock(args), lockstep=args.lockstep)
+        assert clock == ("wall" if time_scale == "1" else f"scaled x{time_scale}"), (name, clock)
+    worker_service = (ROOT / "worker_service" / "service.py").read_text()
+    assert 'clock="wall"' in worker_service, "the worker's announced clock changed: revisit TIME_SCALE=1"
+
+
+def test_workers_are_cpu_by_default_share_their_checkpoints_and_scale() -> None:
+    worker = service("worker")
+    args = parse_gavel(gavel_argv("worker"))
+    assert args.device == "cpu"
+    assert args.checkpoint_dir == WORKER_CHECKPOINTS
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in worker["volumes"]}
+    assert mounts.get(WORKER_CHECKPOINTS) in compose()["volumes"], "the checkpoints must be a named volume, shared"
+    # Docker gives a new volume the ownership of its mount point in the image: the image's user's.
+    assert re.search(rf"install -d -o gavel -g gavel [^\n]*{re.escape(WORKER_CHECKPOINTS)}", dockerfile_text())
+    # Every replica a worker of its own: its id and address default to its (unique) hostname.
+    for key in ("container_name", "ports", "hostname"):
+        assert key not in worker, f"worker: {key} prevents `--scale worker=3`"
+    assert args.worker_id is None and args.advertise_host is None and args.server_id is None
+    assert not args.run_dir.startswith(WORKER_CHECKPOINTS), "each worker's own files stay its own"
+    mechanism = parse_gavel(gavel_argv("mechanism"))
+    assert args.gpus % mechanism.gpus_per_server == 0, "the mechanism refuses a worker of a partial server"
+    # A type the throughput table knows, and a speed the worker accepts (it refuses others at start).
+    from services.cli.common import load_table
+    from services.cli.worker_options import parse_speed
+
+    table = load_table(args.throughputs)
+    assert args.accelerator_type in table.accelerator_types
+    parse_speed(args.emulate_speed, args.accelerator_type, table)
 
 
 def test_the_broker_healthcheck_checks_port_connectivity() -> None:
@@ -347,7 +466,7 @@ def test_the_broker_healthcheck_checks_port_connectivity() -> None:
     assert argv == ["rabbitmq-diagnostics", "-q", "check_port_connectivity"]
 
 
-@pytest.mark.parametrize("name", ("policy", "mechanism", "estimator", "fleet"))
+@pytest.mark.parametrize("name", LONG_RUNNING)
 def test_every_gavel_service_is_healthy_only_when_gavel_health_says_so(name: str) -> None:
     hc = service(name)["healthcheck"]
     assert not hc.get("disable")
@@ -368,7 +487,7 @@ def test_the_image_writes_health_where_compose_looks_and_may_write_there() -> No
     assert re.search(rf"install -d -o gavel -g gavel [^\n]*{re.escape(health_dir)}", dockerfile_text())
 
 
-@pytest.mark.parametrize("name", sorted(UP_SERVICES - {"rabbitmq"} | {"cli"}))
+@pytest.mark.parametrize("name", sorted(UP_SERVICES - {"rabbitmq"} | set(TRAINERS) | {"cli"}))
 def test_every_gavel_service_waits_for_a_healthy_broker(name: str) -> None:
     depends = service(name)["depends_on"]
     assert isinstance(depends, dict), f"{name}: depends_on without conditions"
@@ -377,7 +496,7 @@ def test_every_gavel_service_waits_for_a_healthy_broker(name: str) -> None:
         assert how.get("condition") in ("service_started", "service_healthy", "service_completed_successfully"), other
 
 
-@pytest.mark.parametrize("name", sorted(UP_SERVICES))
+@pytest.mark.parametrize("name", sorted(UP_SERVICES | set(TRAINERS)))
 def test_every_long_running_service_restarts(name: str) -> None:
     assert service(name).get("restart") in ("always", "unless-stopped", "on-failure")
     assert service(name).get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
@@ -418,8 +537,11 @@ def test_the_broker_loads_its_config_and_definitions_and_keeps_its_data() -> Non
 
 def test_stop_grace_outlasts_the_graceful_shutdown() -> None:
     shutdown_s = float(env_example()["GAVEL_SHUTDOWN_TIMEOUT_S"])
-    for name in ("policy", "mechanism", "estimator", "fleet"):
-        assert seconds(service(name).get("stop_grace_period", "10s")) > shutdown_s, name
+    for name in LONG_RUNNING:
+        grace_s = shutdown_s
+        if name == "worker":  # then each job gets --kill-grace-s to checkpoint and exit
+            grace_s += parse_gavel(gavel_argv(name)).kill_grace_s
+        assert seconds(service(name).get("stop_grace_period", "10s")) > grace_s, name
 
 
 def test_env_example_defines_every_variable_the_compose_file_uses() -> None:
@@ -619,6 +741,10 @@ def test_no_user_may_publish_another_services_messages(name: str) -> None:
     topic = topic_permissions_of(spec.user)
     assert topic is not None
     theirs = {k for other, s in SERVICES.items() if other != name for k in s.publishes}
+    if name == "mechanism":
+        # worker.cmd.<id>.* is the mechanism's to command workers with, the workers' gang rendezvous
+        # included: it may run any command on a worker anyway, so a rendezvous gives it nothing more.
+        theirs = {k for k in theirs if not k.startswith("worker.cmd.")}
     forged = sorted(k for k in theirs - set(spec.publishes) if rabbit_matches(topic["write"], k, spec.user))
     assert not forged, f"{spec.user} may publish {forged}"
 
@@ -631,9 +757,38 @@ def test_no_user_may_bind_to_all_traffic(name: str) -> None:
     for key in ("#", "*.#", "#.#", "*.*", "worker.#", "allocation.#"):
         assert not rabbit_matches(topic["read"], key, spec.user), f"{spec.user} may bind {key!r}"
     if name != "mechanism":
-        # Commands for workers: only the fleet, and only per worker (no wildcard worker id).
+        # Commands for workers: only the fleet and the workers, per worker (no wildcard worker id).
         for key in ("worker.cmd.#", "worker.cmd.*.*", "worker.cmd.*.run"):
             assert not rabbit_matches(topic["read"], key, spec.user), f"{spec.user} may bind {key!r}"
+
+
+def test_the_worker_user_has_exactly_least_privilege() -> None:
+    """Every real worker connects as gavel-worker: its own queues gavel.worker.<id> (configure,
+    write, read), the exchanges and the dead-letter queue every service declares at start, none of
+    the mechanism's queues; it publishes only registrations, heartbeats, progress and gang
+    rendezvous, and binds only per-worker commands and round starts. (One user for every worker:
+    a worker could bind another worker's commands. A multi-tenant cluster gives each worker a user
+    of its own, pinned to its worker id: docs/deploy.md, section 5.)"""
+    assert permissions_of("gavel-worker") == {
+        "user": "gavel-worker",
+        "vhost": VHOST,
+        "configure": r"^(gavel|gavel\.dlx|gavel\.dead-letters|gavel\.worker\..+)$",
+        "write": r"^(gavel|gavel\.dlx|gavel\.dead-letters|gavel\.worker\..+)$",
+        "read": r"^(gavel|gavel\.dlx|gavel\.worker\..+)$",
+    }
+    assert topic_permissions_of("gavel-worker") == {
+        "user": "gavel-worker",
+        "vhost": VHOST,
+        "exchange": EXCHANGE,
+        "write": r"^(worker\.(registered|heartbeat)|job\.progress|worker\.cmd\.[^.*#]+\.rendezvous)$",
+        "read": r"^(worker\.cmd\.[^.*#]+\.[^.]+|round\.started)$",
+    }
+    perms, topic = permissions_of("gavel-worker"), topic_permissions_of("gavel-worker")
+    for queue in ("gavel.mechanism.submissions", "gavel.mechanism.progress", "gavel.mechanism.workers", DEAD_LETTERS):
+        assert not rabbit_matches(perms["read"], queue), queue
+    for forged in ("worker.cmd.v1-1.run", "worker.cmd.v1-1.kill", "worker.cmd.v1-1.fenced", "job.completed", "round.started"):
+        assert not rabbit_matches(topic["write"], forged), forged
+    assert not any(rabbit_matches(topic["read"], k) for k in ("job.progress", "job.submitted", "round.*", "worker.heartbeat"))
 
 
 def test_the_admin_may_do_anything_in_the_vhost() -> None:
@@ -1029,6 +1184,17 @@ def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]
             cases.append((name, f"take from {DEAD_LETTERS}", get(DEAD_LETTERS), "refused"))
     cases.append(("cli", "passively declare the submissions queue", passive("gavel.mechanism.submissions"), "ok"))
     cases.append(("cli", "take a submission", get("gavel.mechanism.submissions"), "refused"))
+    # A real worker: its own queue and its reports, nothing of the mechanism's, no other's commands.
+    worker_queue, worker_bindings = SERVICES["worker"].queues[0], SERVICES["worker"].bindings
+    cases += [
+        ("worker", f"declare {worker_queue}, bind {', '.join(worker_bindings)}", subscribe(worker_queue, worker_bindings), "ok"),
+        ("worker", "publish job.progress", publish(key(JobProgress)), "ok"),
+        ("worker", "publish a rendezvous to a peer", publish(key(GangRendezvous, worker_id="k80-3")), "ok"),
+        ("worker", "consume the submissions", subscribe("gavel.mechanism.submissions", ("job.submitted",)), "refused"),
+        ("worker", "take a submission", get("gavel.mechanism.submissions"), "refused"),
+        ("worker", "publish worker.cmd.k80-3.run", publish(key(RunJobs, worker_id="k80-3")), "refused"),
+        ("worker", "bind every worker's commands", subscribe(worker_queue, ("worker.cmd.*.*",)), "refused"),
+    ]
 
     async def run_all() -> list[str]:
         wrong = []
@@ -1044,9 +1210,10 @@ def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]
 
 @pytest.fixture(scope="module")
 def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """docker-compose.yml's four services, each started as a local process with the command and
-    environment compose gives it (the broker and the paths pointed at this machine), as its own
-    user on the imported definitions. Yields {"dir": Path, "env": the cli's environment}."""
+    """What `docker compose up` starts with .env.example's profile (policy, mechanism, estimator,
+    fleet), each a local process with the entrypoint, command and environment compose gives it (the
+    broker and the paths pointed at this machine), as its own user on the imported definitions.
+    Yields {"dir": Path, "env": the cli's environment, "env_for": service -> its environment, ...}."""
     run = tmp_path_factory.mktemp("deploy-run")
     gavel = str(Path(sys.executable).with_name("gavel"))  # the venv's console script
 
@@ -1057,6 +1224,8 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
         env["GAVEL_HEALTH_FILE"] = str(run / f"{name}.json")
         if "GAVEL_JOURNAL_PATH" in env:
             env["GAVEL_JOURNAL_PATH"] = str(run / "mechanism.sqlite")
+        # `gavel` in an entrypoint snippet is the venv's, as the image's is on its PATH
+        env["PATH"] = os.pathsep.join([os.path.dirname(gavel), env.get("PATH", os.defpath)])
         return env
 
     processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -1065,9 +1234,9 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
         stack.callback(_stop, processes)
         for name in ("policy", "mechanism", "estimator", "fleet"):
             log = open(run / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-            argv = [gavel, *command(name)]
+            argv = container_argv(name, gavel)
             processes[name] = subprocess.Popen(argv, env=env_for(name), stdout=log, stderr=subprocess.STDOUT)
-        yield {"dir": run, "env": env_for("cli"), "gavel": gavel, "processes": processes}
+        yield {"dir": run, "env": env_for("cli"), "env_for": env_for, "gavel": gavel, "processes": processes}
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -1149,3 +1318,41 @@ def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str,
     assert cancelled.returncode == 1 and "has already completed" in cancelled.stderr, cancelled.stderr
     letters = _gavel(services_running, "bus", "dead-letters", "--json")
     assert letters.returncode == 0 and json.loads(letters.stdout) == [], letters.stdout
+
+
+@pytest.mark.slow
+def test_a_real_worker_joins_as_its_user_and_a_time_scaled_mechanism_refuses_it(services_running: dict[str, Any]) -> None:
+    """compose's `worker` service as a local process, as gavel-worker (its checkpoint and run
+    directories pointed at this machine): it becomes healthy, so its user may declare its queue,
+    bind its commands and announce itself. The mechanism of .env.example's defaults runs
+    TIME_SCALE times faster than the wall clock, for the simulated fleet: it refuses the worker,
+    and says why, rather than lease it jobs whose leases would never end in time."""
+    test_the_compose_services_run_as_their_users(services_running)
+    run = services_running["dir"]
+    argv = container_argv("worker", services_running["gavel"])
+    for flag in ("--checkpoint-dir", "--run-dir"):
+        argv[argv.index(flag) + 1] = str(run / flag.removeprefix("--"))
+    env = services_running["env_for"]("worker")
+    with open(run / "worker.log", "wb") as log:
+        worker = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=run)
+    services_running["processes"]["worker"] = worker  # stopped with the others, should this fail
+    hc = service("worker")["healthcheck"]["test"][2:]
+    health = [*hc[:1], env["GAVEL_HEALTH_FILE"], *hc[2:]]
+    deadline = time.monotonic() + 60
+    while _gavel(services_running, *health).returncode != 0:
+        assert worker.poll() is None, f"the worker exited\n{_logs(services_running)}"
+        assert time.monotonic() < deadline, f"the worker never got healthy\n{_logs(services_running)}"
+        time.sleep(0.5)
+    worker_id = f"{socket.gethostname()}-{parse_gavel(gavel_argv('worker')).accelerator_type}"  # its default id
+    deadline = time.monotonic() + 30
+    while True:
+        answer = _gavel(services_running, "cluster", "--json", "--timeout-s", "20")
+        assert answer.returncode == 0, answer.stderr
+        refused = json.loads(answer.stdout).get("workers_refused") or {}
+        if worker_id in refused or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert worker_id in refused, f"{refused}\n{_logs(services_running)}"
+    assert "clock" in refused[worker_id] and "wall" in refused[worker_id], refused[worker_id]
+    worker.terminate()
+    assert worker.wait(timeout=60) == 0, _logs(services_running)
