@@ -141,7 +141,9 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
 
 def _clock(args: argparse.Namespace) -> Clock:
     scale = getattr(args, "time_scale", None)
-    return ScaledClock(scale) if scale else WallClock()
+    # x1 is the wall clock (so a mechanism started with --time-scale 1 accepts real workers, which
+    # announce "wall")
+    return ScaledClock(scale) if scale and scale != 1 else WallClock()
 
 
 def default_journal_path(settings: Settings) -> pathlib.Path:

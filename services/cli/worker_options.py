@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from common.config import Settings
 from common.throughputs import ThroughputTable
 from services.cli.common import CommandFailed, positive_int, positive_number
 
+WORKER_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 SPEED_HELP = (
     "emulate a slower accelerator on this machine: each step is stretched to 1/FACTOR of its time "
     "(FACTOR in (0, 1]); 'table': per job type, its speed on --type relative to its fastest type in the "
@@ -99,7 +101,13 @@ def worker_config(args: argparse.Namespace, settings: Settings, table: Throughpu
         known = ", ".join(t for t in table.accelerator_types if not t.endswith("_unconsolidated"))
         raise CommandFailed(f"--type: the throughput table has no accelerator type {args.accelerator_type!r} (known: {known})", exit_code=2)
     check_device(args.device)
-    worker_id = args.worker_id or f"{socket.gethostname()}-{args.accelerator_type}"
+    if args.worker_id is not None and not WORKER_ID.fullmatch(args.worker_id):
+        raise CommandFailed(
+            f"--worker-id {args.worker_id!r}: letters, digits, '-' and '_' only (it is one word of the routing "
+            "key worker.cmd.<id>.run)", exit_code=2,
+        )
+    # the host name's dots would split the routing key: a fully qualified name becomes one word
+    worker_id = args.worker_id or re.sub(r"[^A-Za-z0-9_-]+", "-", f"{socket.gethostname()}-{args.accelerator_type}")
     state = Path(settings.state_dir)
     checkpoint_dir = Path(args.checkpoint_dir or state / "checkpoints").absolute()
     run_dir = Path(args.run_dir or state / f"worker-{worker_id}").absolute()

@@ -301,10 +301,11 @@ def environment(name: str) -> dict[str, str]:
     return {k: interpolate(str(v), env_example()) for k, v in env.items()}
 
 
-def command(name: str) -> list[str]:
+def command(name: str, **env: str) -> list[str]:
+    """The service's command, its ${...} filled in from .env.example (and ``env``, as a .env would)."""
     cmd = service(name)["command"]
     argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
-    return [interpolate(a, env_example()) for a in argv]
+    return [interpolate(a, {**env_example(), **env}) for a in argv]
 
 
 def entrypoint(name: str) -> list[str] | None:
@@ -326,7 +327,7 @@ def gavel_argv(name: str, **env: str) -> list[str]:
     """The arguments `gavel` ends up with in the service's container: its entrypoint run by /bin/sh,
     in its compose environment (plus ``env``), with a stand-in `gavel` that prints them."""
     if entrypoint(name) is None:
-        return command(name)
+        return command(name, **env)
     stub_dir = _gavel_stub()
     full_env = {"PATH": f"{stub_dir}{os.pathsep}{os.defpath}", **environment(name), **env}
     out = subprocess.run(container_argv(name), env=full_env, capture_output=True, text=True, timeout=30)
@@ -420,8 +421,8 @@ def test_the_mechanism_and_the_fleet_share_a_clock_and_a_server_size() -> None:
 @pytest.mark.parametrize("time_scale", ("1", "100"))
 def test_time_scale_1_is_the_wall_clock_that_real_workers_announce(time_scale: str) -> None:
     """A real worker announces the clock "wall" (its leases end on the wall clock), and a mechanism
-    on any other clock refuses it. `--time-scale 1` would be "scaled x1": TIME_SCALE=1 must mean
-    no --time-scale at all. The fleet follows the same TIME_SCALE, so it never disagrees."""
+    on any other clock refuses it: TIME_SCALE=1 (`--time-scale 1`) must be the wall clock. The fleet
+    follows the same TIME_SCALE, so it never disagrees."""
     from mechanism_service.clocks import describe_clock
     from services.cli.serve_cmd import _clock
 
