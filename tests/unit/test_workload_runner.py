@@ -1,0 +1,169 @@
+"""``python -m worker_service.workloads`` as a person and as a worker run it: real subprocesses,
+real torch, the real lease iterator (no mocks).
+
+Cost: about 20-25 s on a 2-core CPU, nearly all of it interpreter and torch start-up (about 3 s
+per process that trains): a run by hand, a bad data directory, a 2-rank gloo gang (two processes
+at once), and two leases under a simulated worker. An unknown job type exits before torch is
+imported. Every subprocess runs with one thread (OMP_NUM_THREADS, GAVEL_NUM_THREADS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.unit.test_workloads import assert_same
+from worker_service.workloads import entry_for
+from worker_service.workloads.runner import UsageError, main, parse_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHEAPEST = "A3C"  # about 12 ms a step at "small" (docs/workloads.md)
+TIMEOUT_S = 120
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without any worker or gang variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_") and k not in ("RANK", "WORLD_SIZE")}
+    env.update(OMP_NUM_THREADS="1", GAVEL_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+def start(*args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker_service.workloads", *args],
+        cwd=ROOT, env=environment(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"the runner did not finish in {TIMEOUT_S} s; stderr: {err[-2000:]}")
+    return process.returncode, out, err
+
+
+def run(*args: str, **env: str) -> tuple[int, str, str]:
+    return finish(start(*args, **env))
+
+
+def parameters(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return torch.load(checkpoint / "state.pt", weights_only=True)["model"]
+
+
+# -- by hand ------------------------------------------------------------------------------------------
+
+
+def test_by_hand_it_trains_the_steps_and_checkpoints_them(tmp_path):
+    code, out, err = run("--job-type", "Transformer (batch size 16)", "--steps", "3", "--checkpoint-dir", str(tmp_path))
+    assert (code, out, err) == (0, "", "")  # quiet by default
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3"]
+    assert parameters(tmp_path / "step-3")
+
+
+def test_an_unknown_job_type_is_exit_2_and_one_line():
+    code, out, err = run("--job-type", "ResNet-19 (batch size 32)")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "unknown job type 'ResNet-19 (batch size 32)'" in err and "CycleGAN" in err
+
+
+def test_a_bad_data_dir_is_exit_2_and_one_line_naming_what_was_expected(tmp_path):
+    code, out, err = run("--job-type", "LM (batch size 5)", "--steps", "2", "--data-dir", str(tmp_path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "train.txt" in err and "Traceback" not in err
+
+
+def test_flags_and_environment_are_checked_in_process(capsys):
+    assert main(["--job-type", "A3C", "--steps", "0"], {}) == 2
+    assert main(["--job-type", "A3C", "--bogus"], {}) == 2
+    assert main(["--job-type", "A3C"], {"GAVEL_NUM_THREADS": "many"}) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and "--steps must be" in lines[0] and "--bogus" in lines[1] and "GAVEL_NUM_THREADS" in lines[2]
+    on_gpu = parse_settings(["--job-type", "A3C"], {"GAVEL_DEVICE": "cuda", "RANK": "1", "WORLD_SIZE": "2"})
+    assert (on_gpu.device, on_gpu.size, on_gpu.rank, on_gpu.world_size, on_gpu.threads) == ("cuda:0", "full", 1, 2, 1)
+    assert parse_settings(["--job-type", "A3C", "--device", "cpu"], {"GAVEL_DEVICE": "cuda"}).size == "small"
+    with pytest.raises(UsageError, match="device must be cpu or cuda"):
+        parse_settings(["--job-type", "A3C", "--device", "tpu"], {})
+
+
+# -- a gang -------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_two_rank_gloo_gang_trains_and_rank_0_saves(tmp_path):
+    port = str(free_port())
+    ranks = [
+        start("--job-type", CHEAPEST, "--steps", "2", "--checkpoint-dir", str(tmp_path),
+              MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2")
+        for rank in (0, 1)
+    ]
+    results = [finish(p) for p in ranks]
+    assert [code for code, _, _ in results] == [0, 0], [err[-2000:] for _, _, err in results]
+    # One checkpoint, written by rank 0 alone (no directory, not even an empty one, from rank 1).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2"]
+    assert sorted(p.name for p in (tmp_path / "step-2").iterdir()) == ["state.pt"]
+    assert all(t.isfinite().all() for t in parameters(tmp_path / "step-2").values())
+
+
+# -- under a worker -----------------------------------------------------------------------------------
+
+
+def lease(path: Path, lease_id: str, step_budget: int) -> None:
+    body = {"lease_id": lease_id, "round_id": int(lease_id.split(":")[0]), "lease_end_unix_s": time.time() + 3600,
+            "step_budget": step_budget, "stop": False}
+    path.write_text(json.dumps(body))
+
+
+def test_under_a_worker_it_runs_its_lease_budget_and_resumes_where_credited(tmp_path):
+    lease_file, progress_file, checkpoints = tmp_path / "lease.json", tmp_path / "progress.json", tmp_path / "ckpt"
+    worker = {"GAVEL_LEASE_FILE": str(lease_file), "GAVEL_PROGRESS_FILE": str(progress_file),
+              "GAVEL_CHECKPOINT_DIR": str(checkpoints), "GAVEL_JOB_ID": "7"}
+    args = ("--job-type", CHEAPEST, "--steps", "1000")  # --steps is the by-hand limit: a lease overrides it
+
+    lease(lease_file, "1:0", step_budget=4)
+    code, _, err = run(*args, **worker)
+    assert code == 0, err[-2000:]
+    progress = json.loads(progress_file.read_text())
+    assert (progress["state"], progress["done"], progress["step"], progress["lease_steps"]) == ("exited", True, 4, 4)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]
+
+    lease(lease_file, "2:0", step_budget=3)
+    code, _, err = run(*args, **worker, GAVEL_RESUME_STEP="4")
+    assert code == 0, err[-2000:]
+    progress = json.loads(progress_file.read_text())
+    assert (progress["state"], progress["done"], progress["lease_steps"], progress["step"]) == ("exited", True, 3, 7)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4", "step-7"]
+    before, after = parameters(checkpoints / "step-4"), parameters(checkpoints / "step-7")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # ... and they are step 4's continued: the same three steps from step 4's checkpoint, here.
+    assert_same(after, continued(CHEAPEST, checkpoints / "step-4", steps=3))
+
+
+def continued(job_type: str, checkpoint: Path, steps: int) -> dict[str, torch.Tensor]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the subprocess ran: the same reductions, the same bits
+    try:
+        job = entry_for(job_type).build()
+        job.load_state_dict(torch.load(checkpoint / "state.pt", weights_only=True))
+        batches = iter(job.data)
+        for _ in range(steps):
+            job.train_step(next(batches))
+        return job.model.state_dict()
+    finally:
+        torch.set_num_threads(threads)
