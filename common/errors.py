@@ -23,7 +23,10 @@
     │                          file, line and column (or field)
     ├── JournalError           the mechanism's journal cannot be opened (a directory, not SQLite,
     │                          another application's database, a directory that cannot be made)
-    └── ServiceError           a service cannot start or keeps failing; names the service
+    ├── ServiceError           a service cannot start or keeps failing; names the service
+    └── WorkloadError          (worker_service.workloads, also a ValueError) a catalog workload
+        ├── UnknownWorkloadError  a job type the catalog has no workload for; lists the families
+        └── DataDirError       a --data-dir without the files its family reads; says which
 
 Errors carry a human-readable message that names the offending thing (a variable, a field, a
 queue), so the CLI can print one line and exit 2 without a traceback.
