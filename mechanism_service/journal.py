@@ -4,7 +4,10 @@ Two tables:
 - ``events``: every input the mechanism accepted (a worker registered, a job submitted, a lease's
   progress, an allocation), as the wire bytes it arrived in, with the mechanism's time of
   acceptance (``at_s``: a live job's arrival), appended *before* the message is acknowledged.
-  Append-only: it is also the audit trail the fault tests check invariants on.
+  Also the mechanism's own inputs that a replay must not decide again: ``epoch`` (a start; the
+  body is the epoch as ASCII digits) and ``lost`` (a worker declared lost, which depends on time;
+  the body is the WorkerFenced it was told). Append-only: it is also the audit trail the fault
+  tests check invariants on.
 - ``snapshot``: one row, the mechanism's whole memory at a round boundary (pickled: a local file
   the mechanism itself wrote), written *before* the boundary's commands are published, with the
   last event it includes. Boundaries that only admit jobs (a trace arriving) skip it: replaying

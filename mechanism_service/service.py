@@ -19,7 +19,14 @@ same schedule as the in-process simulator.
 
 Durability: with a journal, every accepted input is written before it is acknowledged, and the
 whole memory at each boundary before its commands go out (mechanism_service/journal.py); a
-restarted mechanism resumes from it.
+restarted mechanism resumes from it. Each start is a new incarnation (``memory.epoch``), which
+every command carries.
+
+Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"): with
+``settings.worker_grace_s``, a worker that sent heartbeats and then falls silent for longer than
+the grace is declared lost (a decision journaled as an input): its GPUs leave, its leases end at
+once, it is fenced (WorkerFenced), and the allocation is solved again. A job whose process
+crashes ``max_failed_attempts`` leases in a row fails.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from common.messages import (
     JobProgress,
     JobRejected,
     JobSubmitted,
+    KillJobs,
     RoundEnded,
     RoundStarted,
     RunJobs,
@@ -56,14 +64,18 @@ from common.messages import (
     StatusRequested,
     SubmissionsSealed,
     ThroughputEstimated,
+    WorkerFenced,
+    WorkerHeartbeat,
     WorkerRegistered,
 )
 from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
 from common.topics import POLICY_REQUEST_QUEUE
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
+from mechanism_service.core import attempts as attempts_core
 from mechanism_service.core import status as status_core
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
+from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
 from mechanism_service.core.reducers import (
@@ -74,6 +86,7 @@ from mechanism_service.core.reducers import (
     add_server,
     apply_allocation,
     remove_job,
+    remove_server,
     withdraw_job,
 )
 from mechanism_service.core.rounds import (
@@ -101,6 +114,7 @@ SNAPSHOT_EVERY_EVENTS = 20_000  # at most this many inputs replayed after a rest
 # (the rest go at the next boundary).
 SOLVES_PER_BOUNDARY = 8
 MAX_WORKER_GPUS = 1024
+NO_LAUNCH = ("", "")  # a job's command and working directory when it gave neither: its type's catalog entry
 NO_ANSWER_GRACE_S = 2.0  # a policy replica answers in milliseconds; after this, ask who listens
 
 
@@ -141,6 +155,15 @@ class Memory:
     estimates: dict[str, str] = dataclasses.field(default_factory=dict)  # job id -> provenance
     observations: status_core.Observations = dataclasses.field(default_factory=status_core.Observations)
     allocations: dict[str, bytes] = dataclasses.field(default_factory=dict)  # replies replayed from the journal
+    epoch: int = 0  # this mechanism's incarnation: one more at every start; every command carries it
+    # job id -> (command, working directory) for the jobs that gave either (JobSpec); here, not in
+    # NewJob or JobState, whose slotted pickles in older snapshots could not take a new field
+    launch: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # watched workers (they sent a heartbeat) -> when they were last heard, mechanism time
+    last_heard_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    lost_workers: dict[str, dict[str, object]] = dataclasses.field(default_factory=dict)  # id -> type, gpus, lost_at_s, reason
+    ended_leases: dict[str, str] = dataclasses.field(default_factory=dict)  # running round's leases ended early -> why
+    resolve_now: bool = False  # a worker was lost: solve again at the next boundary, whatever the interval
 
 
 def _upgraded(memory: Memory) -> Memory:
@@ -223,6 +246,8 @@ class MechanismService:
         self._log = log.bind(policy=policy, preset=settings.preset)
         self._commit_waiter: asyncio.Future[None] | None = None
         self._idle_boundaries = 0  # boundaries in a row that ran nothing while jobs waited
+        self._watch_task: asyncio.Task[None] | None = None
+        self._refenced_at_s: dict[str, float] = {}  # lost worker -> when it was last told again
 
     # -- views for drivers and tests --------------------------------------------------------------
 
@@ -256,7 +281,9 @@ class MechanismService:
         self._bus = bus
         if self._journal is not None:
             await self._recover(self._journal)
-        await bus.subscribe("mechanism.workers", [WorkerRegistered.ROUTING_KEY], self.on_worker)
+        self._begin_epoch()
+        # Registrations and heartbeats on one queue: a worker's heartbeat follows its registration.
+        await bus.subscribe("mechanism.workers", [WorkerRegistered.ROUTING_KEY, WorkerHeartbeat.ROUTING_KEY], self.on_worker)
         # Several handlers at a time so that their journal writes share a commit; each records
         # and applies its message before its first await, so arrival order is kept.
         await bus.subscribe(
@@ -272,14 +299,31 @@ class MechanismService:
         await bus.subscribe("mechanism.status", [StatusRequested.ROUTING_KEY], self.on_status)
         if self.memory.commands:
             await self._republish()
-        self._loop_task = asyncio.get_running_loop().create_task(self._round_loop(), name="mechanism-rounds")
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._round_loop(), name="mechanism-rounds")
+        if self._settings.worker_grace_s is not None:
+            self._watch_task = loop.create_task(self._watch_workers(self._settings.worker_grace_s), name="mechanism-workers")
 
     async def stop(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for task in (self._loop_task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._journal is not None:
             self._journal.close()
+
+    def _begin_epoch(self) -> None:
+        """A new incarnation: its epoch is journaled at once (a second restart before the next
+        snapshot must not reuse it), and every watched worker gets a fresh grace (nothing could be
+        heard while the mechanism was down)."""
+        memory = self.memory
+        memory.epoch += 1
+        now_s = self._clock.now_s()
+        memory.last_heard_s = dict.fromkeys(memory.last_heard_s, now_s)
+        if self._journal is not None:
+            self._journal.append("epoch", str(memory.epoch).encode(), now_s)
+            self._journal.commit()
+        self._log = self._log.bind(epoch=memory.epoch)
 
     # -- handlers: journal what arrived, wake the loop --------------------------------------------
 
@@ -322,6 +366,9 @@ class MechanismService:
 
     async def on_worker(self, d: Delivery) -> None:
         w = d.message
+        if isinstance(w, WorkerHeartbeat):
+            await self._on_heartbeat(w)
+            return
         assert isinstance(w, WorkerRegistered)
         if any(w.worker_id == known for known, _ in self.memory.servers.get(w.accelerator_type, ())):
             return  # registered already (a periodic re-announcement, or a redelivery)
@@ -362,10 +409,109 @@ class MechanismService:
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
         self._cluster_grew = True
         self._job_types_here = None
+        rejoined = memory.lost_workers.pop(w.worker_id, None) is not None  # a lost worker comes back as a new server
         if memory.state is not None:  # joined a running cluster
             ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._isolated, self._pair)
             memory.worker_of.update({gpu: (w.worker_id, k) for k, gpu in enumerate(ids)})
-            self._log.info("worker_joined", worker_id=w.worker_id, accelerator_type=w.accelerator_type, gpus=w.gpu_count)
+            self._log.info(
+                "worker_rejoined" if rejoined else "worker_joined", worker_id=w.worker_id,
+                accelerator_type=w.accelerator_type, gpus=w.gpu_count,
+            )
+
+    async def _on_heartbeat(self, beat: WorkerHeartbeat) -> None:
+        """A registered worker is watched from its first heartbeat on (not journaled: liveness is
+        observed, and a restart gives every watched worker a fresh grace). A lost worker that
+        still beats missed its fence, or was cut off and is back: it is told again (at most once a
+        grace), since it must stop its jobs and register anew."""
+        memory = self.memory
+        now_s = self._clock.now_s()
+        lost = memory.lost_workers.get(beat.worker_id)
+        if lost is not None:
+            grace_s = self._settings.worker_grace_s or 0.0
+            if now_s - self._refenced_at_s.get(beat.worker_id, -NO_DEADLINE_S) >= grace_s:
+                self._refenced_at_s[beat.worker_id] = now_s
+                await self._publish(WorkerFenced(beat.worker_id, memory.epoch, str(lost["reason"])))
+            return
+        if self._registered(beat.worker_id):
+            memory.last_heard_s[beat.worker_id] = now_s
+
+    def _registered(self, worker_id: str) -> bool:
+        return any(worker_id == known for servers in self.memory.servers.values() for known, _ in servers)
+
+    # -- workers that fall silent -------------------------------------------------------------------
+
+    async def _watch_workers(self, grace_s: float) -> None:
+        """Declare lost the watched workers silent for longer than the grace (on the mechanism's
+        clock), each at most a margin after its deadline."""
+        memory = self.memory
+        try:
+            while True:
+                for worker_id in silent_workers(memory.last_heard_s, grace_s, self._clock.now_s()):
+                    now_s = self._clock.now_s()
+                    heard_s = memory.last_heard_s.get(worker_id)
+                    if heard_s is not None and now_s - heard_s > grace_s:  # not heard meanwhile
+                        await self._declare_lost(worker_id, silence_reason(heard_s, grace_s, now_s), now_s)
+                await self._clock.sleep(next_check_s(memory.last_heard_s, grace_s, self._clock.now_s()))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._log.exception("worker_watch_crashed")
+            self.crashed.set()
+            raise
+
+    async def _declare_lost(self, worker_id: str, reason: str, now_s: float) -> None:
+        """Journal the decision (it depends on time: a replay applies it, never decides again),
+        apply it, then tell the worker and the rest of its gangs."""
+        fence = WorkerFenced(worker_id, self.memory.epoch, reason)
+        if self._journal is not None:
+            self._journal.append("lost", DEFAULT_CODEC.encode(fence, source=self.name, sent_at_s=now_s), now_s)
+        gpus, ended, kills = self._apply_loss(worker_id, reason, now_s)
+        await self._durable()
+        self._log.warning(
+            "worker_lost", worker_id=worker_id, reason=reason, gpus=gpus, leases_ended=ended,
+            action="its GPUs leave the cluster; its jobs run again elsewhere from their last credited steps",
+        )
+        self._refenced_at_s[worker_id] = now_s
+        await self._publish(fence)  # not mandatory: a dead worker's queue may be gone
+        for kill in kills:
+            await self._publish(kill)
+
+    def _apply_loss(self, worker_id: str, reason: str, now_s: float) -> tuple[int, list[str], list[KillJobs]]:
+        """The worker's GPUs leave (core.reducers.remove_server); its leases in the running round
+        end now, with what they reported so far; the allocation is solved again at the next
+        boundary. Returns its GPU count, the leases ended, and the kills for the other workers of
+        its gangs."""
+        memory = self.memory
+        found = next(((w, count) for w, servers in memory.servers.items() for known, count in servers if known == worker_id), None)
+        if found is None:
+            return 0, [], []  # not registered (lost already)
+        accelerator_type, gpus = found
+        memory.servers[accelerator_type].remove((worker_id, gpus))
+        memory.last_heard_s.pop(worker_id, None)
+        memory.lost_workers[worker_id] = {"accelerator_type": accelerator_type, "gpus": gpus, "lost_at_s": now_s, "reason": reason}
+        self._job_types_here = None
+        gone = sorted(g for g, (known, _) in memory.worker_of.items() if known == worker_id)
+        ended, kills = [], []
+        for lease_id, lease in memory.expected.items():
+            if lease_id in memory.ended_leases or not set(gone).intersection(lease.placement.worker_ids):
+                continue
+            if len(memory.reports.get(lease_id, [])) >= len(lease.entry):
+                continue  # reported in full before the loss: settled as it is
+            memory.ended_leases[lease_id] = f"worker {worker_id} lost: {reason}"
+            ended.append(lease_id)
+            kills += [
+                KillJobs(other, memory.round_id - 1, lease_id, memory.epoch, f"worker {worker_id} of this gang was lost")
+                for other, _ in self._workers_of(lease.placement)
+                if other != worker_id
+            ]
+        if memory.state is not None and gone:
+            remove_server(memory.state, accelerator_type, gone)
+            memory.resolve_now = True
+        for gpu in gone:
+            del memory.worker_of[gpu]
+        if memory.expected and self._round_complete():
+            self._wake.set()  # the round waited only for this worker: it ends now, not at its timeout
+        return gpus, ended, kills
 
     async def on_submitted(self, d: Delivery) -> None:
         """The submissions queue: jobs, the seal that ends a batch, and cancels (in the order they
@@ -405,6 +551,9 @@ class MechanismService:
             assert receipt.job is not None
             memory.observations.rejected.pop(job_id, None)  # refused before, right this time
             memory.submitted.append(receipt.job)
+            spec = message.spec
+            if spec.command or spec.working_dir:  # most jobs run their type's catalog entry: nothing to keep
+                memory.launch[job_id] = (spec.command, spec.working_dir)
         elif receipt.outcome == "refused":
             memory.observations.rejected[job_id] = receipt.reason
         elif receipt.outcome == "conflict":
@@ -437,10 +586,34 @@ class MechanismService:
         if changed:
             self._record("cancel", d, now_s)
         await self._durable()
+        if changed:
+            for kill in self._kills_for_cancel(message.job_id, message.reason):
+                self._log.info("lease_killed", job_id=message.job_id, worker_id=kill.worker_id, lease_id=kill.lease_id)
+                await self._publish(kill)  # not mandatory: a worker that is gone runs nothing
         if event is not None:
             await self._publish(event, f"job-end:{event.job_id}")  # again if it was before: deduplicated
         if message.reply_to:
             await self._reply(message.request_id, message.reply_to, answer, d)
+
+    def _kills_for_cancel(self, job_id: str, reason: str) -> list[KillJobs]:
+        """A cancelled job that runs now is stopped now (a real worker would run it to its lease's
+        end otherwise; its steps so far still count). Only a lease it runs alone: a packed
+        partner keeps its round."""
+        memory = self.memory
+        state = memory.state
+        if state is None or job_id not in memory.cancelling:
+            return []
+        for lease_id, lease in memory.expected.items():
+            job = state.jobs.get(lease.entry[0])
+            if len(lease.entry) != 1 or job is None or job.job_id != job_id:
+                continue
+            if lease_id in memory.ended_leases or memory.reports.get(lease_id):
+                return []  # over already
+            return [
+                KillJobs(worker_id, memory.round_id - 1, lease_id, memory.epoch, f"cancelled: {reason}")
+                for worker_id, _ in self._workers_of(lease.placement)
+            ]
+        return []
 
     def _cancel(self, job_id: str, reason: str, now_s: float) -> tuple[bool, dict[str, object], JobCancelled | None]:
         """(whether anything changed, the answer for the asker, the terminal event to publish).
@@ -455,6 +628,7 @@ class MechanismService:
         if waiting:
             memory.submitted = [j for j in memory.submitted if j.job_id != job_id]
             memory.held = [(j, why) for j, why in memory.held if j.job_id != job_id]
+            memory.launch.pop(job_id, None)
             obs.cancelled[job_id] = {**status_core.pending_row(waiting[0], "cancelled", reason), "cancelled_at_s": now_s}
             self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=False)
             return True, {"job_id": job_id, "state": "cancelled", "reason": reason}, JobCancelled(job_id, reason, now_s, 0)
@@ -480,23 +654,42 @@ class MechanismService:
         report = d.message
         assert isinstance(report, JobProgress)
         if not self._accepts(report):
+            if self._fenced(report):
+                self._log.info(
+                    "report_refused", job_id=report.job_id, worker_id=report.worker_id, lease_id=report.lease_id,
+                    reason="fenced: its worker was declared lost and its lease ended",
+                )
             return  # a stale or duplicate report (at-least-once delivery): already counted
         self._record("progress", d)
         self._apply_progress(report)
         await self._durable()
 
     def _accepts(self, report: JobProgress) -> bool:
-        if report.lease_id not in self.memory.expected:
+        memory = self.memory
+        if report.lease_id not in memory.expected or self._fenced(report):
             return False
-        return not any(r.job_id == report.job_id for r in self.memory.reports.get(report.lease_id, []))
+        return not any(r.job_id == report.job_id for r in memory.reports.get(report.lease_id, []))
+
+    def _fenced(self, report: JobProgress) -> bool:
+        """From a worker declared lost, or for a lease that ended with it: its steps are not
+        counted (the lease was settled without them, and the job may run elsewhere already)."""
+        return report.worker_id in self.memory.lost_workers or report.lease_id in self.memory.ended_leases
 
     def _apply_progress(self, report: JobProgress) -> None:
-        self.memory.reports.setdefault(report.lease_id, []).append(report)
+        memory = self.memory
+        memory.reports.setdefault(report.lease_id, []).append(report)
+        measured = attempts_core.measured(report)
+        if measured is not None:
+            memory.observations.measured[report.job_id] = measured
         if self._round_complete():
             self._wake.set()
 
     def _round_complete(self) -> bool:
-        return all(len(self.memory.reports.get(lid, [])) == len(lease.entry) for lid, lease in self.memory.expected.items())
+        memory = self.memory
+        return all(
+            len(memory.reports.get(lid, [])) == len(lease.entry) or lid in memory.ended_leases
+            for lid, lease in memory.expected.items()
+        )
 
     async def on_allocation(self, d: Delivery) -> None:
         reply = d.message
@@ -524,6 +717,7 @@ class MechanismService:
             held=[status_core.pending_row(j, "held", why) for j, why in memory.held],
             cancelling=dict(memory.cancelling),
             workers_refused=dict(memory.refused_workers),
+            workers_lost=dict(memory.lost_workers),
         )
         now_s = self._clock.now_s()
         body: object
@@ -534,7 +728,7 @@ class MechanismService:
             if isinstance(body, dict) and "error" not in body:
                 body["throughput_provenance"] = memory.estimates.get(request.job_id)
         elif request.query == "workers":
-            body = status_core.workers_report(memory.state, memory.servers)
+            body = status_core.workers_report(memory.state, memory.servers, memory.lost_workers, memory.last_heard_s)
         elif request.query == "cluster":
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
         else:
@@ -562,9 +756,17 @@ class MechanismService:
         latest_s = self.memory.now_s
         replayed = 0
         for _, kind, body, at_s in journal.events(after_seq=last_seq):
+            replayed += 1
+            if kind == "epoch":  # a start since the snapshot: the next one is after it
+                self.memory.epoch = max(self.memory.epoch, int(body))
+                continue
             message = DEFAULT_CODEC.decode(body).message
             if kind == "worker" and isinstance(message, WorkerRegistered):
                 self._apply_worker(message)
+            elif kind == "lost" and isinstance(message, WorkerFenced) and at_s is not None:
+                # the decision as it was made (it depended on time): applied, not made again
+                self._apply_loss(message.worker_id, message.reason, at_s)
+                latest_s = max(latest_s, at_s)
             elif kind == "submitted" and isinstance(message, JobSubmitted):
                 received_s = self._clock.now_s() if at_s is None else replay_now_s(message, at_s)
                 self._receive(message, received_s)
@@ -578,7 +780,6 @@ class MechanismService:
                 self._apply_progress(message)
             elif kind == "allocation":
                 self.memory.allocations[getattr(message, "request_id", "")] = body
-            replayed += 1
         if isinstance(self._clock, (LockstepClock, ScaledClock)):
             # these clocks start at 0 in every process: carry on from the journal's time (a
             # scaled cluster loses the time it was down; the wall clock needs nothing)
@@ -605,12 +806,21 @@ class MechanismService:
         memory.policy, memory.preset = self._policy, self._settings.preset
 
     async def _republish(self) -> None:
-        """The last boundary's commands again, same lease ids: a worker that already has them
-        repeats its report, and duplicate reports are absorbed."""
+        """The last boundary's commands again, same lease ids, under this incarnation's epoch: a
+        worker that already has them repeats its report, and duplicate reports are absorbed. Not
+        to a worker lost since, nor for a lease that ended with it."""
         assert self._bus is not None
-        for body in self.memory.commands:
-            await self._bus.publish(DEFAULT_CODEC.decode(body).message, mandatory=False)
-        self._log.info("commands_republished", count=len(self.memory.commands))
+        memory = self.memory
+        count = 0
+        for body in memory.commands:
+            command = DEFAULT_CODEC.decode(body).message
+            if getattr(command, "worker_id", "") in memory.lost_workers or getattr(command, "lease_id", "") in memory.ended_leases:
+                continue
+            if isinstance(command, (RunJobs, ExtendLease)):
+                command = dataclasses.replace(command, epoch=memory.epoch)
+            await self._bus.publish(command, mandatory=False)
+            count += 1
+        self._log.info("commands_republished", count=count)
 
     # -- the round loop ---------------------------------------------------------------------------
 
@@ -630,9 +840,10 @@ class MechanismService:
                     break
                 # 1. wait for the running round to end, or for work
                 results: list[LeaseResult] = []
+                failing: list[tuple[str, str]] = []
                 if memory.expected:
                     await self._wait_for_round()
-                    results = self._collect_results()
+                    results, failing = self._collect_results()
                     if self._lockstep and results:
                         self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
                 else:
@@ -649,15 +860,18 @@ class MechanismService:
                 finished = close_round(state, results, round_start_s, settings)
                 for job in finished:
                     await self._publish_end(job)
+                finished += await self._fail_attempts(state, failing, now_s)
                 if results:
                     ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
                     await self._publish(ended, f"round-ended:{ended.round_id}")
                 await self._withdraw_cancelled(state, now_s)
                 # 3. admit the jobs whose arrival has come (and those held until the cluster fits)
                 await self._admit(state, now_s)
-                # 4. allocation (not for an empty cluster: there is nothing to allocate yet)
-                reset = sum(state.gpus.values()) > 0 and begin_reset(state, now_s, settings)
+                # 4. allocation (not for an empty cluster: there is nothing to allocate yet); at once
+                # after a worker was lost, whatever the interval (its GPUs are in the allocation)
+                reset = sum(state.gpus.values()) > 0 and begin_reset(state, now_s, settings, force=memory.resolve_now)
                 if reset:
+                    memory.resolve_now = False
                     await self._reallocate(state, now_s)
                 # 5. plan, journal, dispatch
                 assert memory.shuffle is not None
@@ -684,6 +898,7 @@ class MechanismService:
             if index is None:
                 continue
             job = withdraw_job(state, index)
+            memory.launch.pop(job_id, None)
             memory.observations.cancelled[job_id] = status_core.cancelled_row(job, reason, now_s)
             self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=True, steps_done=job.steps_done)
             await self._publish(JobCancelled(job_id, reason, now_s, job.steps_done), f"job-end:{job_id}")
@@ -711,6 +926,7 @@ class MechanismService:
                 continue
             memory.observations.rejected[job.job_id] = verdict.reason
             memory.intake.known.pop(job.job_id, None)  # nothing of it was accepted: the id is free again
+            memory.launch.pop(job.job_id, None)
             await self._publish_rejection(job.job_id, verdict.reason)
         if newly_held:  # once per boundary, not once per job: a trace can arrive before its fleet
             self._log.warning(
@@ -734,9 +950,13 @@ class MechanismService:
         if self._round_timeout_s is None:
             await self._until(self._round_complete)
             return
+        waiting = asyncio.ensure_future(self._until(self._round_complete))
         try:
-            await asyncio.wait_for(self._until(self._round_complete), self._round_timeout_s)
-        except asyncio.TimeoutError:
+            # asyncio.wait: wait_for would swallow a stop that comes as the round completes
+            done, _ = await asyncio.wait({waiting}, timeout=self._round_timeout_s)
+        finally:
+            waiting.cancel()
+        if not done:
             missing = [lid for lid, lease in self.memory.expected.items() if len(self.memory.reports.get(lid, [])) < len(lease.entry)]
             self._log.warning("leases_unreported", leases=missing[:10], count=len(missing), action="count as no progress")
 
@@ -796,22 +1016,55 @@ class MechanismService:
                         memory.worker_of[next(gpu_ids)] = (worker_id, k)
         return memory.state
 
-    def _collect_results(self) -> list[LeaseResult]:
+    def _collect_results(self) -> tuple[list[LeaseResult], list[tuple[str, str]]]:
+        """The running round's leases as results to settle, each job's attempt noted with how its
+        lease ended; and the jobs whose attempts failed too many times in a row (with why)."""
         memory = self.memory
         assert memory.state is not None
         results = []
+        failing = []
+        attempts = memory.observations.attempts
         for lease_id, lease in memory.expected.items():
             by_job = {r.job_id: r for r in memory.reports.pop(lease_id, [])}
             members = [memory.state.jobs.get(i) for i in lease.entry]
             steps = tuple(by_job[m.job_id].steps_done if m is not None and m.job_id in by_job else 0 for m in members)
-            elapsed = max((r.elapsed_s for r in by_job.values()), default=self._clock.now_s() - lease.dispatched_at_s)
-            results.append(LeaseResult(lease.entry, lease.placement, steps, lease.dispatched_at_s + elapsed))
+            lost = lease_id in memory.ended_leases
+            # A lease that lost its worker counts no time beyond what it reported: the job got
+            # nothing after that, and must not lose priority for it.
+            unreported_s = 0.0 if lost else self._clock.now_s() - lease.dispatched_at_s
+            elapsed = max((r.elapsed_s for r in by_job.values()), default=unreported_s)
+            ended = "lost" if lost else ("crashed" if any(r.outcome == "crashed" for r in by_job.values()) else "")
+            results.append(LeaseResult(lease.entry, lease.placement, steps, lease.dispatched_at_s + elapsed, ended))
+            for member, done in zip(members, steps, strict=True):
+                if member is None:
+                    continue
+                report = by_job.get(member.job_id)
+                label = attempts_core.ended_label(report, worker_lost=lost)
+                in_a_row = attempts_core.end_lease(attempts, member.job_id, label, done, report)
+                if in_a_row >= self._settings.max_failed_attempts:
+                    failing.append((member.job_id, attempts_core.failure_reason(in_a_row, report)))
         memory.expected = {}
+        memory.ended_leases = {}
         if memory.running is not None:
             start_s, plan, reset = memory.running
             memory.round_reports.append(round_report(memory.state, len(memory.round_reports), start_s, plan, results, reset))
             memory.running = None
-        return results
+        return results, failing
+
+    async def _fail_attempts(self, state: MechanismState, failing: list[tuple[str, str]], now_s: float) -> list[JobState]:
+        """Jobs whose process crashed ``max_failed_attempts`` leases in a row end as failed (after
+        their round was settled: one that completed in it completed)."""
+        ended = []
+        for job_id, reason in failing:
+            index = next((i for i, j in state.jobs.items() if j.job_id == job_id), None)
+            if index is None:
+                continue
+            ended.append(remove_job(state, index, dropped=True))
+            self.memory.observations.failed[job_id] = reason
+            self.memory.launch.pop(job_id, None)
+            self._log.warning("job_failed", job_id=job_id, reason=reason)
+            await self._publish(JobFailed(job_id, reason, now_s), f"job-end:{job_id}")
+        return ended
 
     async def _publish(self, message: Message, message_id: str | None = None) -> None:
         """Events carry ids derived from what they say, so that the same event published again by
@@ -820,6 +1073,7 @@ class MechanismService:
         await self._bus.publish(message, mandatory=False, message_id=message_id)
 
     async def _publish_end(self, job: JobState) -> None:
+        self.memory.launch.pop(job.job_id, None)
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
         else:
@@ -912,6 +1166,7 @@ class MechanismService:
         for job_id in job_ids:
             index = next(i for i, j in state.jobs.items() if j.job_id == job_id)
             self._log.warning("job_set_aside", job_id=job_id, reason=reason)
+            memory.launch.pop(job_id, None)
             if state.jobs[index].first_run_s is None:
                 withdraw_job(state, index)
                 memory.observations.rejected[job_id] = reason
@@ -947,20 +1202,22 @@ class MechanismService:
         queue that exists but that nobody consumes (every replica stopped) waits there silently:
         when no answer came within a grace, ask the broker, and say so at once if so (asking
         on every request would cost a broker round trip on the common, prompt path)."""
+        # asyncio.wait, not wait_for: Python 3.11's wait_for swallows a cancellation that comes as
+        # the answer does (a mechanism stopped then kept running, and its stop() never returned).
         grace_s = NO_ANSWER_GRACE_S if self._lockstep else min(NO_ANSWER_GRACE_S, self._allocation_timeout_s)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), grace_s)
-        except asyncio.TimeoutError:
-            await self._say_if_nobody_listens()
+        if (await asyncio.wait({future}, timeout=grace_s))[0]:
+            return future.result()
+        await self._say_if_nobody_listens()
         if self._lockstep:
             waiting_s = grace_s
-            while True:
-                try:
-                    return await asyncio.wait_for(asyncio.shield(future), 10.0)
-                except asyncio.TimeoutError:
-                    waiting_s += 10.0
-                    self._log.warning("waiting_for_policy_service", request_id=request_id, waited_s=waiting_s)
-        return await asyncio.wait_for(future, self._allocation_timeout_s - grace_s)
+            while not (await asyncio.wait({future}, timeout=10.0))[0]:
+                waiting_s += 10.0
+                self._log.warning("waiting_for_policy_service", request_id=request_id, waited_s=waiting_s)
+            return future.result()
+        if (await asyncio.wait({future}, timeout=self._allocation_timeout_s - grace_s))[0]:
+            return future.result()
+        future.cancel()
+        raise asyncio.TimeoutError
 
     async def _say_if_nobody_listens(self) -> None:
         assert self._bus is not None
@@ -985,29 +1242,43 @@ class MechanismService:
             memory.expected[lease_id] = Lease(lease_id, entry, placement, now_s)
             jobs = [state.jobs[i] for i in entry]
             extended = entry in plan.kept
-            for worker_id, gpu_ids in self._workers_of(placement):
+            launch = [memory.launch.get(j.job_id, NO_LAUNCH) for j in jobs]
+            job_fields = dict(
+                job_ids=tuple(j.job_id for j in jobs),
+                max_steps=tuple(j.steps_remaining for j in jobs),
+                job_types=tuple(j.job_type for j in jobs),
+                scale_factor=jobs[0].scale_factor,
+                commands=tuple(command for command, _ in launch),
+                working_dirs=tuple(working_dir for _, working_dir in launch),
+                # the steps credited so far: the job resumes from its newest checkpoint at or below
+                resume_steps=tuple(j.steps_done for j in jobs),
+            )
+            placed = self._workers_of(placement)
+            workers = [worker_id for worker_id, _ in placed]  # in rank order, as `gavel workers` names them
+            first_rank = 0  # the gang's GPUs on the workers before this one
+            for worker_id, gpu_ids in placed:
                 common = dict(
-                    worker_id=worker_id, round_id=round_id, lease_id=lease_id, epoch=1,
-                    lease_duration_s=self._settings.round_s,
-                )
-                job_fields = dict(
-                    job_ids=tuple(j.job_id for j in jobs),
-                    max_steps=tuple(j.steps_remaining for j in jobs),
-                    job_types=tuple(j.job_type for j in jobs),
-                    scale_factor=jobs[0].scale_factor,
+                    worker_id=worker_id, round_id=round_id, lease_id=lease_id, epoch=memory.epoch,
+                    lease_duration_s=self._settings.round_s, gpu_ids=gpu_ids, gang_workers=tuple(workers),
+                    first_rank=first_rank,
                 )
                 if extended:
-                    commands.append(ExtendLease(**common, **job_fields))
+                    commands.append(ExtendLease(**common, **job_fields))  # gpu_ids too: a restarted worker starts it anew
                 else:
-                    commands.append(RunJobs(**common, gpu_ids=gpu_ids, restore_s=self._settings.restore_s, **job_fields))
+                    commands.append(RunJobs(**common, restore_s=self._settings.restore_s, **job_fields))
                 assignments.append(
                     Assignment(tuple(j.job_id for j in jobs), worker_id, placement.accelerator_type, gpu_ids, lease_id, extended)
                 )
-            workers = [worker_id for worker_id, _ in self._workers_of(placement)]  # as `gavel workers` names them
+                first_rank += len(gpu_ids)
             for job in jobs:
                 status_core.record_placement(
                     memory.observations, job.job_id, round_id, now_s, placement.accelerator_type, workers,
                     extended=extended, packed_with=[j.job_id for j in jobs if j is not job],
+                )
+                attempt = attempts_core.continue_attempt if extended else attempts_core.start_attempt
+                attempt(
+                    memory.observations.attempts, job.job_id, round_id=round_id, now_s=now_s,
+                    accelerator_type=placement.accelerator_type, workers=workers,
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
         had_commands = bool(memory.commands)
@@ -1015,6 +1286,8 @@ class MechanismService:
         if self._journal is not None and (settled or reset or commands or had_commands or self._replay_too_long()):
             self._journal.save_snapshot(memory)
         for command in commands:
+            if command.worker_id in memory.lost_workers:  # type: ignore[attr-defined]
+                continue  # lost while this boundary was going out: its lease ended with it
             await self._publish_command(command)
         if assignment:
             started = RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments))

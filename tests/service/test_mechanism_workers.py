@@ -1,0 +1,500 @@
+"""The mechanism with real workers (issue 10), in one process on the in-memory bus (every message
+through the codec) with the real policy service and small scripted workers: the commands carry
+what a real worker needs (gang ranks, the user's command, the steps to resume from), a worker
+that falls silent is declared lost (its GPUs leave, its job runs elsewhere, its reports are
+refused, it can register again), a job that keeps crashing fails, a cancel stops a running job,
+and each start is a new epoch. Time is a clock the test moves; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+import pickle
+from collections.abc import Callable
+
+import pytest
+from structlog.testing import capture_logs
+
+from common.messages import (
+    AllocationRequested,
+    CancelJob,
+    ExtendLease,
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobSpec,
+    JobSubmitted,
+    KillJobs,
+    RunJobs,
+    WorkerFenced,
+    WorkerHeartbeat,
+    WorkerRegistered,
+)
+from common.messages.base import Message
+from mechanism_service.core.rounds import type_shuffler
+from mechanism_service.core.settings import preset
+from mechanism_service.journal import Journal
+from mechanism_service.service import MechanismService
+from policy_service.service import PolicyService, shipped_context
+from services.bus.memory import InMemoryBroker, InMemoryBus
+from services.cli.status_cmd import ask_on
+from tests.support.waiting import Collector, eventually
+
+CONTEXT = shipped_context()
+TABLE = CONTEXT.table
+assert TABLE is not None
+RESNET = "ResNet-50 (batch size 64)"
+GRACE_S = 30.0
+POLICY = "max_min_fairness_perf"  # fastest type first: a lone job starts on the V100
+TRACEBACK = 'exit code 1: Traceback (most recent call last):\n  File "train.py", line 9\nValueError: bad learning rate\n'
+Lease = RunJobs | ExtendLease
+
+
+class SteppedClock:
+    """Live time that moves only when the test moves it; a sleep ends once time has passed its end."""
+
+    def __init__(self, now_s: float = 1000.0) -> None:
+        self.t = now_s
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now_s(self) -> float:
+        return self.t
+
+    async def sleep(self, duration_s: float) -> None:
+        if duration_s <= 0:
+            await asyncio.sleep(0)
+            return
+        entry = (self.t + duration_s, asyncio.get_running_loop().create_future())
+        self._sleepers.append(entry)
+        try:
+            await entry[1]
+        finally:
+            self._sleepers.remove(entry)
+
+    def advance(self, duration_s: float) -> None:
+        self.t += duration_s
+        for due_s, future in self._sleepers:
+            if due_s <= self.t and not future.done():
+                future.set_result(None)
+
+
+class ScriptedWorker:
+    """A worker that speaks the protocol as the test says: it registers, beats when told, records
+    every command, and answers a lease with the reports ``answer`` chooses (None: the test
+    reports itself, with ``report``)."""
+
+    def __init__(self, bus: InMemoryBus, worker_id: str, accelerator_type: str) -> None:
+        self.bus, self.worker_id, self.accelerator_type = bus, worker_id, accelerator_type
+        self.received = Collector()
+        self.answer: Callable[[Lease], dict[str, object]] | None = None
+        self._taken: dict[type, int] = {}
+
+    async def start(self, *, register: bool = True) -> ScriptedWorker:
+        await self.bus.subscribe(f"test.{self.worker_id}", [f"worker.cmd.{self.worker_id}.*"], self._on_command, durable=False)
+        if register:
+            await self.register()
+        return self
+
+    async def register(self) -> None:
+        await self.bus.publish(WorkerRegistered(self.worker_id, self.accelerator_type, 1, self.worker_id))
+
+    async def heartbeat(self) -> None:
+        await self.bus.publish(WorkerHeartbeat(self.worker_id))
+
+    async def _on_command(self, d: object) -> None:
+        await self.received(d)  # type: ignore[arg-type]
+        command = self.received.messages[-1]
+        if self.answer is not None and isinstance(command, (RunJobs, ExtendLease)):
+            await self.report(command, **self.answer(command))  # type: ignore[arg-type]
+
+    async def report(
+        self, command: Lease, *, steps: int = 100, outcome: str = "lease_end", exit_code: int | None = None, error: str = "",
+    ) -> None:
+        for job_id, left in zip(command.job_ids, command.max_steps, strict=True):
+            done = min(steps, left)
+            finished = outcome != "crashed" and done >= left
+            await self.bus.publish(JobProgress(
+                job_id, self.worker_id, command.lease_id, command.round_id, done, 360.0, 0.5 if done else 0.0,
+                finished=finished, outcome="finished" if finished else outcome, exit_code=exit_code, error=error,
+                startup_s=4.0, restore_s=1.0, stepping_s=200.0, checkpoint_s=2.0,
+            ))
+
+    def of(self, cls: type) -> list[Message]:
+        return [m for m in self.received.messages if isinstance(m, cls)]  # type: ignore[misc]
+
+    async def lease_of_round(self, round_id: int) -> Lease:
+        """The run or extend command of ``round_id`` (waiting for it)."""
+
+        def found() -> list[Lease]:
+            return [m for m in self.of(RunJobs) + self.of(ExtendLease) if m.round_id == round_id]  # type: ignore[attr-defined, misc]
+
+        await self.received.wait_until(lambda: bool(found()))
+        return found()[0]
+
+    async def next(self, cls: type) -> Message:
+        """The next command of ``cls`` not taken yet (waiting for it)."""
+        taken = self._taken.get(cls, 0)
+        await self.received.wait_until(lambda: len(self.of(cls)) > taken)
+        self._taken[cls] = taken + 1
+        return self.of(cls)[taken]
+
+
+@dataclasses.dataclass
+class World:
+    clock: SteppedClock
+    bus: InMemoryBus
+    mechanism: MechanismService
+    events: Collector
+    requests: Collector
+
+    @property
+    def memory(self):  # noqa: ANN201
+        return self.mechanism.memory
+
+    async def worker(self, worker_id: str, accelerator_type: str, *, register: bool = True) -> ScriptedWorker:
+        worker = await ScriptedWorker(self.bus, worker_id, accelerator_type).start(register=register)
+        if register:
+            await eventually(lambda: self.mechanism._registered(worker_id))
+        return worker
+
+    async def submit(self, *specs: JobSpec) -> None:
+        for spec in specs:
+            await self.bus.publish(JobSubmitted(spec))
+
+    async def beat(self, *workers: ScriptedWorker) -> None:
+        """Heartbeats, heard before this returns."""
+        for worker in workers:
+            await worker.heartbeat()
+        await eventually(lambda: all(self.memory.last_heard_s.get(w.worker_id) == self.clock.t for w in workers))
+
+    def job(self, job_id: str):  # noqa: ANN201
+        state = self.mechanism.state
+        assert state is not None
+        return next(j for j in [*state.jobs.values(), *state.completed] if j.job_id == job_id)
+
+
+def mechanism(clock: SteppedClock, journal: pathlib.Path | None = None, **settings: object) -> MechanismService:
+    return MechanismService(
+        clock=clock,  # type: ignore[arg-type]
+        settings=dataclasses.replace(preset("default", POLICY), worker_grace_s=GRACE_S, **settings),  # type: ignore[arg-type]
+        policy=POLICY,
+        isolated=TABLE.isolated,
+        pair=TABLE.pair,
+        shuffle=type_shuffler("default", 0),
+        journal=Journal(journal) if journal is not None else None,
+        round_timeout_s=600.0,
+        deadlines=False,
+        elastic_types=TABLE.accelerator_types,
+    )
+
+
+async def world(
+    journal: pathlib.Path | None = None, clock: SteppedClock | None = None, before: Callable[[InMemoryBus], object] | None = None,
+    **settings: object,
+) -> World:
+    clock = clock or SteppedClock()
+    bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
+    await bus.start()
+    events, requests = Collector(), Collector()
+    await bus.subscribe("test.events", ["job.completed", "job.failed", "job.cancelled"], events, durable=False)
+    await bus.subscribe("test.requests", [AllocationRequested.ROUTING_KEY], requests, durable=False)
+    await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)  # type: ignore[arg-type]
+    if before is not None:
+        await before(bus)  # type: ignore[misc]
+    m = mechanism(clock, journal, **settings)
+    await m.start(bus)
+    return World(clock, bus, m, events, requests)
+
+
+async def kill(w: World) -> None:
+    """As a SIGKILL would: nothing flushed beyond what handlers committed before acknowledging."""
+    for task in (w.mechanism._loop_task, w.mechanism._watch_task):
+        assert task is not None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await w.bus.close()
+
+
+async def lose(w: World, silent: ScriptedWorker, *beating: ScriptedWorker) -> WorkerFenced:
+    """``silent`` stops beating while the others go on, until the grace has passed for it."""
+    await w.beat(silent, *beating)
+    w.clock.advance(GRACE_S * 2 / 3)
+    await w.beat(*beating)
+    w.clock.advance(GRACE_S * 2 / 3)  # silent for 4/3 of the grace, the others for 2/3
+    fence = await silent.next(WorkerFenced)
+    assert isinstance(fence, WorkerFenced)
+    return fence
+
+
+# -- what the commands carry ----------------------------------------------------------------------
+
+
+async def test_commands_carry_the_gang_the_command_and_the_steps_to_resume_from() -> None:
+    w = await world()
+    a, b = await w.worker("a", "v100"), await w.worker("b", "v100")
+    await w.submit(JobSpec("g", RESNET, 10**6, scale_factor=2, command="python train.py --lr 0.1", working_dir="/data/g"))
+
+    run_a, run_b = await a.next(RunJobs), await b.next(RunJobs)
+    assert isinstance(run_a, RunJobs) and isinstance(run_b, RunJobs)
+    assert run_a.lease_id == run_b.lease_id and run_a.epoch == run_b.epoch == 1
+    assert run_a.gang_workers == run_b.gang_workers == ("a", "b")  # rank order: a's GPU is rank 0
+    assert (run_a.first_rank, run_b.first_rank, run_a.gpu_ids, run_b.gpu_ids) == (0, 1, (0,), (0,))
+    assert (run_a.commands, run_a.working_dirs, run_a.resume_steps) == (("python train.py --lr 0.1",), ("/data/g",), (0,))
+    assert run_b.commands == run_a.commands and run_b.working_dirs == run_a.working_dirs
+
+    await a.report(run_a, steps=50)  # the gang's first worker reports for it
+    ext_a, ext_b = await a.next(ExtendLease), await b.next(ExtendLease)
+    assert isinstance(ext_a, ExtendLease) and isinstance(ext_b, ExtendLease)
+    # what a worker that restarted needs to start the gang anyway
+    assert (ext_b.gpu_ids, ext_b.gang_workers, ext_b.first_rank, ext_b.resume_steps) == ((0,), ("a", "b"), 1, (50,))
+    assert (ext_a.commands, ext_a.working_dirs, ext_a.max_steps) == (("python train.py --lr 0.1",), ("/data/g",), (10**6 - 50,))
+    assert "g" not in w.memory.launch or w.memory.launch["g"] == ("python train.py --lr 0.1", "/data/g")
+
+    c = await w.worker("c", "k80")
+    await w.submit(JobSpec("plain", RESNET, 1000))
+    await a.report(ext_a, steps=50)  # the round ends: the next one takes the new job in
+    workers = (a, b, c)
+
+    def plain_runs() -> list[RunJobs]:
+        return [m for x in workers for m in x.of(RunJobs) if m.job_ids == ("plain",)]  # type: ignore[attr-defined, misc]
+
+    await eventually(plain_runs)
+    run = plain_runs()[0]
+    assert (run.commands, run.working_dirs, run.gang_workers, run.first_rank) == (("",), ("",), (run.worker_id,), 0)
+    await w.mechanism.stop()
+
+
+# -- a worker that falls silent ----------------------------------------------------------------
+
+
+async def test_a_silent_worker_is_lost_its_gpus_leave_and_its_job_runs_elsewhere_from_its_credited_steps() -> None:
+    w = await world()
+    a, b = await w.worker("a", "v100"), await w.worker("b", "k80")
+    await w.submit(JobSpec("j", RESNET, 10**6))
+    run = await a.next(RunJobs)
+    await a.report(run, steps=100)  # type: ignore[arg-type]
+    await a.next(ExtendLease)  # round 1 goes on on a
+    solves = len(w.requests.deliveries)
+
+    with capture_logs() as logs:
+        fence = await lose(w, a, b)
+        moved = await b.next(RunJobs)
+
+    assert fence.reason == "no heartbeat for 40.0 s (grace 30 s)" and fence.epoch == 1
+    lost = next(e for e in logs if e["event"] == "worker_lost")
+    assert (lost["worker_id"], lost["reason"], lost["leases_ended"]) == ("a", fence.reason, ["1:0"])
+    # its job runs on the other worker, from the steps credited before the loss
+    assert isinstance(moved, RunJobs)
+    assert (moved.job_ids, moved.resume_steps, moved.gpu_ids, moved.round_id) == (("j",), (100,), (0,), 2)
+    # its GPUs left, and the allocation was solved again without them
+    assert w.memory.state.gpus == {"k80": 1, "v100": 0}  # type: ignore[union-attr]
+    assert len(w.requests.deliveries) == solves + 1
+    assert w.requests.messages[-1].problem.worker_types == {"k80": 1, "v100": 0}  # type: ignore[attr-defined]
+    assert w.memory.observations.last_solve["status"] == "optimal"  # type: ignore[index]
+    # the lease it lost: no progress, and neither a gang failure nor a failed attempt
+    job = w.job("j")
+    assert (job.steps_done, job.failures) == (100, 0)
+
+    workers = await ask_on(w.bus, "workers", timeout_s=10)
+    assert [(r["worker_id"], r["state"]) for r in workers] == [("b", "up"), ("a", "lost")]  # type: ignore[index, union-attr]
+    assert workers[1]["reason"] == fence.reason and workers[1]["lost_at_s"] == w.clock.t  # type: ignore[index]
+    cluster = await ask_on(w.bus, "cluster", timeout_s=10)
+    assert (cluster["workers_up"], cluster["workers_lost"], cluster["capacity_gpus"]) == (1, 1, {"k80": 1, "v100": 0})  # type: ignore[index]
+    report = await ask_on(w.bus, "job", job_id="j", timeout_s=10)
+    assert [(x["attempt"], x["round"], x["workers"], x["ended"], x["steps"]) for x in report["attempts"]] == [  # type: ignore[index]
+        (1, 0, ["a"], "worker lost", 100), (2, 2, ["b"], "running", 0),
+    ]
+    assert report["failed_in_a_row"] == 0 and report["measured"]["throughput_steps_per_s"] == 0.5  # type: ignore[index]
+    await w.mechanism.stop()
+
+
+async def test_a_lost_workers_reports_are_refused_and_registering_again_rejoins_it_as_a_new_server() -> None:
+    w = await world()
+    a, b = await w.worker("a", "v100"), await w.worker("b", "k80")
+    await w.submit(JobSpec("j", RESNET, 10**6))
+    run = await a.next(RunJobs)
+    await a.report(run, steps=100)  # type: ignore[arg-type]
+    extend = await a.next(ExtendLease)
+    await lose(w, a, b)
+    await b.next(RunJobs)
+
+    with capture_logs() as logs:
+        await a.report(extend, steps=5000)  # type: ignore[arg-type]  # it was only cut off: too late
+        await w.bus.drain()
+    assert w.job("j").steps_done == 100
+    refused = next(e for e in logs if e["event"] == "report_refused")
+    assert refused["reason"] == "fenced: its worker was declared lost and its lease ended"
+    assert not any(r.worker_id == "a" for reports in w.memory.reports.values() for r in reports)
+
+    # a heartbeat from it now: told again that it is fenced (it must register anew)
+    await a.heartbeat()
+    assert len(a.of(WorkerFenced)) == 1  # not within a grace of the last time
+    w.clock.advance(GRACE_S)
+    await w.beat(b)
+    await a.heartbeat()
+    await a.received.wait_until(lambda: len(a.of(WorkerFenced)) == 2)
+
+    await a.register()
+    await eventually(lambda: "a" not in w.memory.lost_workers)
+    assert w.memory.state.gpus == {"k80": 1, "v100": 1}  # type: ignore[union-attr]
+    assert w.memory.worker_of[2] == ("a", 0)  # a new GPU id: GPU 0 was the lost server's, and stays gone
+    workers = await ask_on(w.bus, "workers", timeout_s=10)
+    assert sorted((r["worker_id"], r["state"]) for r in workers) == [("a", "up"), ("b", "up")]  # type: ignore[index, union-attr]
+    await w.mechanism.stop()
+
+
+# -- jobs that crash ---------------------------------------------------------------------------
+
+
+async def test_a_job_that_crashes_five_times_in_a_row_fails_with_its_error() -> None:
+    w = await world()
+    a = await w.worker("a", "v100")
+    a.answer = lambda command: {"steps": 0, "outcome": "crashed", "exit_code": 1, "error": TRACEBACK}
+    await w.submit(JobSpec("j", RESNET, 10**6))
+
+    await w.events.wait_until(lambda: any(isinstance(m, JobFailed) for m in w.events.messages))
+    failed = next(m for m in w.events.messages if isinstance(m, JobFailed))
+    assert failed.reason == "failed 5 times in a row; last: exit code 1: ValueError: bad learning rate"
+    # each attempt a new launch: a crashed process cannot be extended
+    assert len(a.of(RunJobs)) == 5 and a.of(ExtendLease) == []
+    assert w.job("j").failures == 0  # crashes are not gang failures
+
+    report = await ask_on(w.bus, "job", job_id="j", timeout_s=10)
+    assert report["state"] == "failed" and report["reason"] == failed.reason  # type: ignore[index]
+    attempts = report["attempts"]  # type: ignore[index]
+    assert [(x["attempt"], x["ended"], x["error"]) for x in attempts] == [
+        (k, "crashed (exit 1)", "exit code 1: ValueError: bad learning rate") for k in range(1, 6)
+    ]
+    assert report["attempts_total"] == 5 and report["last_error"] == TRACEBACK  # type: ignore[index]
+    await w.mechanism.stop()
+
+
+async def test_crashes_that_are_not_in_a_row_never_fail_the_job() -> None:
+    w = await world()
+    a = await w.worker("a", "v100")
+    leases = 0
+
+    def crash_then_work(command: Lease) -> dict[str, object]:
+        nonlocal leases
+        leases += 1
+        if leases % 2:
+            return {"steps": 0, "outcome": "crashed", "exit_code": 1, "error": TRACEBACK}
+        return {"steps": 100}
+
+    a.answer = crash_then_work
+    await w.submit(JobSpec("j", RESNET, 600))  # 6 good leases: 12 leases, 6 crashes
+
+    await w.events.wait_until(lambda: bool(w.events.messages))
+    assert [type(m) for m in w.events.messages] == [JobCompleted]
+    assert leases == 12
+    attempts = w.memory.observations.attempts["j"]
+    # a crash ends an attempt and the next lease launches a new one, which the good lease after it extends
+    assert attempts["failed_in_a_row"] == 0 and attempts["total"] == 7
+    assert [x["ended"] for x in attempts["kept"]] == ["crashed (exit 1)"] * 6 + ["finished"]  # type: ignore[union-attr]
+    assert [x["steps"] for x in attempts["kept"]] == [0] + [100] * 6  # type: ignore[union-attr]
+    await w.mechanism.stop()
+
+
+# -- cancel ------------------------------------------------------------------------------------
+
+
+async def test_a_cancelled_job_that_runs_is_killed_on_its_workers() -> None:
+    w = await world()
+    a = await w.worker("a", "v100")
+    await w.submit(JobSpec("j", RESNET, 10**6))
+    run = await a.next(RunJobs)
+    await w.bus.publish(CancelJob("j", "not needed"))
+
+    kill_command = await a.next(KillJobs)
+    assert isinstance(kill_command, KillJobs) and isinstance(run, RunJobs)
+    assert (kill_command.lease_id, kill_command.round_id, kill_command.epoch) == (run.lease_id, run.round_id, 1)
+    assert kill_command.reason == "cancelled: not needed"
+    await a.report(run, steps=30, outcome="killed")  # it stopped at once, its steps checkpointed
+    await w.events.wait_until(lambda: bool(w.events.messages))
+    cancelled = w.events.messages[0]
+    assert isinstance(cancelled, JobCancelled) and cancelled.steps_done == 30
+    await w.mechanism.stop()
+
+
+# -- restarts: the epoch, and a loss replayed from the journal ------------------------------------
+
+
+async def test_every_start_on_the_same_journal_is_a_new_epoch(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "mechanism.sqlite"
+    first = await world(path)
+    a = await first.worker("a", "v100")
+    await first.submit(JobSpec("j", RESNET, 10**6))
+    assert (await a.next(RunJobs)).epoch == 1  # type: ignore[attr-defined]
+    await kill(first)
+
+    workers: list[ScriptedWorker] = []
+
+    async def worker_first(bus: InMemoryBus) -> None:  # listening before the mechanism republishes
+        workers.append(await ScriptedWorker(bus, "a", "v100").start(register=False))
+
+    for epoch in (2, 3):
+        again = await world(path, before=worker_first)
+        republished = await workers[-1].next(RunJobs)
+        assert isinstance(republished, RunJobs)
+        assert (republished.lease_id, republished.epoch) == ("0:0", epoch)  # the same lease, under the new epoch
+        assert again.memory.epoch == epoch
+        await kill(again)
+
+
+async def test_a_loss_replays_from_the_journal_as_it_was_decided(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "mechanism.sqlite"
+    first = await world(path)
+    a, b = await first.worker("a", "v100"), await first.worker("b", "k80")
+    await first.submit(JobSpec("j1", RESNET, 10**6), JobSpec("j2", RESNET, 10**6))
+    run_a, run_b = await a.next(RunJobs), await b.next(RunJobs)
+    await a.report(run_a, steps=100)  # type: ignore[arg-type]
+    await b.report(run_b, steps=100)  # type: ignore[arg-type]
+    await a.lease_of_round(1)
+    run_b = await b.lease_of_round(1)  # the jobs may have swapped types: run or extend
+    await lose(first, a, b)  # b's lease still runs: no boundary, so the loss is only in the journal's events
+    decided = pickle.loads(pickle.dumps(first.memory))
+    assert first.mechanism._journal is not None and first.mechanism._journal.snapshot_seq < first.mechanism._journal.last_seq()
+    await kill(first)
+
+    later = SteppedClock(first.clock.t + 3600.0)  # the restart comes later: the loss keeps its time
+    workers: list[ScriptedWorker] = []
+
+    async def b_first(bus: InMemoryBus) -> None:
+        workers.append(await ScriptedWorker(bus, "b", "k80").start(register=False))
+
+    second = await world(path, clock=later, before=b_first)
+    replayed = second.memory
+    assert replayed.state == decided.state
+    for name in ("servers", "worker_of", "lost_workers", "ended_leases", "expected", "reports", "resolve_now"):
+        assert getattr(replayed, name) == getattr(decided, name), name
+    assert replayed.observations.attempts == decided.observations.attempts
+    assert replayed.lost_workers["a"]["lost_at_s"] == first.clock.t
+    # heartbeats are not journaled: b (first heard after the snapshot) is watched again from its next one
+    assert "a" not in replayed.last_heard_s
+
+    # and it goes on from there: b's lease ends, the allocation is solved again without a
+    b2 = workers[0]
+    await second.beat(b2)
+    run_b_again = await b2.lease_of_round(1)  # republished: the same lease
+    assert run_b_again.lease_id == run_b.lease_id  # type: ignore[attr-defined]
+    await b2.report(run_b_again, steps=100)  # type: ignore[arg-type]
+    await b2.lease_of_round(2)
+    assert not second.memory.resolve_now
+    assert second.requests.messages[-1].problem.worker_types == {"k80": 1, "v100": 0}  # type: ignore[attr-defined]
+    await second.mechanism.stop()
+
+
+
+def test_a_snapshot_from_before_real_workers_is_upgraded_on_load() -> None:
+    from mechanism_service.service import Memory, _upgraded
+
+    old = Memory()
+    for name in ("epoch", "launch", "last_heard_s", "lost_workers", "ended_leases", "resolve_now"):
+        del vars(old)[name]
+    for name in ("attempts", "measured"):
+        del vars(old.observations)[name]
+    memory = _upgraded(pickle.loads(pickle.dumps(old)))
+    assert (memory.epoch, memory.launch, memory.lost_workers, memory.ended_leases, memory.resolve_now) == (0, {}, {}, {}, False)
+    assert memory.observations.attempts == {} and memory.observations.measured == {}
