@@ -728,7 +728,7 @@ class MechanismService:
             if isinstance(body, dict) and "error" not in body:
                 body["throughput_provenance"] = memory.estimates.get(request.job_id)
         elif request.query == "workers":
-            body = status_core.workers_report(memory.state, memory.servers, memory.lost_workers, memory.last_heard_s)
+            body = status_core.workers_report(memory.state, memory.servers, memory.lost_workers, memory.last_heard_s, now_s)
         elif request.query == "cluster":
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
         else:

@@ -159,19 +159,28 @@ def workers_report(
     servers: Mapping[str, Sequence[tuple[str, int]]],
     lost: Mapping[str, Mapping[str, object]] | None = None,
     last_heard_s: Mapping[str, float] | None = None,
+    now_s: float | None = None,
 ) -> list[dict[str, object]]:
-    """The registered workers ("up"; with their last heartbeat, None for workers that send none,
-    like simulated fleets), then the workers declared lost ("lost": when, and why)."""
+    """The registered workers ("up"; with their last heartbeat and how long ago, None for workers
+    that send none, like simulated fleets), then the workers declared lost ("lost": when, how long
+    ago, and why). Times are the mechanism's."""
     heard = last_heard_s or {}
+
+    def ago(t: object) -> float | None:
+        return round(now_s - float(t), 3) if now_s is not None and t is not None else None  # type: ignore[arg-type]
+
     rows: list[dict[str, object]] = [
-        {"worker_id": worker_id, "accelerator_type": w, "gpus": gpus, "state": "up", "last_heartbeat_s": heard.get(worker_id)}
+        {
+            "worker_id": worker_id, "accelerator_type": w, "gpus": gpus, "state": "up",
+            "last_heartbeat_s": heard.get(worker_id), "silent_s": ago(heard.get(worker_id)),
+        }
         for w, entries in sorted(servers.items())
         for worker_id, gpus in entries
     ]
     rows += [
         {
             "worker_id": worker_id, "accelerator_type": info["accelerator_type"], "gpus": info["gpus"], "state": "lost",
-            "lost_at_s": info["lost_at_s"], "reason": info["reason"],
+            "lost_at_s": info["lost_at_s"], "lost_s_ago": ago(info["lost_at_s"]), "reason": info["reason"],
         }
         for worker_id, info in sorted((lost or {}).items())
     ]

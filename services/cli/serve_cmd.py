@@ -129,6 +129,16 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         )
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--expect-gpus", type=positive_int, help="lockstep: start when this many GPUs registered")
+        p.add_argument(
+            "--worker-grace-s", type=non_negative_number, default=30.0, metavar="S",
+            help="declare lost a worker that sent heartbeats and then none for S wall-clock seconds: its GPUs "
+            "leave, its jobs run elsewhere from their last credited steps (default 30; 0: never; off with "
+            "--lockstep). With --time-scale N the mechanism waits S x N of its own, scaled, seconds",
+        )
+        p.add_argument(
+            "--max-failed-attempts", type=positive_int, default=5, metavar="N",
+            help="a job whose process crashes in N leases in a row fails (default 5, as Gavel)",
+        )
     if only in (None, "mechanism", "fleet"):
         p.add_argument("--round-s", type=positive_number, default=360.0, help="round length in seconds (default 360)")
         p.add_argument("--gpus-per-server", type=positive_int, default=1, help="GPUs per server (default 1)")
@@ -144,6 +154,16 @@ def _clock(args: argparse.Namespace) -> Clock:
     # x1 is the wall clock (so a mechanism started with --time-scale 1 accepts real workers, which
     # announce "wall")
     return ScaledClock(scale) if scale and scale != 1 else WallClock()
+
+
+def worker_grace_s(args: argparse.Namespace) -> float | None:
+    """--worker-grace-s in the mechanism's own seconds: silence is measured in wall time (a worker
+    beats every few wall seconds whatever the scale), the mechanism's clock runs N times faster
+    with --time-scale N. None: never declare a worker lost (0, or lockstep time, which does not
+    pass while a worker is silent)."""
+    if args.lockstep or not args.worker_grace_s:
+        return None
+    return float(args.worker_grace_s * (args.time_scale or 1.0))
 
 
 def default_journal_path(settings: Settings) -> pathlib.Path:
@@ -210,7 +230,11 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
         elif name == "mechanism":
             if args.policy not in policy_names():
                 raise CommandFailed(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}", exit_code=2)
-            mechanism_settings = preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server)
+            mechanism_settings = dataclasses.replace(
+                preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server),
+                worker_grace_s=worker_grace_s(args),
+                max_failed_attempts=args.max_failed_attempts,
+            )
             services.append(
                 MechanismService(
                     clock=clock,

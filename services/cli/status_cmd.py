@@ -91,11 +91,39 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
         )
     elif args.query == "workers":
         assert isinstance(answer, list)
-        print_table(["worker", "type", "GPUs"], [[r["worker_id"], r["accelerator_type"], r["gpus"]] for r in answer])
-    else:  # cluster, job: whatever fields the mechanism sends, those added later included
+        print_workers(answer)
+    elif args.query == "job":
+        assert isinstance(answer, dict)
+        # the last crash's stderr tail is many lines: after the report, as it came
+        last_error = str(answer.pop("last_error", "") or "")
+        print_report(answer)
+        if last_error:
+            print_lines(["", "last error:", *("  " + line for line in last_error.rstrip().splitlines())])
+    else:  # cluster: whatever fields the mechanism sends, those added later included
         assert isinstance(answer, dict)
         print_report(answer)
     return 0
+
+
+def print_workers(rows: list[dict[str, object]]) -> None:
+    """Registered workers (up: when they were last heard, if they send heartbeats), then the lost
+    ones (when, and why); older mechanisms send neither state nor times."""
+    lost = any(r.get("state") == "lost" for r in rows)
+    print_table(
+        ["worker", "type", "GPUs", "state", "heard", *(["lost", "why"] if lost else [])],
+        [
+            [
+                r["worker_id"], r["accelerator_type"], r["gpus"], r.get("state", "up"),
+                _ago(r.get("silent_s")),
+                *([_ago(r.get("lost_s_ago")), r.get("reason") or ""] if lost else []),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _ago(seconds: object) -> str:
+    return "-" if seconds is None else f"{float(seconds):.0f} s ago"  # type: ignore[arg-type]
 
 
 # -- a report for people -------------------------------------------------------------------------

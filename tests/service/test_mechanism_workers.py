@@ -498,3 +498,51 @@ def test_a_snapshot_from_before_real_workers_is_upgraded_on_load() -> None:
     memory = _upgraded(pickle.loads(pickle.dumps(old)))
     assert (memory.epoch, memory.launch, memory.lost_workers, memory.ended_leases, memory.resolve_now) == (0, {}, {}, {}, False)
     assert memory.observations.attempts == {} and memory.observations.measured == {}
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "grace_s"),
+    [
+        ([], 30.0),
+        (["--worker-grace-s", "5"], 5.0),
+        (["--worker-grace-s", "5", "--time-scale", "10"], 50.0),  # the flag is wall seconds; the clock runs 10x
+        (["--worker-grace-s", "0"], None),
+        (["--lockstep"], None),
+    ],
+)
+def test_gavel_serve_mechanism_takes_the_grace_in_wall_seconds(flags: list[str], grace_s: float | None) -> None:
+    from services.cli import build_parser
+    from services.cli.serve_cmd import worker_grace_s
+
+    args = build_parser().parse_args(["serve", "mechanism", *flags])
+    assert worker_grace_s(args) == grace_s
+    assert args.max_failed_attempts == 5
+    assert build_parser().parse_args(["serve", "mechanism", "--max-failed-attempts", "2"]).max_failed_attempts == 2
+
+
+async def test_gavel_job_prints_the_attempts_and_the_last_error_for_people(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from services.cli import status_cmd
+
+    answer = {
+        "id": "j", "state": "failed", "reason": "failed 5 times in a row; last: exit code 1: ValueError: bad learning rate",
+        "measured": {"throughput_steps_per_s": 2.5, "startup_s": 4.0},
+        "attempts_total": 1, "attempts_older": 0, "failed_in_a_row": 1,
+        "attempts": [{"attempt": 1, "round": 0, "workers": ["a"], "ended": "crashed (exit 1)", "error": "exit code 1: ValueError: bad learning rate", "steps": 0}],
+        "last_error": TRACEBACK,
+    }
+
+    async def ask(*_: object, **__: object) -> object:
+        return dict(answer)
+
+    monkeypatch.setattr(status_cmd, "ask", ask)
+    args = argparse.Namespace(query="job", job_id="j", amqp=None, timeout_s=1.0, json=False)
+    assert await status_cmd.run_status(args, None) == 0  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "measured.throughput_steps_per_s:  2.5" in out
+    assert "crashed (exit 1)  exit code 1: ValueError: bad learning rate" in out  # the attempts table
+    assert out.rstrip().endswith("last error:\n  exit code 1: Traceback (most recent call last):\n    File \"train.py\", line 9\n  ValueError: bad learning rate")
