@@ -136,7 +136,7 @@ def launches(
         cwd = (command.working_dirs[index] if index < len(command.working_dirs) else "") or config.work_dir
         resume = command.resume_steps[index] if index < len(command.resume_steps) else None
         if user_command:
-            argv: tuple[str, ...] = ("/bin/sh", "-c", user_command)
+            argv: tuple[str, ...] = ("/bin/sh", "-c", shell_line(user_command))
         else:
             argv = (config.python, "-m", CATALOG_MODULE, "--job-type", job_type, *config.workload_args)
         name = safe_name(job_id)
@@ -191,8 +191,20 @@ def launches(
     return out
 
 
+SHELL_SYNTAX = re.compile(r"[;&|<>()`$\n]")
+
+
+def shell_line(command: str) -> str:
+    """A simple command replaces the shell (``exec``), so the job is the worker's own child: its
+    signals reach it, and it dies with the worker. A compound one keeps the shell (the worker
+    signals the whole process group, and the iterator ties the job's life to its parent's)."""
+    return command if SHELL_SYNTAX.search(command) else f"exec {command}"
+
+
 def describe_argv(argv: tuple[str, ...]) -> str:
-    return argv[2] if argv[:2] == ("/bin/sh", "-c") else shlex.join(argv)
+    if argv[:2] == ("/bin/sh", "-c"):
+        return argv[2].removeprefix("exec ")
+    return shlex.join(argv)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
 """Job processes: start one with its files, ask it to stop, make sure it is gone.
 
 A job process never outlives its worker: it gets SIGKILL when the worker dies (Linux's
-parent-death signal), so a worker that is SIGKILLed leaves nothing running on its GPUs, and the
-job's steps since its last checkpoint are lost, as the mechanism assumes. It runs in a session of
-its own, so a Ctrl-C meant for the worker is not delivered to it twice.
+parent-death signal; a training process under a shell sets its own, to the shell, in
+worker_service/training.py), so a worker that is SIGKILLed leaves nothing running on its GPUs, and
+the job's steps since its last checkpoint are lost, as the mechanism assumes. It runs in a session
+of its own (signals go to the whole group), so a Ctrl-C meant for the worker is not delivered to
+it twice.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 from worker_service.core import Launch
+from worker_service.training import read_json
 
 PR_SET_PDEATHSIG = 1
 
@@ -41,25 +44,68 @@ class JobProcess:
     def exit_code(self) -> int | None:
         return self.process.returncode
 
-    async def wait(self) -> int:
-        return await self.process.wait()
+    @property
+    def finished(self) -> bool:
+        """The process and everything it started are gone (a shell's job outlives the shell)."""
+        return self.process.returncode is not None and not self._group_alive()
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    async def wait_finished(self, poll_s: float = 0.05) -> None:
+        await self.process.wait()
+        while self._group_alive():
+            await asyncio.sleep(poll_s)
 
     def signal(self, signum: int) -> None:
-        if self.process.returncode is None:
+        """To the job's whole process group (its session): a shell running a compound command
+        would otherwise die and leave the training process behind."""
+        if not self.finished:
             try:
-                self.process.send_signal(signum)
+                os.killpg(self.process.pid, signum)
             except ProcessLookupError:
                 pass
+            except PermissionError:
+                self.process.send_signal(signum)
 
     async def stop(self, grace_s: float) -> int:
-        """SIGTERM (the iterator checkpoints at the end of its step and exits), then SIGKILL after
-        ``grace_s``. Returns the exit code."""
-        self.signal(signal.SIGTERM)
+        """SIGTERM (the iterator checkpoints at the end of its step and exits), then SIGKILL to the
+        whole group after ``grace_s``. Returns the exit code.
+
+        The SIGTERM goes to the training process itself when its progress file names it (a shell
+        that ran a compound command would die at once, and its death would take the training
+        process with it before its checkpoint); to the whole group otherwise."""
+        trainer = self._trainer_pid()
+        if trainer is not None:
+            try:
+                os.kill(trainer, signal.SIGTERM)
+            except ProcessLookupError:
+                self.signal(signal.SIGTERM)
+        else:
+            self.signal(signal.SIGTERM)
         try:
-            return await asyncio.wait_for(self.process.wait(), grace_s)
+            await asyncio.wait_for(self.wait_finished(), grace_s)
         except asyncio.TimeoutError:
             self.signal(signal.SIGKILL)
-            return await self.process.wait()
+            await self.wait_finished()
+        return self.process.returncode  # type: ignore[return-value]
+
+    def _trainer_pid(self) -> int | None:
+        """The training process's pid from its progress file, if it is one of ours."""
+        progress = read_json(Path(self.launch.progress_file)) or {}
+        pid = progress.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        try:
+            return pid if os.getpgid(pid) == self.process.pid else None
+        except OSError:
+            return None
 
     def stderr_tail(self, chars: int) -> str:
         return tail(Path(self.launch.stderr_file), chars)

@@ -195,7 +195,7 @@ class WorkerService:
         received_unix_s = self._now()
         if isinstance(command, ExtendLease):
             running = [self._runs.get(j) for j in command.job_ids]
-            if all(run is not None and not run.stopping and run.procs and all(p.exit_code is None for p in run.procs) for run in running):
+            if all(run is not None and not run.stopping and run.procs and not any(p.finished for p in run.procs) for run in running):
                 for index, run in enumerate(running):
                     assert run is not None
                     await self._maybe_report(run, [])  # the lease before, if its pause was not reported yet
@@ -345,7 +345,7 @@ class WorkerService:
         try:
             paused_since: float | None = None
             while True:
-                exited = [p for p in run.procs if p.exit_code is not None]
+                exited = [p for p in run.procs if p.finished]
                 failed = [p for p in exited if p.exit_code != 0]
                 if failed and len(exited) < len(run.procs) and not run.stopping:
                     # A rank failed: the others would wait for it in a collective for ever.
@@ -375,7 +375,7 @@ class WorkerService:
             return
         lead = next((p for p in run.procs if p.launch.reports), run.procs[0])
         culprit = failed[0] if failed and not run.killed else lead
-        exit_code = culprit.exit_code if (failed or all(p.exit_code is not None for p in run.procs)) else None
+        exit_code = culprit.exit_code if (failed or all(p.finished for p in run.procs)) else None
         seen = Observed(
             progress=read_json(Path(lead.launch.progress_file)),
             exit_code=exit_code,

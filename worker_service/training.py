@@ -74,6 +74,23 @@ PROGRESS_EVERY_S = 1.0  # a running job refreshes its progress file at most this
 LEASE_REREAD_S = 0.25  # a running job re-reads its lease file at least this often
 
 
+def _die_with_parent() -> None:
+    """A job started through a shell is the shell's child, not the worker's: tie its life to its
+    parent's (which the worker ties to its own), so a worker that dies leaves nothing running.
+    Linux only; elsewhere the worker's process-group signals are all there is."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call: nobody will signal us
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class CheckpointError(RuntimeError):
     """The user's save or load function failed, or a checkpoint directory is unusable."""
 
@@ -169,6 +186,7 @@ class LeaseIterator(Generic[T]):
                 signal.signal(signal.SIGTERM, self._on_sigterm)
             except ValueError:  # not the main thread: the worker's SIGKILL still ends us
                 pass
+            _die_with_parent()
 
     # -- the contract: load_checkpoint, save_checkpoint, done ---------------------------------
 

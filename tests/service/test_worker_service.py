@@ -190,3 +190,14 @@ async def test_round_started_keeps_the_jobs_it_continues_here(rig: Rig) -> None:
     await rig.send(RoundStarted(1, 0.0, 30.0, (Assignment(("j1",), "w1", "v100", (0,), "1:0", True),)))
     await eventually(lambda: rig.progress("j1").get("lease_id") == "1:0" and rig.progress("j1").get("state") == "running", 10)
     assert first.steps_done > 0
+
+
+async def test_kill_reaches_a_job_behind_a_shell(rig: Rig) -> None:
+    """A compound command keeps its shell; the stop goes to the whole process group, so the
+    training process itself checkpoints and reports (not just the shell dying)."""
+    await rig.send(run("0:0", 0, duration_s=60.0, command=f"cd {ROOT} && {COUNTER}"))
+    await eventually(lambda: rig.progress("j1").get("state") == "running", 10)
+    await rig.send(KillJobs("w1", 0, "0:0", 1, "cancelled"))
+    [report] = await rig.report("0:0")
+    assert report.outcome == "killed" and report.steps_done > 0
+    assert rig.model("j1", report.steps_done)["steps"] == report.steps_done

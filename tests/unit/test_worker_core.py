@@ -52,7 +52,9 @@ def test_cuda_sees_only_its_leased_gpus_and_speeds_follow_the_job_type() -> None
 
 def test_a_users_command_runs_through_the_shell_in_its_working_directory() -> None:
     [launch] = launches(CONFIG, run(commands=("python train.py --lr 0.1",), working_dirs=("/home/u/exp",)), 0.0, None, {})
-    assert launch.argv == ("/bin/sh", "-c", "python train.py --lr 0.1") and launch.cwd == "/home/u/exp"
+    assert launch.argv == ("/bin/sh", "-c", "exec python train.py --lr 0.1") and launch.cwd == "/home/u/exp"
+    [compound] = launches(CONFIG, run(commands=("cd sub && python train.py",)), 0.0, None, {})
+    assert compound.argv[2] == "cd sub && python train.py"  # a compound command keeps its shell
 
 
 def test_a_packed_pair_is_two_processes_on_the_same_gpus() -> None:
