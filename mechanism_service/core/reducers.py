@@ -154,7 +154,7 @@ def remove_server(state: MechanismState, accelerator_type: str, gpu_ids: Collect
     ``add_server``. Its GPUs leave the counts and the servers, and every entry that ran on one of
     them last round forgets that placement, so nothing is kept (extended) onto a dead worker: it
     is placed afresh, elsewhere. The type stays, with its ledgers, even with 0 GPUs left (planning
-    skips it, the policy input leaves it out), so a worker that registers again resumes it. Ids
+    skips it, the policy gets it with 0 GPUs), so a worker that registers again resumes it. Ids
     are never reused: a worker that comes back gets new ones (``add_server``)."""
     gone = set(gpu_ids)
     servers = state.servers.get(accelerator_type, [])
