@@ -1034,6 +1034,11 @@ class MechanismService:
             unreported_s = 0.0 if lost else self._clock.now_s() - lease.dispatched_at_s
             elapsed = max((r.elapsed_s for r in by_job.values()), default=unreported_s)
             ended = "lost" if lost else ("crashed" if any(r.outcome == "crashed" for r in by_job.values()) else "")
+            if not ended and any(m is not None and m.job_id not in by_job for m in members):
+                # No report by the round's timeout: the job may still be running on its worker,
+                # past the steps credited. Launching it afresh (never extending it) makes the worker
+                # restart it from the credited checkpoint, so its steps and its model agree.
+                ended = "unreported"
             results.append(LeaseResult(lease.entry, lease.placement, steps, lease.dispatched_at_s + elapsed, ended))
             for member, done in zip(members, steps, strict=True):
                 if member is None:

@@ -298,14 +298,15 @@ def apply_allocation(
 class LeaseResult:
     """What one entry did in a round: steps per member (same order as the entry) and when the
     last member stopped. ``ended``: how a real worker's lease ended when it was not the job's
-    time running out: "crashed" (a member's process failed) or "lost" (a worker of it was declared
-    lost). Simulated leases leave it empty."""
+    time running out: "crashed" (a member's process failed), "lost" (a worker of it was declared
+    lost) or "unreported" (no report by the round's timeout). Each is launched afresh next, never
+    extended. Simulated leases leave it empty."""
 
     entry: Entry
     placement: Placement
     steps: tuple[int, ...]
     finish_s: float
-    ended: Literal["", "crashed", "lost"] = ""
+    ended: Literal["", "crashed", "lost", "unreported"] = ""
 
 
 def settle_round(

@@ -175,7 +175,9 @@ class World:
         return next(j for j in [*state.jobs.values(), *state.completed] if j.job_id == job_id)
 
 
-def mechanism(clock: SteppedClock, journal: pathlib.Path | None = None, **settings: object) -> MechanismService:
+def mechanism(
+    clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, **settings: object
+) -> MechanismService:
     return MechanismService(
         clock=clock,  # type: ignore[arg-type]
         settings=dataclasses.replace(preset("default", POLICY), worker_grace_s=GRACE_S, **settings),  # type: ignore[arg-type]
@@ -184,7 +186,7 @@ def mechanism(clock: SteppedClock, journal: pathlib.Path | None = None, **settin
         pair=TABLE.pair,
         shuffle=type_shuffler("default", 0),
         journal=Journal(journal) if journal is not None else None,
-        round_timeout_s=600.0,
+        round_timeout_s=round_timeout_s,
         deadlines=False,
         elastic_types=TABLE.accelerator_types,
     )
@@ -192,7 +194,7 @@ def mechanism(clock: SteppedClock, journal: pathlib.Path | None = None, **settin
 
 async def world(
     journal: pathlib.Path | None = None, clock: SteppedClock | None = None, before: Callable[[InMemoryBus], object] | None = None,
-    **settings: object,
+    round_timeout_s: float = 600.0, **settings: object,
 ) -> World:
     clock = clock or SteppedClock()
     bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
@@ -203,7 +205,7 @@ async def world(
     await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)  # type: ignore[arg-type]
     if before is not None:
         await before(bus)  # type: ignore[misc]
-    m = mechanism(clock, journal, **settings)
+    m = mechanism(clock, journal, round_timeout_s, **settings)
     await m.start(bus)
     return World(clock, bus, m, events, requests)
 
@@ -546,3 +548,18 @@ async def test_gavel_job_prints_the_attempts_and_the_last_error_for_people(monke
     assert "measured.throughput_steps_per_s:  2.5" in out
     assert "crashed (exit 1)  exit code 1: ValueError: bad learning rate" in out  # the attempts table
     assert out.rstrip().endswith("last error:\n  exit code 1: Traceback (most recent call last):\n    File \"train.py\", line 9\n  ValueError: bad learning rate")
+
+
+async def test_a_lease_not_reported_by_the_round_timeout_is_launched_afresh_not_extended() -> None:
+    """Its job may still be running on its worker past the steps credited: a new RunJobs makes the
+    worker restart it from the credited checkpoint (an extension would let its step counter run
+    ahead of the mechanism's). The round timeout is real time: 0.3 s here."""
+    w = await world(round_timeout_s=0.3)
+    a = await w.worker("a", "v100")
+    await w.submit(JobSpec("j", RESNET, 10**6))
+    first = await a.next(RunJobs)
+    assert isinstance(first, RunJobs)
+    # no report: the round ends at its timeout, and the job is launched again, with a new lease
+    second = await a.next(RunJobs)
+    assert isinstance(second, RunJobs) and second.lease_id != first.lease_id
+    assert second.resume_steps == (0,) and a.of(ExtendLease) == []
