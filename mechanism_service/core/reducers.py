@@ -345,44 +345,39 @@ def settle_round(
                 if job.failures >= settings.max_gang_failures:
                     done.append(remove_job(state, job.index, dropped=True))
             continue
-        w = result.placement.accelerator_type
-        share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
-        for i, steps in members:
-            job = state.jobs[i]
-            job.steps_done += steps
-            job.failures = 0
-            job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
-        ledger = state.entries.get(result.entry)
-        if ledger is not None:
-            ledger.received_s[w] += exec_s
-            state.type_time_s[w] += exec_s
         for i, _ in members:
-            if state.jobs[i].steps_remaining <= 0:
-                done.append(remove_job(state, i))
+            state.jobs[i].failures = 0
+        _credit(state, result, members, exec_s, done)
     return done
+
+
+def _credit(
+    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState]
+) -> None:
+    """A lease's steps and time to its members and its entry's ledger; the finished retire."""
+    w = result.placement.accelerator_type
+    share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
+    for i, steps in members:
+        job = state.jobs[i]
+        job.steps_done += steps
+        job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
+    ledger = state.entries.get(result.entry)
+    if ledger is not None:
+        ledger.received_s[w] += exec_s
+        state.type_time_s[w] += exec_s
+    for i, _ in members:
+        if state.jobs[i].steps_remaining <= 0:
+            done.append(remove_job(state, i))
 
 
 def _settle_ended_early(
     state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState]
 ) -> None:
-    """A crashed or lost lease (see settle_round): credit what it did, and launch it afresh next."""
+    """A crashed, lost or unreported lease (see settle_round): credit what it did (no time when it
+    ran none), and launch it afresh next."""
     if state.previous_assignment.get(result.entry) == result.placement:
         del state.previous_assignment[result.entry]
-    w = result.placement.accelerator_type
-    for i, steps in members:
-        state.jobs[i].steps_done += steps
-    if exec_s > 0:
-        share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
-        for i, _ in members:
-            job = state.jobs[i]
-            job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
-        ledger = state.entries.get(result.entry)
-        if ledger is not None:
-            ledger.received_s[w] += exec_s
-            state.type_time_s[w] += exec_s
-    for i, _ in members:
-        if state.jobs[i].steps_remaining <= 0:
-            done.append(remove_job(state, i))
+    _credit(state, result, members, max(exec_s, 0.0), done)
 
 
 def record_first_runs(state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float) -> None:
