@@ -33,12 +33,12 @@ COUNTER = f"{sys.executable} {ROOT / 'tests/support/jobs/counter.py'}"
 
 
 class Rig:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, speed: float = 1.0) -> None:
         self.tmp_path = tmp_path
         self.broker = InMemoryBroker()
         self.config = WorkerConfig(
             worker_id="w1", accelerator_type="v100", gpus=2, device="cpu", checkpoint_dir=str(tmp_path / "ckpt"),
-            work_dir=str(ROOT), run_dir=str(tmp_path / "run"), python=sys.executable,
+            work_dir=str(ROOT), run_dir=str(tmp_path / "run"), python=sys.executable, default_speed=speed,
         )
         self.worker = WorkerService(config=self.config, heartbeat_s=0.2, kill_grace_s=5.0, hold_s=30.0)
         self.reports = Collector()
@@ -201,3 +201,19 @@ async def test_kill_reaches_a_job_behind_a_shell(rig: Rig) -> None:
     [report] = await rig.report("0:0")
     assert report.outcome == "killed" and report.steps_done > 0
     assert rig.model("j1", report.steps_done)["steps"] == report.steps_done
+
+
+async def test_an_emulated_slower_accelerator_measures_slower(tmp_path: Path) -> None:
+    """--emulate-speed 0.25 stretches each step four times: the throughput the worker reports
+    shows it (steps/s over stepping time), so a CPU-only cluster of "v100" and "k80" differs."""
+    rates = {}
+    for speed in (1.0, 0.25):
+        rig = Rig(tmp_path / str(speed), speed)
+        await rig.start()
+        try:
+            await rig.send(run("0:0", 0, command=f"{COUNTER} --step-s 0.01", duration_s=1.5))
+            [report] = await rig.report("0:0")
+            rates[speed] = report.throughput_steps_per_s
+        finally:
+            await rig.stop()
+    assert rates[0.25] < 0.5 * rates[1.0], rates
