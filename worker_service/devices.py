@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
+
+def torch_problem() -> str:
+    """Why this interpreter cannot run training jobs ("" when it can): catalog workloads and the
+    users' `python` (this interpreter, first on a job's PATH) need torch."""
+    if importlib.util.find_spec("torch") is None:
+        return f"torch is not installed for {sys.executable} (pip install 'gavel-scheduler[worker]')"
+    return ""
+
 
 def cuda_problem() -> str:
     """Why a CUDA worker cannot run here ("" when it can)."""

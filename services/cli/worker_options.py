@@ -85,10 +85,13 @@ def parse_speed(text: str, accelerator_type: str, table: ThroughputTable) -> tup
 
 
 def check_device(device: str) -> None:
+    from worker_service.devices import cuda_problem, torch_problem  # noqa: PLC0415
+
+    problem = torch_problem()
+    if problem:
+        raise CommandFailed(f"a worker runs PyTorch jobs: {problem}", exit_code=2)
     if device != "cuda":
         return
-    from worker_service.devices import cuda_problem  # noqa: PLC0415
-
     problem = cuda_problem()
     if problem:
         raise CommandFailed(f"--device cuda: {problem}; use --device cpu", exit_code=2)
