@@ -15,7 +15,8 @@ while it holds a lease. Checked:
 - the failing script ends as failed after 3 attempts with its error in `gavel job`; the fixed one
   recovers at the next attempt.
 
-Costs about 3 minutes on 2 cores (torch processes start in ~3 s each, and share the cores).
+Costs about 2 minutes on 2 cores (112 s measured; torch processes start in ~3 s each and share
+the cores).
 """
 
 from __future__ import annotations
