@@ -50,7 +50,7 @@ from worker_service.training import read_json, write_json_atomic
 
 log = structlog.get_logger("gavel.worker")
 
-WATCH_EVERY_S = 0.1  # how often a job's progress file and process are looked at
+WATCH_EVERY_S = 0.05  # how often a job's progress file and process are looked at (a paused job waits this long at most)
 REPORTS_KEPT_ROUNDS = 3  # a command repeated within this many rounds gets its report again
 
 
