@@ -1286,10 +1286,13 @@ class MechanismService:
                     accelerator_type=placement.accelerator_type, workers=workers,
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
-        had_commands = bool(memory.commands)
-        memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
-        if self._journal is not None and (settled or reset or commands or had_commands or self._replay_too_long()):
-            self._journal.save_snapshot(memory)
+        if self._journal is not None:
+            # Encoded only for the journal (a restart republishes them): without one, this was a
+            # fifth of the in-process simulator's time.
+            had_commands = bool(memory.commands)
+            memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
+            if settled or reset or commands or had_commands or self._replay_too_long():
+                self._journal.save_snapshot(memory)
         for command in commands:
             if command.worker_id in memory.lost_workers:  # type: ignore[attr-defined]
                 continue  # lost while this boundary was going out: its lease ended with it
