@@ -1253,8 +1253,10 @@ class MechanismService:
                 max_steps=tuple(j.steps_remaining for j in jobs),
                 job_types=tuple(j.job_type for j in jobs),
                 scale_factor=jobs[0].scale_factor,
-                commands=tuple(command for command, _ in launch),
-                working_dirs=tuple(working_dir for _, working_dir in launch),
+                # () when no job gave one (the catalog runs; a simulated fleet never needs them):
+                # every field is validated at every publish, and the simulator sends ~60,000 commands
+                commands=tuple(command for command, _ in launch) if any(c for c, _ in launch) else (),
+                working_dirs=tuple(working_dir for _, working_dir in launch) if any(d for _, d in launch) else (),
                 # the steps credited so far: the job resumes from its newest checkpoint at or below
                 resume_steps=tuple(j.steps_done for j in jobs),
             )
@@ -1264,7 +1266,8 @@ class MechanismService:
             for worker_id, gpu_ids in placed:
                 common = dict(
                     worker_id=worker_id, round_id=round_id, lease_id=lease_id, epoch=memory.epoch,
-                    lease_duration_s=self._settings.round_s, gpu_ids=gpu_ids, gang_workers=tuple(workers),
+                    # a lease on one worker needs no gang list (its worker is the gang's first)
+                    lease_duration_s=self._settings.round_s, gpu_ids=gpu_ids, gang_workers=tuple(workers) if len(workers) > 1 else (),
                     first_rank=first_rank,
                 )
                 if extended:
