@@ -52,6 +52,7 @@ log = structlog.get_logger("gavel.worker")
 
 WATCH_EVERY_S = 0.05  # how often a job's progress file and process are looked at (a paused job waits this long at most)
 REPORTS_KEPT_ROUNDS = 3  # a command repeated within this many rounds gets its report again
+SEEN_LEASES_KEPT = 4096  # leases remembered as seen (repeats come within a round or two)
 
 
 @dataclass
@@ -104,7 +105,7 @@ class WorkerService:
         self._newest_epoch = 0
         self._runs: dict[str, JobRun] = {}  # job id -> run
         self._reports: dict[str, list[JobProgress]] = {}  # lease id -> reports sent
-        self._seen_leases: set[str] = set()
+        self._seen_leases: dict[str, int] = {}  # lease id -> its round (a repeat is answered, not run)
         self._rendezvous: dict[str, Rendezvous] = {}
         self._rendezvous_waiters: dict[str, asyncio.Future[Rendezvous]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -191,7 +192,11 @@ class WorkerService:
             for report in self._reports.get(command.lease_id, []):
                 await self._bus.publish(report, mandatory=False)
             return
-        self._seen_leases.add(command.lease_id)
+        self._seen_leases[command.lease_id] = command.round_id
+        if len(self._seen_leases) > SEEN_LEASES_KEPT:  # a long-lived worker: forget the oldest
+            oldest = sorted(self._seen_leases, key=self._seen_leases.__getitem__)[: SEEN_LEASES_KEPT // 2]
+            for lease_id in oldest:
+                del self._seen_leases[lease_id]
         received_unix_s = self._now()
         if isinstance(command, ExtendLease):
             running = [self._runs.get(j) for j in command.job_ids]
