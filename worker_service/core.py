@@ -105,10 +105,6 @@ def needs_rendezvous(command: RunJobs | ExtendLease) -> bool:
     return command.scale_factor > 1
 
 
-def gpu_ids_of(command: RunJobs | ExtendLease) -> tuple[int, ...]:
-    return tuple(command.gpu_ids)
-
-
 def speed_for(config: WorkerConfig, job_type: str) -> float:
     return float(config.emulate_speed.get(job_type, config.emulate_speed.get("*", config.default_speed)))
 
@@ -127,7 +123,7 @@ def launches(
     base_env: Mapping[str, str],
 ) -> list[Launch]:
     """The processes that run ``command`` here, with their environment (docs/worker.md lists it)."""
-    gpu_ids = gpu_ids_of(command)
+    gpu_ids = command.gpu_ids
     gang = command.scale_factor > 1
     out: list[Launch] = []
     for index, job_id in enumerate(command.job_ids):

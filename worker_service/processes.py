@@ -126,8 +126,7 @@ async def start(launch: Launch) -> JobProcess:
     """Start ``launch`` with stdout and stderr in its log files. Raises OSError when it cannot
     start (no such command, working directory missing)."""
     Path(launch.stderr_file).parent.mkdir(parents=True, exist_ok=True)
-    for stale in (launch.progress_file,):
-        Path(stale).unlink(missing_ok=True)  # a previous attempt's progress must not be read as ours
+    Path(launch.progress_file).unlink(missing_ok=True)  # a previous attempt's progress must not be read as ours
     with open(launch.stdout_file, "ab") as out, open(launch.stderr_file, "wb") as err:
         process = await asyncio.create_subprocess_exec(
             *launch.argv,

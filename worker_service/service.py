@@ -75,6 +75,14 @@ class JobRun:
     def lease_id(self) -> str:
         return self.terms.lease_id
 
+    @property
+    def lead(self) -> JobProcess:
+        """The process whose progress is the job's (rank 0 when it is here)."""
+        return next((p for p in self.procs if p.launch.reports), self.procs[0])
+
+    def progress(self) -> Mapping[str, object]:
+        return read_json(Path(self.lead.launch.progress_file)) or {}
+
     def write_terms(self) -> None:
         for p in self.procs:
             write_json_atomic(Path(p.launch.lease_file), self.terms.as_json())
@@ -203,7 +211,8 @@ class WorkerService:
             if all(run is not None and not run.stopping and run.procs and not any(p.finished for p in run.procs) for run in running):
                 for index, run in enumerate(running):
                     assert run is not None
-                    await self._maybe_report(run, [])  # the lease before, if its pause was not reported yet
+                    # the lease before, if its pause was not reported yet (the process runs: no exit)
+                    await self._maybe_report(run, run.progress(), [], all_exited=False)
                     run.terms = core.lease_terms(command, index, received_unix_s)
                     run.received_unix_s = received_unix_s
                     run.write_terms()
@@ -213,7 +222,7 @@ class WorkerService:
         self._spawn(self._launch(command, received_unix_s))
 
     async def _launch(self, command: RunJobs | ExtendLease, received_unix_s: float) -> None:
-        gpu_ids = core.gpu_ids_of(command)
+        gpu_ids = command.gpu_ids
         # GPUs still held by jobs that are not part of this lease (paused, not extended) are freed first.
         holders = [r for r in self._runs.values() if r.job_id not in command.job_ids and set(r.gpu_ids) & set(gpu_ids)]
         holders += [self._runs[j] for j in command.job_ids if j in self._runs]  # an earlier attempt of the same job
@@ -355,10 +364,10 @@ class WorkerService:
                 if failed and len(exited) < len(run.procs) and not run.stopping:
                     # A rank failed: the others would wait for it in a collective for ever.
                     self._spawn(self._stop_run(run, f"rank {failed[0].launch.rank} failed"))
-                await self._maybe_report(run, failed)
+                progress = run.progress()  # read once per look: the report and the hold both use it
+                await self._maybe_report(run, progress, failed, all_exited=len(exited) == len(run.procs))
                 if len(exited) == len(run.procs):
                     break
-                progress = self._lead_progress(run)
                 if progress.get("state") == "paused" and progress.get("lease_id") == run.lease_id:
                     paused_since = paused_since or time.monotonic()
                     if time.monotonic() - paused_since > self._hold_s and not run.stopping:
@@ -371,18 +380,15 @@ class WorkerService:
             if self._runs.get(run.job_id) is run:
                 del self._runs[run.job_id]
 
-    def _lead_progress(self, run: JobRun) -> Mapping[str, object]:
-        lead = next((p for p in run.procs if p.launch.reports), run.procs[0])
-        return read_json(Path(lead.launch.progress_file)) or {}
-
-    async def _maybe_report(self, run: JobRun, failed: list[JobProcess]) -> None:
+    async def _maybe_report(
+        self, run: JobRun, progress: Mapping[str, object], failed: list[JobProcess], *, all_exited: bool
+    ) -> None:
         if run.lease_id in run.reported:
             return
-        lead = next((p for p in run.procs if p.launch.reports), run.procs[0])
-        culprit = failed[0] if failed and not run.killed else lead
-        exit_code = culprit.exit_code if (failed or all(p.finished for p in run.procs)) else None
+        culprit = failed[0] if failed and not run.killed else run.lead
+        exit_code = culprit.exit_code if (failed or all_exited) else None
         seen = Observed(
-            progress=read_json(Path(lead.launch.progress_file)),
+            progress=progress,
             exit_code=exit_code,
             stderr_tail=culprit.stderr_tail(core.STDERR_TAIL_CHARS) if exit_code is not None else "",
             killed=run.killed or (run.stopping and not failed),
