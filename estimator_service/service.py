@@ -9,9 +9,9 @@ from __future__ import annotations
 import structlog
 
 from common.bus import Bus, Delivery
-from common.errors import ProblemError
-from common.messages import JobSubmitted, Provenance, ThroughputEstimated
+from common.messages import JobSubmitted
 from common.throughputs import ThroughputTable
+from estimator_service.core.oracle import OracleEstimator
 
 log = structlog.get_logger("gavel.estimator")
 
@@ -20,7 +20,7 @@ class EstimatorService:
     name = "estimator"
 
     def __init__(self, *, table: ThroughputTable) -> None:
-        self._table = table
+        self._core = OracleEstimator(table)
         self._bus: Bus | None = None
 
     async def start(self, bus: Bus) -> None:
@@ -33,14 +33,8 @@ class EstimatorService:
     async def on_submitted(self, d: Delivery) -> None:
         assert isinstance(d.message, JobSubmitted) and self._bus is not None
         spec = d.message.spec
-        throughputs: dict[str, tuple[float, ...]] = {}
-        for accelerator_type in self._table.accelerator_types:
-            try:
-                throughputs[accelerator_type] = (self._table.isolated(spec.job_type, spec.scale_factor, accelerator_type),)
-            except ProblemError:
-                continue  # not measured there: say nothing rather than guess
-        if not throughputs:
+        estimate = self._core.submitted(spec)
+        if estimate is None:
             log.warning("no_estimate", job_id=spec.job_id, job_type=spec.job_type, scale_factor=spec.scale_factor)
             return
-        estimate = ThroughputEstimated((spec.job_id,), throughputs, Provenance.ORACLE)
         await self._bus.publish(estimate, correlation_id=d.envelope.message_id, mandatory=False)

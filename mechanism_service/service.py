@@ -704,8 +704,8 @@ class MechanismService:
     async def on_estimate(self, d: Delivery) -> None:
         estimate = d.message
         assert isinstance(estimate, ThroughputEstimated)
-        for job_id in estimate.job_ids:
-            self.memory.estimates[job_id] = str(estimate.provenance)
+        for row in estimate.jobs:
+            self.memory.estimates[row.job_id] = ",".join(sorted({str(p) for p in row.provenance.values()}))
 
     async def on_status(self, d: Delivery) -> None:
         request = d.message

@@ -5,6 +5,7 @@ from common.messages.allocation import (
     AllocationEntry,
     AllocationFailed,
     AllocationRequested,
+    ClassColocation,
     EntitySpec,
     PairThroughputs,
     PolicyJob,
@@ -26,7 +27,15 @@ from common.messages.jobs import (
 from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJobs, WorkerFenced
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
 from common.messages.status import StatusReported, StatusRequested
-from common.messages.throughput import Provenance, ThroughputEstimated
+from common.messages.throughput import (
+    ColocationEstimate,
+    JobThroughput,
+    ProfileCell,
+    ProfilingRequest,
+    Provenance,
+    StragglerFlag,
+    ThroughputEstimated,
+)
 from common.messages.workers import WorkerHeartbeat, WorkerRegistered
 
 __all__ = [
@@ -36,6 +45,8 @@ __all__ = [
     "AllocationRequested",
     "Assignment",
     "CancelJob",
+    "ClassColocation",
+    "ColocationEstimate",
     "EntitySpec",
     "ExtendLease",
     "GangRendezvous",
@@ -46,11 +57,14 @@ __all__ = [
     "JobRejected",
     "JobSpec",
     "JobSubmitted",
+    "JobThroughput",
     "KillJobs",
     "Message",
     "PairThroughputs",
     "PolicyJob",
     "PolicyProblem",
+    "ProfileCell",
+    "ProfilingRequest",
     "Provenance",
     "RoundEnded",
     "RoundStarted",
@@ -58,6 +72,7 @@ __all__ = [
     "SolveStatus",
     "StatusReported",
     "StatusRequested",
+    "StragglerFlag",
     "SubmissionsSealed",
     "ThroughputEstimated",
     "WorkerFenced",

@@ -26,6 +26,8 @@ class PolicyJob:
     slo_s: float | None = None
     entity: str | None = None
     isolated_time_s: float = 0.0  # finish-time fairness: time the job would have had alone so far
+    # Its row in PolicyProblem.colocations ("": not packed by colocation classes)
+    colocation_class: str = ""
 
 
 @value
@@ -34,6 +36,16 @@ class PairThroughputs:
 
     job_ids: tuple[str, ...]  # exactly two
     throughputs_steps_per_s: Mapping[str, tuple[float, ...]]  # type -> (first's, second's)
+
+
+@value
+class ClassColocation:
+    """Two colocation classes sharing GPUs (estimates): per accelerator type, the fraction of its
+    steps/s alone that each keeps, (first's, second's). A packed pair's steps/s is each job's own
+    throughputs_steps_per_s times its fraction."""
+
+    classes: tuple[str, ...]  # exactly two; the same class twice packs two jobs of that class
+    fractions: Mapping[str, tuple[float, ...]]
 
 
 @value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from common.messages.base import Message, message, value
 
 
@@ -21,6 +23,9 @@ class JobSpec:
     # time. A live mechanism stamps arrivals with its own clock instead (see JobSubmitted).
     submit_time_s: float = 0.0
     working_dir: str = ""  # where the command runs, on the worker ("": the worker's --work-dir)
+    # The user's own estimate of the gang's steps/s alone, per accelerator type (gavel submit
+    # --throughput): a prior that the estimator's measurements correct. None: no estimate.
+    throughput_estimate_steps_per_s: Mapping[str, float] | None = None
 
 
 @message("job.submitted")
@@ -119,3 +124,7 @@ class JobProgress(Message):
     outcome: str = ""
     exit_code: int | None = None
     error: str = ""  # the tail of the process's stderr when it crashed
+    # What the estimator needs to learn from the report: the type it ran on and the jobs it shared
+    # its GPUs with ("" and (): an older worker; the estimator then cannot use the report).
+    accelerator_type: str = ""
+    packed_with: tuple[str, ...] = ()

@@ -16,6 +16,7 @@ from common.messages import (
     AllocationEntry,
     JobSpec,
     JobSubmitted,
+    JobThroughput,
     Provenance,
     RunJobs,
     SolveStatus,
@@ -90,9 +91,10 @@ def test_integers_are_accepted_for_float_fields():
         ),
         (
             envelope(
-                "ThroughputEstimated", job_ids=["1"], throughputs_steps_per_s={"v100": [1.0, "x"]}, provenance="oracle"
+                "ThroughputEstimated",
+                colocations=[{"classes": ["a", "b"], "fractions": {"v100": [1.0, "x"]}, "provenance": {}, "confidence": {}}],
             ),
-            "ThroughputEstimated.throughputs_steps_per_s['v100'][1]: expected float, got str",
+            "ThroughputEstimated.colocations[0].fractions['v100'][1]: expected float, got str",
         ),
     ],
 )
@@ -146,14 +148,16 @@ def test_encode_refuses_what_a_reader_would_refuse():
         DEFAULT_CODEC.encode(bad, source="t", sent_at_s=0)
     with pytest.raises(EncodeError, match="not a registered message type"):
         DEFAULT_CODEC.encode(JobSpec("1", "t", 1), source="t", sent_at_s=0)  # type: ignore[arg-type]
-    with pytest.raises(EncodeError, match="provenance: expected one of"):
-        DEFAULT_CODEC.encode(ThroughputEstimated(("1",), {}, "guess"), source="t", sent_at_s=0)  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match=r"provenance\[.v100.\]: expected one of"):
+        row = JobThroughput("1", {"v100": 1.0}, {"v100": "guess"}, {"v100": 0.5})  # type: ignore[dict-item]
+        DEFAULT_CODEC.encode(ThroughputEstimated(jobs=(row,)), source="t", sent_at_s=0)
 
 
 def test_numpy_numbers_encode_as_plain_numbers():
     import numpy as np
 
-    msg = ThroughputEstimated(("1",), {"v100": (np.float64(2.5),)}, Provenance.ORACLE)
+    row = JobThroughput("1", {"v100": np.float64(2.5)}, {"v100": Provenance.ORACLE}, {"v100": np.float64(1.0)})
+    msg = ThroughputEstimated(jobs=(row,))
     spec = submitted(1, total_steps=np.int64(7))
     assert DEFAULT_CODEC.decode(DEFAULT_CODEC.encode(msg, source="t", sent_at_s=0)).message == msg
     assert DEFAULT_CODEC.decode(DEFAULT_CODEC.encode(spec, source="t", sent_at_s=0)).message.spec.total_steps == 7  # type: ignore[attr-defined]

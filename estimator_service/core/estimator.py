@@ -1,0 +1,679 @@
+"""The learned estimator: submissions, progress reports and job ends in, what changed out.
+
+    estimator.submitted(spec)      -> ThroughputEstimated | None
+    estimator.progress(report)     -> ThroughputEstimated | None
+    estimator.ended(job_id)        -> ThroughputEstimated | None
+    estimator.everything()         -> ThroughputEstimated   (the whole current picture)
+
+Pure: no I/O, no clock, no randomness beyond the seeded completion. docs/estimator.md gives the
+method with its formulas; in short, per job and accelerator type k, its steps/s alone combines
+(beliefs.combine, in log space, weighted by precision):
+
+- its own measurements on k (left out: those of workers flagged as stragglers);
+- the other jobs of its colocation class, pooled (pools.py);
+- the reference table's figure, for a class the reference set knows;
+- the user's estimate at submission;
+- for a class the reference set does not know, measured on some types but not on k: its
+  measured speed there times the matched reference's speed ratio between k and those types;
+- the typical reference job of its size, which says little (its spread is an order of magnitude).
+
+Per pair of classes and type, the fraction of its speed alone that each keeps when packed combines
+the measured fractions (a packed run's steps/s over the job's own estimate alone) with a prior: the
+table's for two references, the completion's (colocation.py) when one is new, and the matched
+reference's when both are.
+
+Outputs are diffed against what was published: a figure is sent again only when it moved by more
+than ``publish_tolerance``, or its provenance changed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.messages import (
+    ColocationEstimate,
+    JobProgress,
+    JobSpec,
+    JobThroughput,
+    ProfileCell,
+    ProfilingRequest,
+    Provenance,
+    StragglerFlag,
+    ThroughputEstimated,
+)
+from estimator_service.core.beliefs import MEASUREMENTS, Belief, Source, combine
+from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
+from estimator_service.core.evidence import JobEvidence
+from estimator_service.core.pools import Pool
+from estimator_service.core.reference import ReferenceSet, class_of
+from estimator_service.core.settings import EstimatorSettings
+from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
+
+Row = dict[str, Belief]  # accelerator type -> belief
+Cell = tuple[int, int, int]  # (direction, feature type position, reference index) in a completion row
+TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in (0.3, 1], say
+WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
+
+
+@dataclass
+class _Class:
+    name: str
+    scale_factor: int
+    jobs: list[str] = field(default_factory=list)  # pooled, oldest first (at most pooled_jobs)
+    active: set[str] = field(default_factory=set)
+    stamp: int = 0  # grows whenever its evidence changes (caches key on it)
+    evidenced: set[Cell] = field(default_factory=set)  # completion cells with measurements (a new class)
+
+
+class Estimator:
+    def __init__(self, references: ReferenceSet, settings: EstimatorSettings = EstimatorSettings()) -> None:
+        self.references = references
+        self.settings = settings
+        self.types = references.accelerator_types
+        self.colocation = ColocationModel(references, settings.completion)
+        self.jobs: dict[str, JobEvidence] = {}
+        self.classes: dict[str, _Class] = {}
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.stragglers = StragglerWatch(settings.straggler_ratio, settings.straggler_jobs)
+        self.revision = 0
+        self._order = 0
+        self._global = 0  # grows with straggler flags and refits: every cached figure depends on them
+        self._rows: dict[str, tuple[tuple[int, int], Row]] = {}
+        self._published_rows: dict[str, JobThroughput] = {}
+        self._published_pairs: dict[tuple[str, str], ColocationEstimate] = {}
+        self._published_profiling: dict[str, ProfilingRequest] = {}
+        self._dirty_rows: set[str] = set()
+        self._dirty_pairs: set[tuple[str, str]] = set()
+        self._dirty_profiling: set[str] = set()
+        self._new_flags: list[StragglerFlag] = []
+        self._fits_seen: dict[int, int] = {}  # scale factor -> completion fits already accounted for
+        self._typical = {sf: references.typical_isolated(sf) for sf in {*references.groups, 1}}
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def submitted(self, spec: JobSpec) -> ThroughputEstimated | None:
+        if spec.job_id in self.jobs:
+            return None  # a redelivery
+        name = class_of(spec.job_type, spec.scale_factor)
+        user = {
+            w: float(v) for w, v in (spec.throughput_estimate_steps_per_s or {}).items()
+            if w in self.types and math.isfinite(v) and v >= 0
+        }
+        self.jobs[spec.job_id] = JobEvidence(spec.job_id, name, spec.scale_factor, self._order, user)
+        self._order += 1
+        cls = self.classes.get(name)
+        if cls is None:
+            cls = self.classes[name] = _Class(name, spec.scale_factor)
+        cls.jobs.append(spec.job_id)
+        self._trim(cls)
+        first = not cls.active
+        cls.active.add(spec.job_id)
+        self._dirty_rows.add(spec.job_id)
+        if first:
+            self._dirty_pairs.update(self._pairs_of(name))
+        self._dirty_profiling.add(name)
+        return self._flush()
+
+    def progress(self, report: JobProgress) -> ThroughputEstimated | None:
+        job = self.jobs.get(report.job_id)
+        if job is None or not _usable(report) or report.accelerator_type not in self.types:
+            return None
+        w = report.accelerator_type
+        partners = [self.jobs[p] for p in report.packed_with if p in self.jobs]
+        if len(partners) != len(report.packed_with) or len(partners) > 1:
+            return None  # a partner it never heard of: the fraction cannot be placed
+        partner_class = partners[0].colocation_class if partners else ""
+        profiled = self._was_requested(job.job_id, w, partner_class)
+        measurement = (report.worker_id, max(0.0, report.throughput_steps_per_s), profiled)
+        if partners:
+            job.record(w, partner_class, measurement, self.settings.kept_measurements)
+            self._packed_changed(job.colocation_class, partner_class, w)
+            if self.references.locate(job.colocation_class) is None:
+                self.classes[job.colocation_class].stamp += 1  # its packed runs tell its speed alone
+                self._dirty_rows.add(job.job_id)
+        else:
+            self._watch(job, w, report.worker_id, measurement[1])
+            job.record(w, "", measurement, self.settings.kept_measurements)
+            self._alone_changed(job, w)
+        self._dirty_profiling.add(job.colocation_class)
+        return self._flush()
+
+    def ended(self, job_id: str) -> ThroughputEstimated | None:
+        job = self.jobs.get(job_id)
+        if job is None or not job.active:
+            return None
+        job.active = False
+        cls = self.classes[job.colocation_class]
+        cls.active.discard(job_id)
+        self._published_rows.pop(job_id, None)
+        self._published_profiling.pop(job_id, None)
+        self._rows.pop(job_id, None)
+        self._trim(cls)
+        self._dirty_profiling.add(cls.name)
+        if not cls.active:
+            for pair in [p for p in self._published_pairs if cls.name in p]:
+                del self._published_pairs[pair]
+        return self._flush()
+
+    def everything(self) -> ThroughputEstimated:
+        """Every active job's figures, every pair among active classes, every profiling request and
+        straggler flag, as if all were new (a restarted estimator says it all once)."""
+        self._published_rows.clear()
+        self._published_pairs.clear()
+        self._published_profiling.clear()
+        self._dirty_rows.update(j for j, job in self.jobs.items() if job.active)
+        active = [c for c in self.classes.values() if c.active]
+        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
+        self._dirty_profiling.update(c.name for c in active)
+        self._new_flags.extend(self.stragglers.flagged.values())
+        return self._flush(always=True)  # type: ignore[return-value]
+
+    # -- evidence bookkeeping -----------------------------------------------------------------------
+
+    def _trim(self, cls: _Class) -> None:
+        """Keep the most recent pooled jobs (active ones are never dropped)."""
+        excess = len(cls.jobs) - self.settings.pooled_jobs
+        if excess <= 0:
+            return
+        dropped = [j for j in cls.jobs if j not in cls.active][:excess]
+        for job_id in dropped:
+            cls.jobs.remove(job_id)
+            for w in self.types:
+                pool = self.pools.get((cls.name, w))
+                if pool is not None:
+                    pool.put(job_id, None, 0)
+            self.jobs.pop(job_id, None)
+        if dropped:
+            cls.stamp += 1
+
+    def _pool(self, name: str, accelerator_type: str) -> Pool:
+        pool = self.pools.get((name, accelerator_type))
+        if pool is None:
+            pool = self.pools[(name, accelerator_type)] = Pool(self.settings.job_spread_sd**2)
+        return pool
+
+    def _alone_changed(self, job: JobEvidence, accelerator_type: str) -> None:
+        cls = self.classes[job.colocation_class]
+        sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self.stragglers.flagged)
+        belief = combine(sources)
+        before = self._pool(cls.name, accelerator_type).mean()
+        self._pool(cls.name, accelerator_type).put(job.job_id, belief, sum(s.count for s in sources))
+        after = self._pool(cls.name, accelerator_type).mean()
+        cls.stamp += 1
+        self._dirty_rows.update(cls.active)
+        self._dirty_rows.add(job.job_id)
+        if _moved(before, after, self.settings.publish_tolerance):
+            # fractions are measured against the speed alone: every pair of this class moves
+            self._dirty_pairs.update(self._pairs_of(cls.name))
+            self._observe_class(cls.name)
+
+    def _packed_changed(self, name: str, partner: str, accelerator_type: str) -> None:
+        self._dirty_pairs.add(_ordered(name, partner))
+        self._observe_cell(name, partner, accelerator_type)
+
+    def _watch(self, job: JobEvidence, accelerator_type: str, worker_id: str, value: float) -> None:
+        """Straggler evidence: this measurement against a confident estimate made without the
+        worker's own measurements of the job."""
+        if sum(1 for m in job.alone.get(accelerator_type, ()) if m[0] == worker_id) >= WATCHED_PER_JOB:
+            return  # this job has said what it can about this worker
+        predicted = self._predicted(job, accelerator_type, worker_id)
+        if predicted is None or predicted.confidence < MIN_CONFIDENCE:
+            return
+        change = self.stragglers.observe(worker_id, job.job_id, value, predicted.value)
+        if change is None:
+            return
+        self._new_flags.append(change)
+        self._global += 1
+        for other in self.jobs.values():  # its measurements leave (or rejoin) every estimate
+            if worker_id in other.workers():
+                for w in other.alone:
+                    self._pool(other.colocation_class, w).put(
+                        other.job_id, combine(other.alone_sources(w, self.settings.measurement_sd, self.stragglers.flagged)), len(other.alone[w])
+                    )
+                self.classes[other.colocation_class].stamp += 1
+        active = [c for c in self.classes.values() if c.active]
+        self._dirty_rows.update(j for c in active for j in c.active)
+        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
+
+    def _predicted(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> Belief | None:
+        """The job's speed alone on the type from everything but the worker's own measurements
+        (of this job and of the others of its class)."""
+        s = self.settings
+        excluded = {*self.stragglers.flagged, worker_id}
+        sources = job.alone_sources(accelerator_type, s.measurement_sd, excluded)
+        for other_id in self.classes[job.colocation_class].jobs:
+            other = self.jobs[other_id]
+            if other_id != job.job_id and accelerator_type in other.alone:
+                pooled = combine(other.alone_sources(accelerator_type, s.measurement_sd, excluded))
+                if pooled is not None:
+                    sources.append(Source(pooled.value, pooled.variance + 2 * s.job_spread_sd**2, pooled.provenance))
+        located = self.references.locate(job.colocation_class)
+        if located is not None:
+            value = located[0].isolated[located[1], self.types.index(accelerator_type)]
+            if np.isfinite(value):
+                sources.append(Source(float(value), s.reference_sd**2 + s.job_spread_sd**2, Provenance.REFERENCE))
+        return combine(sources)
+
+    def _was_requested(self, job_id: str, accelerator_type: str, partner_class: str) -> bool:
+        request = self._published_profiling.get(job_id)
+        return request is not None and ProfileCell(accelerator_type, partner_class) in request.cells
+
+    # -- a new class's completion row ---------------------------------------------------------------
+
+    def _observe_cell(self, name: str, partner: str, accelerator_type: str) -> None:
+        """A packed measurement of (name with partner): the cell of each class's row it fills."""
+        for row_class, other, direction in ((name, partner, WITH), (partner, name, AGAINST)):
+            cell = self._cell(row_class, other, accelerator_type, direction)
+            if cell is not None:
+                self.classes[row_class].evidenced.add(cell)
+                self._refill(row_class)
+
+    def _observe_class(self, name: str) -> None:
+        """The class's speed alone moved: every measured fraction it is part of moves with it."""
+        if self.references.locate(name) is None and self.classes[name].evidenced:
+            self._refill(name)
+        for other in self.classes.values():
+            if other.evidenced and self.references.locate(other.name) is None and other.name != name:
+                if any(self._reference_index(name, other.scale_factor) == cell[2] for cell in other.evidenced):
+                    self._refill(other.name)
+
+    def _cell(self, row_class: str, other: str, accelerator_type: str, direction: int) -> Cell | None:
+        """Where (row_class, other) lands in row_class's completion row: row_class new, other a
+        reference of its size, the type a feature type."""
+        cls = self.classes.get(row_class)
+        if cls is None or self.references.locate(row_class) is not None:
+            return None
+        reference = self._reference_index(other, cls.scale_factor)
+        if reference is None or accelerator_type not in self.references.feature_types:
+            return None
+        return direction, self.references.feature_types.index(accelerator_type), reference
+
+    def _reference_index(self, name: str, scale_factor: int) -> int | None:
+        group = self.references.group(scale_factor)
+        return None if group is None else group.index.get(name)
+
+    def _refill(self, name: str) -> None:
+        """Recompute the measured cells of a new class's row and hand it to the completion."""
+        cls = self.classes[name]
+        model = self.colocation.model(cls.scale_factor)
+        row = self.colocation.empty_row(cls.scale_factor)
+        if model is None or row is None:
+            return
+        group = model.group
+        for direction, position, reference in cls.evidenced:
+            w = self.references.feature_types[position]
+            if direction == WITH and not self._measured_alone(name, w):
+                # its fraction there would be measured against a guess of its speed alone: left
+                # to the completion, and the packed runs tell its speed instead (_packed_sources)
+                continue
+            partner = group.classes[reference]
+            a, b = (name, partner) if direction == WITH else (partner, name)
+            belief = combine(self._fraction_sources(a, b, w))
+            if belief is not None:
+                row[model.column(direction, position, reference)] = belief.value
+        model.observe(name, row)
+
+    def _measured_alone(self, name: str, accelerator_type: str) -> bool:
+        pool = self.pools.get((name, accelerator_type))
+        mean = pool.mean() if pool is not None else None
+        return mean is not None and mean.value > 0
+
+    # -- figures -------------------------------------------------------------------------------------
+
+    def _row(self, job: JobEvidence, exclude_worker: str = "") -> Row:
+        cls = self.classes[job.colocation_class]
+        key = (cls.stamp, self._global)
+        if not exclude_worker:
+            cached = self._rows.get(job.job_id)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+        row = self._compute_row(job, exclude_worker)
+        if not exclude_worker:
+            self._rows[job.job_id] = (key, row)
+        return row
+
+    def _compute_row(self, job: JobEvidence, exclude_worker: str) -> Row:
+        s = self.settings
+        excluded = set(self.stragglers.flagged)
+        if exclude_worker:
+            excluded.add(exclude_worker)
+        located = self.references.locate(job.colocation_class)
+        spread = s.job_spread_sd**2
+        direct: dict[str, list[Source]] = {}
+        for k, w in enumerate(self.types):
+            sources = job.alone_sources(w, s.measurement_sd, excluded)
+            pooled = self._pool(job.colocation_class, w).mean(without=job.job_id)
+            if pooled is not None:
+                sources.append(Source(pooled.value, pooled.variance + spread, pooled.provenance, pooled.count))
+            if located is not None:
+                value = located[0].isolated[located[1], k]
+                if np.isfinite(value):
+                    sources.append(Source(float(value), s.reference_sd**2 + spread, Provenance.REFERENCE))
+            if w in job.user:
+                sources.append(Source(job.user[w], s.user_sd**2, Provenance.USER))
+            if located is None:
+                sources += self._packed_sources(job, w, excluded)
+            direct[w] = sources
+        beliefs = {w: combine(sources) for w, sources in direct.items()}
+        measured = {
+            w: b for w, b in beliefs.items()
+            if b is not None and b.value > 0 and b.provenance in MEASUREMENTS
+        }
+        match = None if located is not None else self._match(job.colocation_class, job.scale_factor)
+        typical = self._typical.get(job.scale_factor, self._typical[1])
+        row: Row = {}
+        for k, w in enumerate(self.types):
+            sources = direct[w]
+            if match is not None and measured and w not in measured:
+                ratio = self._ratio_source(match, measured, k)
+                if ratio is not None:
+                    sources = [*sources, ratio]
+            if not sources:  # nothing at all is known: the typical job of its size
+                sources = [Source(float(typical[k]), s.typical_sd**2, Provenance.REFERENCE)]
+            belief = combine(sources)
+            row[w] = belief if belief is not None else Belief(0.0, 0.0, Provenance.REFERENCE)
+        return row
+
+    def _packed_sources(self, job: JobEvidence, accelerator_type: str, excluded: set[str]) -> list[Source]:
+        """A new class's speed alone implied by its packed runs there: each run's steps/s over the
+        prior fraction of that pair (the completion's, which never used this type's measured
+        fractions unless the speed alone there was measured: no circle)."""
+        out = []
+        for (partner, w), _ in job.packed.items():
+            if w != accelerator_type:
+                continue
+            packed = combine(job.packed_sources(partner, w, self.settings.measurement_sd, excluded))
+            prior = self._fraction_prior(job.colocation_class, partner, w)
+            if packed is None or prior is None or not (packed.value > 0 and prior.value > 0):
+                continue
+            out.append(Source(packed.value / prior.value, packed.variance + prior.variance, Provenance.COMPLETED))
+        return out
+
+    def _ratio_source(self, match: np.ndarray, measured: dict[str, Belief], k: int) -> Source | None:
+        """The job's measured speeds times the matched reference's ratio to type k."""
+        if not np.isfinite(match[k]):
+            return None
+        logs, variances = [], []
+        for w, belief in measured.items():
+            other = match[self.types.index(w)]
+            if np.isfinite(other) and other > 0:
+                if match[k] <= 0:
+                    return Source(0.0, self.settings.matched_sd**2, Provenance.REFERENCE)
+                logs.append(belief.log_value + math.log(match[k] / other))
+                variances.append(belief.variance)
+        if not logs:
+            return None
+        variance = self.settings.matched_sd**2 + math.fsum(variances) / len(variances)
+        return Source(math.exp(math.fsum(logs) / len(logs)), variance, Provenance.REFERENCE)
+
+    def _match(self, name: str, scale_factor: int) -> np.ndarray | None:
+        """(K,) the speeds alone of the reference a new class is matched to: by its completed
+        colocation row when anything was measured packed, else by its measured speeds alone (the
+        nearest in log speed on the types measured)."""
+        group = self.references.group(scale_factor)
+        if group is None:
+            return None
+        index = self.colocation.match(name, scale_factor) if self.classes[name].evidenced else None
+        if index is None:
+            index = self._speed_match(name, group.isolated)
+        return None if index is None else group.isolated[index]
+
+    def _speed_match(self, name: str, isolated: np.ndarray) -> int | None:
+        measured = []
+        for k, w in enumerate(self.types):
+            pooled = self.pools.get((name, w))
+            mean = pooled.mean() if pooled is not None else None
+            if mean is not None and mean.value > 0:
+                measured.append((k, math.log(mean.value)))
+        if not measured:
+            return None
+        columns = [k for k, _ in measured]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(isolated[:, columns])
+        distance = np.nanmean((logs - np.array([v for _, v in measured])) ** 2, axis=1)
+        distance = np.where(np.isfinite(distance), distance, np.inf)
+        return int(np.argmin(distance)) if np.isfinite(distance).any() else None
+
+    def _fraction_sources(self, name: str, partner: str, accelerator_type: str) -> list[Source]:
+        """Measured fractions of ``name`` packed with ``partner`` on the type: each pooled job's
+        packed steps/s over its own estimate alone there."""
+        s = self.settings
+        sources = []
+        for job_id in self.classes[name].jobs:
+            job = self.jobs[job_id]
+            if (partner, accelerator_type) not in job.packed:
+                continue
+            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self.stragglers.flagged))
+            if packed is None:
+                continue
+            if packed.value <= 0:
+                sources.append(Source(0.0, 0.0, packed.provenance))
+                continue
+            alone = self._row(job).get(accelerator_type)
+            if alone is None or alone.value <= 0:
+                continue
+            fraction = min(1.0, packed.value / alone.value)
+            sources.append(Source(fraction, packed.variance + alone.variance, packed.provenance))
+        return sources
+
+    def _fraction(self, name: str, partner: str, accelerator_type: str) -> Belief | None:
+        sources = self._fraction_sources(name, partner, accelerator_type)
+        prior = self._fraction_prior(name, partner, accelerator_type)
+        if prior is not None:
+            sources.append(prior)
+        belief = combine(sources)
+        if belief is not None and belief.value > 1.0:
+            belief = Belief(1.0, belief.variance, belief.provenance)
+        return belief
+
+    def _fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
+        s = self.settings
+        scale_factor = self.classes[name].scale_factor
+        model = self.colocation.model(scale_factor)
+        if model is None:
+            return None
+        group = model.group
+        k = self.types.index(accelerator_type)
+        mine, theirs = group.index.get(name), group.index.get(partner)
+        if accelerator_type not in self.references.feature_types:
+            # a pseudo-type: the references' (or the matches') own figure there
+            a = mine if mine is not None else self.colocation.match(name, scale_factor)
+            b = theirs if theirs is not None else self.colocation.match(partner, scale_factor)
+            if a is None or b is None or not np.isfinite(group.colocation[a, b, k]):
+                return None
+            return Source(float(group.colocation[a, b, k]), s.matched_sd**2, Provenance.REFERENCE)
+        position = self.references.feature_types.index(accelerator_type)
+        if mine is not None and theirs is not None:
+            value = group.colocation[mine, theirs, k]
+            if np.isfinite(value):
+                return Source(float(value), s.reference_sd**2, Provenance.REFERENCE)
+            row = self.colocation.reference_row(scale_factor, mine)
+            return None if row is None else Source(float(row[model.column(WITH, position, theirs)]), s.matched_sd**2, Provenance.COMPLETED)
+        if mine is None and theirs is not None:
+            row, column, provenance = self.colocation.prior_row(name, scale_factor), model.column(WITH, position, theirs), Provenance.COMPLETED
+            evidenced = bool(self.classes[name].evidenced)
+        elif mine is not None:
+            row, column, provenance = self.colocation.prior_row(partner, scale_factor), model.column(AGAINST, position, mine), Provenance.COMPLETED
+            evidenced = bool(self.classes[partner].evidenced)
+        else:  # two new classes: each one's row against the other's match
+            row = self.colocation.prior_row(name, scale_factor)
+            match = self.colocation.match(partner, scale_factor) if self.classes[partner].evidenced else None
+            if row is None:
+                return None
+            if match is None:
+                start = model.column(WITH, position, 0)
+                value = float(np.mean(row[start : start + model.num_references]))
+                return Source(value, TYPICAL_FRACTION_SD**2, Provenance.REFERENCE)
+            column, provenance, evidenced = model.column(WITH, position, match), Provenance.REFERENCE, bool(self.classes[name].evidenced)
+        if row is None:
+            return None
+        variance = s.matched_sd**2 if evidenced else TYPICAL_FRACTION_SD**2
+        return Source(float(row[column]), variance, provenance)
+
+    # -- what changed, as a message ---------------------------------------------------------------
+
+    def _pairs_of(self, name: str) -> list[tuple[str, str]]:
+        scale_factor = self.classes[name].scale_factor
+        return [
+            _ordered(name, other.name) for other in self.classes.values()
+            if other.active and other.scale_factor == scale_factor
+        ]
+
+    def _flush(self, *, always: bool = False) -> ThroughputEstimated | None:
+        for scale_factor, model in self.colocation.groups.items():
+            if model.observed:
+                model.refresh()
+            if model.fits != self._fits_seen.get(scale_factor, 0):
+                self._fits_seen[scale_factor] = model.fits
+                self._global += 1  # every prior of a new class may have moved
+                new = [
+                    c for c in self.classes.values()
+                    if c.active and c.scale_factor == scale_factor and self.references.locate(c.name) is None
+                ]
+                self._dirty_pairs.update(p for c in new for p in self._pairs_of(c.name))
+                self._dirty_rows.update(j for c in new for j in c.active)
+        rows = self._changed_rows()
+        pairs = self._changed_pairs()
+        profiling = self._changed_profiling()
+        flags, self._new_flags = tuple(self._new_flags), []
+        if not (rows or pairs or profiling or flags or always):
+            return None
+        self.revision += 1
+        return ThroughputEstimated(
+            jobs=rows, colocations=pairs, profiling=profiling, stragglers=flags, revision=self.revision,
+            mode="learned", profiling_share=self.settings.profiling_share,
+        )
+
+    def _changed_rows(self) -> tuple[JobThroughput, ...]:
+        out = []
+        for job_id in sorted(self._dirty_rows, key=lambda j: self.jobs[j].order if j in self.jobs else -1):
+            job = self.jobs.get(job_id)
+            if job is None or not job.active:
+                continue
+            row = self._row(job)
+            message = JobThroughput(
+                job_id,
+                {w: _rounded(b.value) for w, b in row.items()},
+                {w: b.provenance for w, b in row.items()},
+                {w: round(b.confidence, 3) for w, b in row.items()},
+                job.colocation_class,
+            )
+            if _differs(self._published_rows.get(job_id), message, self.settings.publish_tolerance):
+                self._published_rows[job_id] = message
+                out.append(message)
+        self._dirty_rows.clear()
+        return tuple(out)
+
+    def _changed_pairs(self) -> tuple[ColocationEstimate, ...]:
+        out = []
+        for a, b in sorted(self._dirty_pairs):
+            if a not in self.classes or b not in self.classes or not (self.classes[a].active and self.classes[b].active):
+                continue
+            fractions, provenance, confidence = {}, {}, {}
+            for w in self.types:
+                first, second = self._fraction(a, b, w), self._fraction(b, a, w)
+                if first is None or second is None:
+                    continue
+                fractions[w] = (_rounded(first.value), _rounded(second.value))
+                weaker = first if first.confidence <= second.confidence else second
+                provenance[w] = weaker.provenance
+                confidence[w] = round(weaker.confidence, 3)
+            message = ColocationEstimate((a, b), fractions, provenance, confidence)
+            if _differs(self._published_pairs.get((a, b)), message, self.settings.publish_tolerance):
+                self._published_pairs[(a, b)] = message
+                out.append(message)
+        self._dirty_pairs.clear()
+        return tuple(out)
+
+    def _changed_profiling(self) -> tuple[ProfilingRequest, ...]:
+        out = []
+        for name in sorted(self._dirty_profiling):
+            cls = self.classes.get(name)
+            if cls is None:
+                continue
+            chosen = min(cls.active, key=lambda j: self.jobs[j].order) if cls.active else None
+            for job_id in sorted(cls.active):
+                request = self._profiling_request(cls, job_id) if job_id == chosen else ProfilingRequest(job_id, ())
+                before = self._published_profiling.get(job_id)
+                if before is None and not request.cells:
+                    continue
+                if before != request:
+                    self._published_profiling[job_id] = request
+                    out.append(request)
+        self._dirty_profiling.clear()
+        return tuple(out)
+
+    def _profiling_request(self, cls: _Class, job_id: str) -> ProfilingRequest:
+        """What a new class still lacks: its speed alone on every feature type, and packed runs
+        with references until ``profiling_percentage`` of its cells are measured."""
+        if self.references.locate(cls.name) is not None:
+            return ProfilingRequest(job_id, ())
+        cells = [
+            ProfileCell(w) for w in self.references.feature_types
+            if not len(self.pools.get((cls.name, w), ()))
+        ]
+        model = self.colocation.model(cls.scale_factor)
+        wanted = 0
+        if model is not None and self.settings.profiling_percentage > 0:
+            measured = {(p, r) for d, p, r in cls.evidenced if d == WITH}
+            total = len(self.references.feature_types) * model.num_references
+            wanted = max(0, math.ceil(self.settings.profiling_percentage * total) - len(measured))
+            if wanted:
+                cells += [
+                    ProfileCell(w, partner)
+                    for p, w in enumerate(self.references.feature_types)
+                    for r, partner in enumerate(model.group.classes)
+                    if (p, r) not in measured
+                ]
+        return ProfilingRequest(job_id, tuple(cells), wanted)
+
+
+def _usable(report: JobProgress) -> bool:
+    """A report that measured something: not a crash, and (a real worker's) with stepping time."""
+    if report.outcome in ("crashed", "killed"):
+        return False
+    real = report.startup_s > 0 or report.restore_s > 0 or report.stepping_s > 0 or report.checkpoint_s > 0
+    return report.stepping_s > 0 if real else report.elapsed_s > 0
+
+
+def _ordered(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+def _rounded(value: float) -> float:
+    """Six significant digits: far below any estimate's error, and the same figure whatever order
+    equal evidence arrived in (sums of floats are not associative)."""
+    return float(f"{value:.6g}")
+
+
+def _moved(before: Source | None, after: Source | None, tolerance: float) -> bool:
+    if (before is None) != (after is None):
+        return True
+    if before is None or after is None:
+        return False
+    if (before.value <= 0) != (after.value <= 0):
+        return True
+    return before.value > 0 and abs(math.log(after.value / before.value)) > tolerance
+
+
+def _differs(before: JobThroughput | ColocationEstimate | None, now: JobThroughput | ColocationEstimate, tolerance: float) -> bool:
+    if before is None:
+        return True
+    if before.provenance != now.provenance:
+        return True
+    old = before.throughputs_steps_per_s if isinstance(before, JobThroughput) else before.fractions
+    new = now.throughputs_steps_per_s if isinstance(now, JobThroughput) else now.fractions  # type: ignore[union-attr]
+    if old.keys() != new.keys():
+        return True
+    for w, value in new.items():
+        for x, y in zip(_as_tuple(old[w]), _as_tuple(value), strict=True):
+            if (x <= 0) != (y <= 0) or (x > 0 and abs(math.log(y / x)) > tolerance):
+                return True
+    return False
+
+
+def _as_tuple(value: float | tuple[float, ...]) -> tuple[float, ...]:
+    return value if isinstance(value, tuple) else (value,)

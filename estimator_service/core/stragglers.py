@@ -1,0 +1,53 @@
+"""Stragglers: workers whose measurements stay well below what the estimates predict.
+
+Each measurement of a job alone that a confident estimate (one made without that worker's
+measurements, confidence >= ``MIN_CONFIDENCE``) predicted gives the worker a ratio measured /
+predicted. A worker is flagged when the median of its latest ratio per job, over at least
+``jobs`` distinct jobs, is below ``threshold``; the flag is withdrawn when the median climbs back
+above the threshold plus ``HYSTERESIS`` (a flag must not flicker with one lease). A flagged
+worker's measurements describe the worker, not the job: the estimator leaves them out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from common.messages import StragglerFlag
+
+MIN_CONFIDENCE = 0.5
+HYSTERESIS = 0.1
+RECENT_JOBS = 20  # jobs remembered per worker
+
+
+@dataclass
+class StragglerWatch:
+    threshold: float = 0.7
+    jobs: int = 3
+    ratios: dict[str, dict[str, float]] = field(default_factory=dict)  # worker -> job -> latest log ratio
+    flagged: dict[str, StragglerFlag] = field(default_factory=dict)
+
+    def observe(self, worker_id: str, job_id: str, measured: float, predicted: float) -> StragglerFlag | None:
+        """Note one ratio; the worker's flag if it changed (raised or withdrawn), else None."""
+        if not (measured > 0 and predicted > 0):
+            return None
+        recent = self.ratios.setdefault(worker_id, {})
+        recent.pop(job_id, None)  # re-inserted last: the dict keeps the most recent jobs in order
+        recent[job_id] = math.log(measured / predicted)
+        while len(recent) > RECENT_JOBS:
+            del recent[next(iter(recent))]
+        if len(recent) < self.jobs:
+            return None
+        ratio = math.exp(statistics.median(recent.values()))
+        was = worker_id in self.flagged
+        if not was and ratio < self.threshold:
+            self.flagged[worker_id] = StragglerFlag(worker_id, ratio, len(recent))
+            return self.flagged[worker_id]
+        if was and ratio >= self.threshold + HYSTERESIS:
+            del self.flagged[worker_id]
+            return StragglerFlag(worker_id, ratio, len(recent), flagged=False)
+        return None
+
+    def is_flagged(self, worker_id: str) -> bool:
+        return worker_id in self.flagged
