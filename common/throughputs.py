@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -92,6 +92,26 @@ class ThroughputTable:
             f"on {accelerator_type!r} in the throughput table"
         )
 
+    def without(self, job_types: Iterable[str]) -> ThroughputTable:
+        """The same table without some job types (the simulator's "unknown" types: the estimator
+        and the mechanism must not know them, the simulated hardware still does)."""
+        gone = set(job_types)
+        return _rebuild(
+            self.accelerator_types,
+            {k: v for k, v in self.isolated_steps_per_s.items() if k[0] not in gone},
+            {k: v for k, v in self.pair_steps_per_s.items() if k[0] not in gone and k[1] not in gone},
+        )
+
+    def typical_isolated(self, scale_factor: int) -> dict[str, float]:
+        """Per accelerator type, the geometric mean steps/s of the job types of this size (of every
+        size when there is none): the prior for a job nothing is known of."""
+        same = [v for (_, sf, _), v in self.isolated_steps_per_s.items() if sf == scale_factor]
+        by_type: dict[str, list[float]] = {}
+        for (_, sf, w), v in self.isolated_steps_per_s.items():
+            if sf == scale_factor or not same:
+                by_type.setdefault(w, []).append(v)
+        return {w: geometric_mean(by_type.get(w, ())) for w in self.accelerator_types}
+
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # MappingProxyType cannot be pickled; send plain dicts and wrap them again on the other
         # side (the policy service hands its table to a worker process).
@@ -102,6 +122,13 @@ class ThroughputTable:
     ) -> tuple[float, float] | None:
         """(a's steps/s, b's steps/s) when a and b share GPUs; None when the pair was not measured."""
         return self.pair_steps_per_s.get((job_type_a, job_type_b, scale_factor, accelerator_type))
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """Of the positive values (a job that cannot run somewhere says nothing of how fast jobs run
+    there); 0 when there is none."""
+    logs = [math.log(v) for v in values if v > 0]
+    return math.exp(math.fsum(logs) / len(logs)) if logs else 0.0
 
 
 def _rebuild(

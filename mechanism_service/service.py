@@ -70,6 +70,7 @@ from common.messages import (
 )
 from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
+from common.throughputs import ThroughputTable
 from common.topics import POLICY_REQUEST_QUEUE
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
@@ -78,11 +79,14 @@ from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
+from mechanism_service.core.estimates import EstimateBook
+from mechanism_service.core.learning import take_estimate
+from mechanism_service.core.model import ProfilingState
+from mechanism_service.core.profiling import choose as choose_profiling
+from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import (
-    IsolatedLookup,
     LeaseResult,
     NewJob,
-    PairLookup,
     add_server,
     apply_allocation,
     remove_job,
@@ -152,7 +156,12 @@ class Memory:
     shuffle: Shuffle | None = None
     commands: list[bytes] = dataclasses.field(default_factory=list)  # the last boundary's, encoded
     worker_of: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)  # GPU id -> (worker, index)
-    estimates: dict[str, str] = dataclasses.field(default_factory=dict)  # job id -> provenance
+    # The estimator's latest word (estimated rates only): applied at the next boundary, in the
+    # order it came, so the schedule does not depend on when a message lands within a round.
+    book: EstimateBook = dataclasses.field(default_factory=EstimateBook)
+    pending_estimates: list[ThroughputEstimated] = dataclasses.field(default_factory=list)
+    user_estimates: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # job -> its submitter's estimate
+    ended_jobs: set[str] = dataclasses.field(default_factory=set)  # left the cluster: late estimates are dropped
     observations: status_core.Observations = dataclasses.field(default_factory=status_core.Observations)
     allocations: dict[str, bytes] = dataclasses.field(default_factory=dict)  # replies replayed from the journal
     epoch: int = 0  # this mechanism's incarnation: one more at every start; every command carries it
@@ -174,11 +183,19 @@ def _upgraded(memory: Memory) -> Memory:
             if f.name not in vars(holder):
                 default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
                 setattr(holder, f.name, default)
+    vars(memory).pop("estimates", None)  # provenance only, before the estimate book
+    if memory.state is not None and "profiling" not in _slots_set(memory.state):
+        memory.state.profiling = ProfilingState()
     legacy_known = vars(memory).pop("known_jobs", None)  # a set of ids, before specs were kept
     if legacy_known:
         memory.intake.known.update(dict.fromkeys(legacy_known))
     vars(memory).pop("sealed", None)
     return memory
+
+
+def _slots_set(state: MechanismState) -> set[str]:
+    """The slots of a (slotted) state object that hold a value."""
+    return {name for name in type(state).__slots__ if hasattr(state, name)}
 
 
 class MechanismService:
@@ -190,9 +207,9 @@ class MechanismService:
         clock: Clock,
         settings: MechanismSettings,
         policy: str,
-        isolated: IsolatedLookup,
-        pair: PairLookup,
+        table: ThroughputTable,
         shuffle: Shuffle,
+        estimates: bool = False,
         seed: int = 0,
         solver: str | None = None,
         allocation_timeout_s: float = 60.0,
@@ -210,8 +227,10 @@ class MechanismService:
         self._lockstep = lockstep
         self._settings = settings
         self._policy = policy
-        self._isolated = isolated
-        self._pair = pair
+        # A table taken as the truth (rates looked up by job type), or the estimator's estimates
+        # with the table as their prior (core/rates.py).
+        self._table = table
+        self._estimates = estimates
         self._seed = seed
         self._solver = solver
         self._allocation_timeout_s = allocation_timeout_s
@@ -232,6 +251,7 @@ class MechanismService:
         # admitted by one boundary. Virtual and lockstep time need none (nothing races them).
         self._admission_batch_s = admission_batch_s
         self.memory = Memory(shuffle=shuffle, policy=policy, preset=settings.preset)
+        self._rates: Rates = self._make_rates()
         # Workers must time their leases as we time rounds (issue 9: a scaled mechanism and a
         # wall-clock fleet stalled without a word); "" (virtual time in one process): not checked.
         self._clock_name = describe_clock(self._clock, lockstep=lockstep)
@@ -248,6 +268,12 @@ class MechanismService:
         self._idle_boundaries = 0  # boundaries in a row that ran nothing while jobs waited
         self._watch_task: asyncio.Task[None] | None = None
         self._refenced_at_s: dict[str, float] = {}  # lost worker -> when it was last told again
+
+    def _make_rates(self) -> Rates:
+        """Bound to the memory's book and users' estimates (remade when a journal replaces the memory)."""
+        if self._estimates:
+            return EstimatedRates(self.memory.book, self._table, self.memory.user_estimates)
+        return TableRates.of(self._table)
 
     # -- views for drivers and tests --------------------------------------------------------------
 
@@ -411,7 +437,7 @@ class MechanismService:
         self._job_types_here = None
         rejoined = memory.lost_workers.pop(w.worker_id, None) is not None  # a lost worker comes back as a new server
         if memory.state is not None:  # joined a running cluster
-            ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._isolated, self._pair)
+            ids = add_server(memory.state, w.accelerator_type, w.gpu_count, self._settings, self._rates)
             memory.worker_of.update({gpu: (w.worker_id, k) for k, gpu in enumerate(ids)})
             self._log.info(
                 "worker_rejoined" if rejoined else "worker_joined", worker_id=w.worker_id,
@@ -544,18 +570,22 @@ class MechanismService:
             servers = (w for w, registered in memory.servers.items() if registered)
             self._job_types_here = tuple(dict.fromkeys([*servers, *self._elastic_types]))
         receipt = receive(
-            memory.intake, message, now_s, lockstep=self._lockstep, isolated=self._isolated, types=self._job_types_here
+            memory.intake, message, now_s, lockstep=self._lockstep, rates=self._rates, types=self._job_types_here
         )
         job_id = message.spec.job_id
         if receipt.outcome == "new":
             assert receipt.job is not None
             memory.observations.rejected.pop(job_id, None)  # refused before, right this time
+            memory.ended_jobs.discard(job_id)  # a refused id is free again
             memory.submitted.append(receipt.job)
             spec = message.spec
             if spec.command or spec.working_dir:  # most jobs run their type's catalog entry: nothing to keep
                 memory.launch[job_id] = (spec.command, spec.working_dir)
+            if spec.throughput_estimate_steps_per_s:  # the prior until the estimator says more
+                memory.user_estimates[job_id] = dict(spec.throughput_estimate_steps_per_s)
         elif receipt.outcome == "refused":
             memory.observations.rejected[job_id] = receipt.reason
+            self._forget(job_id)
         elif receipt.outcome == "conflict":
             self._log.warning("submission_conflict", job_id=job_id, reason=receipt.reason)
         return receipt
@@ -629,6 +659,7 @@ class MechanismService:
             memory.submitted = [j for j in memory.submitted if j.job_id != job_id]
             memory.held = [(j, why) for j, why in memory.held if j.job_id != job_id]
             memory.launch.pop(job_id, None)
+            self._forget(job_id)
             obs.cancelled[job_id] = {**status_core.pending_row(waiting[0], "cancelled", reason), "cancelled_at_s": now_s}
             self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=False)
             return True, {"job_id": job_id, "state": "cancelled", "reason": reason}, JobCancelled(job_id, reason, now_s, 0)
@@ -702,10 +733,54 @@ class MechanismService:
             pending[1].set_result(reply)
 
     async def on_estimate(self, d: Delivery) -> None:
+        """Kept (journaled) and applied at the next boundary (``_take_estimates``). A mechanism on a
+        table's rates has no use for them."""
         estimate = d.message
         assert isinstance(estimate, ThroughputEstimated)
-        for row in estimate.jobs:
-            self.memory.estimates[row.job_id] = ",".join(sorted({str(p) for p in row.provenance.values()}))
+        if not self._estimates:
+            return
+        self._record("estimate", d)
+        self.memory.pending_estimates.append(estimate)
+        await self._durable()
+
+    def _take_estimates(self, state: MechanismState) -> None:
+        """Step 3 of a boundary: the estimates that came since the last one, in order."""
+        memory = self.memory
+        pending, memory.pending_estimates = memory.pending_estimates, []
+        solve_again = False
+        for estimate in pending:
+            solve_again |= take_estimate(state, memory.book, estimate, self._rates, memory.ended_jobs)  # type: ignore[arg-type]
+        if solve_again:
+            self._log.info("estimates_changed", messages=len(pending), action="solving again at this boundary")
+
+    def _throughput_report(self, job_id: str) -> dict[str, dict[str, object]]:
+        """What `gavel job` shows of a job's speed: per type the steps/s the mechanism schedules
+        on, where it came from, and the estimator's confidence (a prior has none yet)."""
+        memory = self.memory
+        job = next((j for j in memory.state.jobs.values() if j.job_id == job_id), None) if memory.state else None
+        if job is None:
+            return {}
+        if not self._estimates:
+            return {w: {"steps_per_s": self._rates.isolated(job, w), "provenance": "oracle"} for w in memory.state.gpus}  # type: ignore[union-attr]
+        book = memory.book
+        out: dict[str, dict[str, object]] = {}
+        for w in memory.state.gpus:  # type: ignore[union-attr]
+            if w in book.rows.get(job_id, {}):
+                provenance, confidence = book.provenance[job_id].get(w), book.confidence[job_id].get(w)
+            else:  # the mechanism's own prior (core/rates.py)
+                provenance, confidence = ("user" if w in memory.user_estimates.get(job_id, {}) else "prior"), None
+            out[w] = {"steps_per_s": round(self._rates.isolated(job, w), 6), "provenance": provenance, "confidence": confidence}
+        return out
+
+    def _forget(self, job_id: str) -> None:
+        """A job left the cluster (whichever way): its estimates and prior go with it."""
+        memory = self.memory
+        memory.book.forget(job_id)
+        memory.user_estimates.pop(job_id, None)
+        memory.ended_jobs.add(job_id)
+        if memory.state is not None:
+            memory.state.profiling.served.pop(job_id, None)
+            memory.state.profiling.packed_served.pop(job_id, None)
 
     async def on_status(self, d: Delivery) -> None:
         request = d.message
@@ -726,9 +801,11 @@ class MechanismService:
         elif request.query == "job":
             body = status_core.job_report(memory.state, request.job_id, now_s, obs)
             if isinstance(body, dict) and "error" not in body:
-                body["throughput_provenance"] = memory.estimates.get(request.job_id)
+                body["throughputs"] = self._throughput_report(request.job_id)
         elif request.query == "workers":
-            body = status_core.workers_report(memory.state, memory.servers, memory.lost_workers, memory.last_heard_s, now_s)
+            body = status_core.workers_report(
+                memory.state, memory.servers, memory.lost_workers, memory.last_heard_s, now_s, memory.book.stragglers
+            )
         elif request.query == "cluster":
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)
         else:
@@ -752,6 +829,7 @@ class MechanismService:
         memory, last_seq = journal.load_snapshot()
         if memory is not None:
             self.memory = _upgraded(memory)
+            self._rates = self._make_rates()
             self._say_if_policy_changed()
         latest_s = self.memory.now_s
         replayed = 0
@@ -778,6 +856,8 @@ class MechanismService:
                 latest_s = max(latest_s, at_s)
             elif kind == "progress" and isinstance(message, JobProgress) and self._accepts(message):
                 self._apply_progress(message)
+            elif kind == "estimate" and isinstance(message, ThroughputEstimated):
+                self.memory.pending_estimates.append(message)
             elif kind == "allocation":
                 self.memory.allocations[getattr(message, "request_id", "")] = body
         if isinstance(self._clock, (LockstepClock, ScaledClock)):
@@ -866,16 +946,19 @@ class MechanismService:
                     await self._publish(ended, f"round-ended:{ended.round_id}")
                 await self._withdraw_cancelled(state, now_s)
                 # 3. admit the jobs whose arrival has come (and those held until the cluster fits)
+                self._take_estimates(state)
                 await self._admit(state, now_s)
                 # 4. allocation (not for an empty cluster: there is nothing to allocate yet); at once
                 # after a worker was lost, whatever the interval (its GPUs are in the allocation)
-                reset = sum(state.gpus.values()) > 0 and begin_reset(state, now_s, settings, force=memory.resolve_now)
+                reset = sum(state.gpus.values()) > 0 and begin_reset(
+                    state, now_s, settings, force=memory.resolve_now, rates=self._rates
+                )
                 if reset:
                     memory.resolve_now = False
                     await self._reallocate(state, now_s)
                 # 5. plan, journal, dispatch
                 assert memory.shuffle is not None
-                plan = open_round(state, now_s, settings, memory.shuffle)
+                plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state))
                 memory.round_clock.dispatched_at_s = now_s
                 await self._dispatch(state, plan, now_s, bool(reset), settled=bool(results))
                 if plan.assignment:
@@ -889,6 +972,13 @@ class MechanismService:
         finally:
             self.stopped.set()
 
+    def _profiling(self, state: MechanismState) -> list:
+        """The profiling runs of this round: what the estimator asked for, within its share."""
+        book = self.memory.book
+        if not self._estimates or not book.profiling:
+            return []
+        return choose_profiling(state, book.profiling, book.profiling_share, packing=self._settings.packing)
+
     async def _withdraw_cancelled(self, state: MechanismState, now_s: float) -> None:
         """Cancelled jobs leave, after their last round was settled (a job that completed in it
         completed: one terminal state each)."""
@@ -899,6 +989,7 @@ class MechanismService:
                 continue
             job = withdraw_job(state, index)
             memory.launch.pop(job_id, None)
+            self._forget(job_id)
             memory.observations.cancelled[job_id] = status_core.cancelled_row(job, reason, now_s)
             self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=True, steps_done=job.steps_done)
             await self._publish(JobCancelled(job_id, reason, now_s, job.steps_done), f"job-end:{job_id}")
@@ -918,7 +1009,7 @@ class MechanismService:
             self._cluster_grew = False
         arrived_ids = {j.job_id for j in arrived}
         newly_held: list[tuple[NewJob, str]] = []
-        for job, verdict in admit_arrivals(state, due, self._settings, self._isolated, self._pair, self._elastic_types):
+        for job, verdict in admit_arrivals(state, due, self._settings, self._rates, self._elastic_types):
             if verdict.verdict == "hold":
                 memory.held.append((job, verdict.reason))
                 if job.job_id in arrived_ids:
@@ -926,6 +1017,7 @@ class MechanismService:
                 continue
             memory.observations.rejected[job.job_id] = verdict.reason
             memory.intake.known.pop(job.job_id, None)  # nothing of it was accepted: the id is free again
+            self._forget(job.job_id)
             memory.launch.pop(job.job_id, None)
             await self._publish_rejection(job.job_id, verdict.reason)
         if newly_held:  # once per boundary, not once per job: a trace can arrive before its fleet
@@ -1067,6 +1159,7 @@ class MechanismService:
             ended.append(remove_job(state, index, dropped=True))
             self.memory.observations.failed[job_id] = reason
             self.memory.launch.pop(job_id, None)
+            self._forget(job_id)
             self._log.warning("job_failed", job_id=job_id, reason=reason)
             await self._publish(JobFailed(job_id, reason, now_s), f"job-end:{job_id}")
         return ended
@@ -1079,6 +1172,7 @@ class MechanismService:
 
     async def _publish_end(self, job: JobState) -> None:
         self.memory.launch.pop(job.job_id, None)
+        self._forget(job.job_id)
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
         else:
@@ -1130,6 +1224,7 @@ class MechanismService:
             seed=self._seed if self._settings.preset == "gavel" else self._seed + state.resets,
             solver=self._solver,
             packing=self._settings.packing,
+            rates=self._rates,
         )
         replayed = self.memory.allocations.pop(request_id, None)
         if replayed is not None:
@@ -1172,6 +1267,7 @@ class MechanismService:
             index = next(i for i, j in state.jobs.items() if j.job_id == job_id)
             self._log.warning("job_set_aside", job_id=job_id, reason=reason)
             memory.launch.pop(job_id, None)
+            self._forget(job_id)
             if state.jobs[index].first_run_s is None:
                 withdraw_job(state, index)
                 memory.observations.rejected[job_id] = reason

@@ -24,6 +24,7 @@ from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
 from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
+from mechanism_service.core.rates import Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
@@ -39,7 +40,7 @@ from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
 from policy_service.answer import SolveContext, answer
 from sim.clock import SimulationStalled
-from sim.physics import lease_outcome
+from sim.physics import lease_outcome, true_rates
 from sim.results import JobOutcome, RoundRecord, SimulationResult
 from sim.traces import TraceJob
 
@@ -88,7 +89,7 @@ def simulate(
     measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
     shuffle = type_shuffler(config)
-    lookup_isolated, lookup_pair = _lookups(table)
+    rates = TableRates.of(table)
 
     now_s = arrivals[0].arrival_time_s
     clock = RoundClock()
@@ -121,18 +122,18 @@ def simulate(
         arrived = []
         while arrivals and arrivals[0].arrival_time_s <= now_s:
             arrived.append(new_job(arrivals.popleft()))
-        for job, _ in admit_arrivals(state, arrived, settings, lookup_isolated, lookup_pair):
+        for job, _ in admit_arrivals(state, arrived, settings, rates):
             rejected.append(job.job_id)
             waiting_for.discard(job.job_id)
         # 5. allocation, priorities, pick, place
-        reset = begin_reset(state, now_s, settings)
+        reset = begin_reset(state, now_s, settings, rates=rates)
         if reset:
-            solve_times.append(_reallocate(state, now_s, config, context))
+            solve_times.append(_reallocate(state, now_s, config, context, rates))
         plan = open_round(state, now_s, settings, shuffle)
         # 6. dispatch
         clock.dispatched_at_s = now_s
         running = [
-            _dispatch(state, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
+            _dispatch(state, table, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
             for entry, placement in plan.assignment.items()
         ]
         if running:
@@ -163,23 +164,13 @@ def simulate(
     )
 
 
-def _lookups(table: ThroughputTable):
-    def isolated(job_type: str, scale_factor: int, accelerator_type: str) -> float:
-        return table.isolated(job_type, scale_factor, accelerator_type)
-
-    def pair(a: str, b: str, scale_factor: int, accelerator_type: str) -> tuple[float, float] | None:
-        return table.pair(a, b, scale_factor, accelerator_type)
-
-    return isolated, pair
-
-
 def new_job(job: TraceJob) -> NewJob:
     return NewJob(
         job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s
     )
 
 
-def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context: SolveContext) -> float:
+def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context: SolveContext, rates: Rates) -> float:
     """Ask the policy (the ledgers were just reset) and install its answer."""
     settings = config.settings
     request = allocation_request(
@@ -194,6 +185,7 @@ def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context:
         seed=config.seed if settings.preset == "gavel" else config.seed + state.resets,
         solver=config.solver,
         packing=settings.packing,
+        rates=rates,
     )
     reply = answer(request, context)
     if not isinstance(reply, AllocationComputed):
@@ -207,9 +199,13 @@ def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context:
 
 
 def _dispatch(
-    state: MechanismState, entry: Entry, placement: Placement, now_s: float, restore_s: float, settings: MechanismSettings
+    state: MechanismState, table: ThroughputTable, entry: Entry, placement: Placement, now_s: float, restore_s: float,
+    settings: MechanismSettings,
 ) -> LeaseResult:
-    throughputs = state.entries[entry].throughputs[placement.accelerator_type]
+    """What the simulated hardware does with a lease: the table's true rates, whatever the
+    mechanism believes."""
+    jobs = [state.jobs[i] for i in entry]
+    throughputs = true_rates(table, [j.job_type for j in jobs], jobs[0].scale_factor, placement.accelerator_type)
     remaining = tuple(state.jobs[i].steps_remaining for i in entry)
     steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s, restore_s)
     return LeaseResult(entry, placement, steps, now_s + duration_s)

@@ -23,7 +23,7 @@ from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerRegistered
 from common.throughputs import ThroughputTable
-from sim.physics import lease_outcome
+from sim.physics import lease_outcome, true_rates
 
 
 @dataclass
@@ -126,12 +126,7 @@ class SimulatedFleet:
     async def _run(self, gang: _Gang) -> None:
         command = gang.command
         accelerator_type = self._type_of[command.worker_id]
-        job_types = command.job_types
-        if len(job_types) == 1:
-            rates = (self._table.isolated(job_types[0], command.scale_factor, accelerator_type),)
-        else:
-            pair = self._table.pair(job_types[0], job_types[1], command.scale_factor, accelerator_type)
-            rates = tuple(pair) if pair is not None else (0.0, 0.0)
+        rates = true_rates(self._table, command.job_types, command.scale_factor, accelerator_type)
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
         steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)
         if not self._lockstep:

@@ -6,6 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from common.throughputs import ThroughputTable
+
+
+def true_rates(table: ThroughputTable, job_types: Sequence[str], scale_factor: int, accelerator_type: str) -> tuple[float, ...]:
+    """What the hardware really does: each member's steps/s, alone or in its pair, from the table
+    (the simulator's truth, whatever the mechanism believes); 0 where the table has nothing."""
+    if len(job_types) == 1:
+        return (table.isolated_steps_per_s.get((job_types[0], scale_factor, accelerator_type), 0.0),)
+    pair = table.pair(job_types[0], job_types[1], scale_factor, accelerator_type)
+    return tuple(pair) if pair is not None else (0.0,) * len(job_types)
+
 
 def lease_outcome(
     throughputs_steps_per_s: Sequence[float], steps_remaining: Sequence[int], lease_s: float, restore_s: float = 0.0

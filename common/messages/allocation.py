@@ -75,6 +75,9 @@ class PolicyProblem:
     # The allocation in force, for the policies that keep running jobs in place (agnostic FIFO,
     # Gandiva, AlloX).
     previous: tuple[AllocationEntry, ...] = ()
+    # Packing from estimates, when ``pairs`` is None: two jobs whose colocation classes' pair is
+    # listed here may share GPUs (each job's throughputs_steps_per_s must then be given).
+    colocations: tuple[ClassColocation, ...] | None = None
 
 
 @message("allocation.requested")

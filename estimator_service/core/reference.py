@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from common.errors import ProblemError
-from common.throughputs import ThroughputTable, format_job_key
+from common.throughputs import ThroughputTable, format_job_key, geometric_mean
 
 UNCONSOLIDATED = "_unconsolidated"  # Gavel's pseudo-types for gangs spread over servers
 
@@ -80,10 +80,7 @@ class ReferenceSet:
         there is none): the prior for a job nothing is known of."""
         group = self.groups.get(scale_factor)
         rows = group.isolated if group is not None else np.concatenate([g.isolated for g in self.groups.values()])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.where(rows > 0, np.log(np.where(rows > 0, rows, 1.0)), np.nan)
-        typical = np.exp(np.nanmean(logs, axis=0)) if np.isfinite(logs).any() else np.ones(len(self.accelerator_types))
-        return np.where(np.isfinite(typical), typical, 0.0)
+        return np.array([geometric_mean(column[np.isfinite(column)]) for column in rows.T])
 
 
 def reference_set(

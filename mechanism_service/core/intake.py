@@ -8,7 +8,8 @@ word, and a bad field stopped every later solve):
 - ``new``: accepted; it waits for its arrival time, then for admission at a round boundary;
 - ``known``: the same id with the same spec: a retried publish or a resubmitted trace, absorbed;
 - ``conflict``: the same id with another spec: refused with what differs; the first job stays;
-- ``refused``: a field no policy accepts, or a job type the throughput table does not know.
+- ``refused``: a field no policy accepts, or (a mechanism on a table's rates) a job type the
+  throughput table does not know.
 
 Arrival times. In lockstep (a trace replayed across processes) a job arrives at its trace time.
 On a live cluster, at the mechanism's own clock: ``arrival_offset_s`` after the first submission
@@ -29,7 +30,8 @@ from typing import Literal
 from common.errors import JobFieldError
 from common.job_checks import MAX_TIME_S, check_number
 from common.messages import JobSpec, JobSubmitted
-from mechanism_service.core.reducers import IsolatedLookup, NewJob, submission_problem
+from mechanism_service.core.rates import Rates
+from mechanism_service.core.reducers import NewJob, submission_problem
 
 # The fields that make two submissions under one id the same job. Not the arrival: a retry, or
 # the same trace submitted again later, is the same job arriving again.
@@ -105,7 +107,7 @@ def receive(
     now_s: float,
     *,
     lockstep: bool,
-    isolated: IsolatedLookup,
+    rates: Rates,
     types: Sequence[str],
 ) -> Receipt:
     """Decide what becomes of a submission received at ``now_s`` (mechanism time), and note it.
@@ -136,7 +138,7 @@ def receive(
         spec.job_id, spec.job_type, spec.scale_factor, spec.total_steps, arrival_s,
         spec.priority_weight, spec.slo_s, spec.entity,
     )
-    problem = submission_problem(job, isolated, types)
+    problem = submission_problem(job, rates, types)
     if problem:
         _refuse(batch, spec.job_id, problem)
         return Receipt("refused", job, problem)

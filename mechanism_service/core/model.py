@@ -68,6 +68,17 @@ class Worker:
     server: int  # index of its server within its type
 
 
+@dataclass
+class ProfilingState:
+    """The profiling budget and what it was spent on (core/profiling.py)."""
+
+    tokens_gpus: float = 0.0  # GPU-rounds the budget has left
+    served: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # job -> (type, partner class) run
+    packed_served: dict[str, int] = field(default_factory=dict)  # job -> packed runs since its latest request
+    leases: int = 0  # profiling leases run so far
+    gpu_rounds: float = 0.0  # GPU-rounds they took
+
+
 @dataclass(slots=True)
 class MechanismState:
     gpus: dict[str, int]  # accelerator type -> GPUs, in registration order
@@ -87,6 +98,7 @@ class MechanismState:
     policy_state: str = ""  # the policy's opaque continuation, sent back with the next request
     leases_extended: int = 0
     lease_opportunities: int = 0
+    profiling: ProfilingState = field(default_factory=ProfilingState)
 
     @property
     def accelerator_types(self) -> tuple[str, ...]:

@@ -69,13 +69,19 @@ def pick(
     queues: Mapping[str, Sequence[tuple[Entry, float, float, float]]],
     order: Sequence[str],
     settings: MechanismSettings,
+    *,
+    reserved: Sequence[tuple[Entry, str]] = (),
 ) -> dict[str, list[tuple[Entry, int]]]:
     """Greedy selection: each type's queue sorted by (priority, deficit, allocation), highest
     first (stable: ties keep admission order), the queues concatenated in visiting order; an
     entry is taken at its first occurrence that fits, a gang takes all its GPUs on one type, a
-    gang that does not fit is skipped so smaller entries may still use the GPUs."""
+    gang that does not fit is skipped so smaller entries may still use the GPUs. ``reserved``
+    entries (profiling runs) are picked first, on their type, whatever their priority."""
     left = dict(state.gpus)
     taken: set[int] = set()
+    for entry, w in reserved:
+        left[w] -= state.jobs[entry[0]].scale_factor
+        taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
     entries, jobs, fifo = state.entries, state.jobs, settings.only_allocated_run
     for w in order:
@@ -98,6 +104,8 @@ def pick(
             taken.update(entry)
             chosen.append((entry, scale_factor))
         left[w] = free
+    for entry, w in reserved:
+        picked.setdefault(w, []).append((entry, state.jobs[entry[0]].scale_factor))
     return picked
 
 
@@ -106,10 +114,12 @@ def place(
     picked: dict[str, list[tuple[Entry, int]]],
     order: Sequence[str],
     settings: MechanismSettings,
+    forced: frozenset[Entry] = frozenset(),
 ) -> dict[Entry, Placement]:
     """Workers for each picked entry: largest gangs first; an entry that ran on this type last
     round keeps its workers when they are all still free (a lease extension); others take the
-    lowest free workers, filling a server before moving to the next (consolidation)."""
+    lowest free workers, filling a server before moving to the next (consolidation). ``forced``
+    entries (profiling runs) are placed even where the allocation gives them nothing."""
     assignment: dict[Entry, Placement] = {}
     for w in order:
         entries = sorted(picked.get(w, []), key=lambda p: p[1], reverse=True)
@@ -126,7 +136,7 @@ def place(
             for entry in group:  # pass 2: fresh placements
                 if entry in assignment:
                     continue
-                if entry not in state.allocation and not settings.run_unallocated:
+                if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
                     continue  # picked but not allocated: its GPUs idle this round (Gavel)
                 workers: list[int] = []
                 while len(workers) < scale_factor:

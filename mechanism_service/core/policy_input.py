@@ -3,10 +3,19 @@ is recomputed, and the allocation it reads back. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
-from mechanism_service.core.model import MechanismState
+from common.messages import (
+    AllocationComputed,
+    AllocationEntry,
+    AllocationRequested,
+    ClassColocation,
+    EntitySpec,
+    PolicyJob,
+    PolicyProblem,
+)
+from mechanism_service.core.model import JobState, MechanismState
+from mechanism_service.core.rates import EstimatedRates, Rates
 
 
 def advance_isolated_time(state: MechanismState) -> None:
@@ -31,14 +40,19 @@ def allocation_request(
     seed: int | None = None,
     solver: str | None = None,
     packing: bool = False,
+    rates: Rates | None = None,
 ) -> AllocationRequested:
-    """The whole snapshot a stateless policy replica needs (throughputs by job type: the policy
-    service holds the table; the current allocation for the policies that keep jobs in place).
+    """The whole snapshot a stateless policy replica needs: throughputs by job type (the policy
+    service holds the table) or, with estimated ``rates``, each job's own row and the packed
+    fractions per pair of colocation classes; the current allocation for the policies that keep
+    jobs in place.
 
     Jobs the cluster as it is cannot run (a gang larger than what is left of every type it runs
     on, after workers were lost) are left out: the policy would refuse the whole problem because
     of them. They stay admitted and are sent again once workers that fit them join. A type left
     with 0 GPUs stays in (the policy accepts zero counts, and a stateful policy may name it)."""
+    explicit = rates is not None and rates.explicit
+    running = [job for job in state.jobs.values() if runs_here(state, job.index)]
     jobs = tuple(
         PolicyJob(
             job_id=job.job_id,
@@ -50,10 +64,14 @@ def allocation_request(
             slo_s=job.slo_s,
             entity=job.entity,
             isolated_time_s=job.isolated_time_s,
+            throughputs_steps_per_s=(
+                {w: v[0] for w, v in state.entries[(job.index,)].throughputs.items()} if explicit else None
+            ),
+            colocation_class=rates.class_of(job) if explicit and packing else "",  # type: ignore[union-attr]
         )
-        for job in state.jobs.values()
-        if runs_here(state, job.index)
+        for job in running
     )
+    colocations = class_colocations(state, running, rates) if explicit and packing else None  # type: ignore[arg-type]
     previous = tuple(
         AllocationEntry(state.job_ids_of(entry), dict(fractions))
         for entry, fractions in state.allocation.items()
@@ -66,6 +84,7 @@ def allocation_request(
         # this policy does not pack (building the pair table would be wasted work)
         problem=PolicyProblem(
             worker_types=dict(state.gpus), jobs=jobs, pairs=None if packing else (), previous=previous,
+            colocations=colocations,
             # every entity a job names, weighted equally: a job's entity must be one the problem
             # defines, or the policy refuses the problem (hierarchical policies share by them)
             entities=tuple(EntitySpec(name) for name in sorted({j.entity for j in jobs if j.entity is not None})),
@@ -76,6 +95,29 @@ def allocation_request(
         seed=seed,
         policy_state=state.policy_state,
     )
+
+
+def class_colocations(state: MechanismState, jobs: Sequence[JobState], rates: EstimatedRates) -> tuple[ClassColocation, ...]:
+    """The packed fractions of every pair of the jobs' colocation classes (same gang size), on
+    the cluster's types: n jobs of C classes cost C^2 / 2 rows, not n^2 / 2 pairs."""
+    first_of: dict[str, JobState] = {}
+    for job in jobs:
+        first_of.setdefault(rates.class_of(job), job)
+    classes = sorted(first_of)
+    out = []
+    for i, a in enumerate(classes):
+        for b in classes[i:]:
+            job_a, job_b = first_of[a], first_of[b]
+            if job_a.scale_factor != job_b.scale_factor:
+                continue
+            fractions = {}
+            for w in state.gpus:
+                f = rates.fraction(a, b, w, job_a, job_b)
+                if f is not None and (f[0] > 0 or f[1] > 0):
+                    fractions[w] = f
+            if fractions:
+                out.append(ClassColocation((a, b), fractions))
+    return tuple(out)
 
 
 def runs_here(state: MechanismState, index: int) -> bool:

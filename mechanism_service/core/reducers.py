@@ -5,19 +5,15 @@ docs/gavel-semantics.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from common.errors import JobFieldError
 from common.job_checks import check_job
 from mechanism_service.core.model import Entry, EntryLedger, JobState, MechanismState, Placement
+from mechanism_service.core.rates import Rates
 from mechanism_service.core.settings import MechanismSettings
-
-# (job type, scale factor, accelerator type) -> isolated steps/s of the gang
-IsolatedLookup = Callable[[str, int, str], float]
-# (lo's type, hi's type, scale factor, accelerator type) -> (lo's, hi's) steps/s when packed
-PairLookup = Callable[[str, str, int, str], "tuple[float, float] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,14 +28,6 @@ class NewJob:
     entity: str | None = None
 
 
-def _rate(isolated: IsolatedLookup, job_type: str, scale_factor: int, accelerator_type: str) -> float:
-    """Steps/s, 0 where the table has no measurement (the job cannot run there)."""
-    try:
-        return isolated(job_type, scale_factor, accelerator_type)
-    except Exception:  # noqa: BLE001 - the table's ProblemError: not measured there
-        return 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What becomes of a job whose arrival has come: it joins (``admit``), waits until the cluster
@@ -50,11 +38,12 @@ class Admission:
     reason: str = ""
 
 
-def submission_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[str]) -> str:
+def submission_problem(job: NewJob, rates: Rates, types: Sequence[str]) -> str:
     """Why a job can never run on any of ``types`` ("" when it may): its fields, checked as the
-    policy checks them (common/job_checks.py), then its type and size in the throughput table.
-    With no types known yet (a replay before its fleet registered), only the fields."""
-    return _field_problem(job) or _table_problem(job, isolated, types, _runs_on(job, isolated, types))
+    policy checks them (common/job_checks.py), then whether anything knows how fast it runs
+    (a table knows its types; estimates have a prior for every job). With no types known yet (a
+    replay before its fleet registered), only the fields."""
+    return _field_problem(job) or _rates_problem(job, rates, types, _runs_on(job, rates, types))
 
 
 def _field_problem(job: NewJob) -> str:
@@ -68,29 +57,19 @@ def _field_problem(job: NewJob) -> str:
     return ""
 
 
-def _runs_on(job: NewJob, isolated: IsolatedLookup, types: Sequence[str]) -> list[str]:
-    """The types where the table gives the job a positive speed at its size."""
-    return [w for w in types if _rate(isolated, job.job_type, job.scale_factor, w) > 0]
+def _runs_on(job: NewJob, rates: Rates, types: Sequence[str]) -> list[str]:
+    """The types where the job is believed to run (a positive speed at its size)."""
+    return [w for w in types if rates.isolated(job, w) > 0]
 
 
-def _table_problem(job: NewJob, isolated: IsolatedLookup, types: Sequence[str], runs_on: Sequence[str]) -> str:
+def _rates_problem(job: NewJob, rates: Rates, types: Sequence[str], runs_on: Sequence[str]) -> str:
     if not types or runs_on:
         return ""
-    unknown = []
-    for w in types:
-        try:
-            isolated(job.job_type, job.scale_factor, w)
-        except Exception as e:  # noqa: BLE001 - the table's ProblemError names what it does not know
-            unknown.append(str(e))
-    if len(unknown) < len(types):
-        return f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
-    if unknown[0].startswith("unknown job type"):
-        return unknown[0]
-    return f"the throughput table has no {job.job_type!r} on {job.scale_factor} GPUs"
+    return rates.unknown(job, types) or f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
 
 
 def admission(
-    gpus: Mapping[str, int], job: NewJob, isolated: IsolatedLookup, *, elastic_types: Sequence[str] = ()
+    gpus: Mapping[str, int], job: NewJob, rates: Rates, *, elastic_types: Sequence[str] = ()
 ) -> Admission:
     """Whether a job can run on the cluster as it is: a gang needs ``scale_factor`` GPUs of one
     type where it runs. A job that never could is refused at once instead of waiting forever
@@ -99,8 +78,8 @@ def admission(
     the GPUs here now, is held: the policy never sees it (it would refuse the whole problem), and
     it is admitted at the first boundary after enough workers joined."""
     types = list(dict.fromkeys([*gpus, *elastic_types]))
-    runs_on = _runs_on(job, isolated, types)  # looked up once, for both questions below
-    problem = _field_problem(job) or _table_problem(job, isolated, types, runs_on)
+    runs_on = _runs_on(job, rates, types)  # looked up once, for both questions below
+    problem = _field_problem(job) or _rates_problem(job, rates, types, runs_on)
     if problem:
         return Admission("refuse", problem)
     if any(gpus.get(w, 0) >= job.scale_factor for w in runs_on):
@@ -115,16 +94,9 @@ def admission(
     return Admission("refuse", reason)
 
 
-def add_server(
-    state: MechanismState,
-    accelerator_type: str,
-    gpus: int,
-    settings: MechanismSettings,
-    isolated: IsolatedLookup,
-    pair: PairLookup,
-) -> list[int]:
+def add_server(state: MechanismState, accelerator_type: str, gpus: int, settings: MechanismSettings, rates: Rates) -> list[int]:
     """A worker (server) joins a running cluster: its GPUs get the next ids; a new accelerator type
-    gets a time ledger in every entry (seeded like a reset) and throughputs from the table. The
+    gets a time ledger in every entry (seeded like a reset) and throughputs from the rates. The
     allocation is recomputed at the next allowed boundary."""
     ids = list(range(state.next_worker_id, state.next_worker_id + gpus))
     state.next_worker_id += gpus
@@ -133,12 +105,7 @@ def add_server(
         state.servers[accelerator_type] = []
         state.type_time_s[accelerator_type] = settings.seed_s * len(state.entries)
         for entry, ledger in state.entries.items():
-            jobs = [state.jobs[i] for i in entry]
-            if len(entry) == 1:
-                ledger.throughputs[accelerator_type] = (_rate(isolated, jobs[0].job_type, jobs[0].scale_factor, accelerator_type),)
-            else:
-                packed = pair(jobs[0].job_type, jobs[1].job_type, jobs[0].scale_factor, accelerator_type)
-                ledger.throughputs[accelerator_type] = tuple(packed) if packed is not None else (0.0, 0.0)
+            ledger.throughputs[accelerator_type] = entry_throughputs(state, entry, accelerator_type, rates)
             ledger.received_s[accelerator_type] = settings.seed_s
             ledger.deficit_s[accelerator_type] = 0.0
         for job in state.jobs.values():
@@ -147,6 +114,27 @@ def add_server(
     state.servers[accelerator_type].append(ids)
     state.needs_allocation = True
     return ids
+
+
+def entry_throughputs(state: MechanismState, entry: Entry, accelerator_type: str, rates: Rates) -> tuple[float, ...]:
+    """An entry's steps/s per member on the type, as the rates say (a pair that may not share
+    GPUs there: zeros)."""
+    jobs = [state.jobs[i] for i in entry]
+    if len(jobs) == 1:
+        return (rates.isolated(jobs[0], accelerator_type),)
+    packed = rates.pair(jobs[0], jobs[1], accelerator_type)
+    return tuple(packed) if packed is not None else (0.0, 0.0)
+
+
+def refresh_throughputs(state: MechanismState, rates: Rates, indices: Collection[int] | None = None) -> None:
+    """Every entry (or every entry of the jobs ``indices``) takes the rates' current throughputs
+    (estimates change; a table does not)."""
+    wanted = None if indices is None else set(indices)
+    for entry, ledger in state.entries.items():
+        if wanted is not None and wanted.isdisjoint(entry):
+            continue
+        for w in state.gpus:
+            ledger.throughputs[w] = entry_throughputs(state, entry, w, rates)
 
 
 def remove_server(state: MechanismState, accelerator_type: str, gpu_ids: Collection[int]) -> None:
@@ -171,13 +159,7 @@ def remove_server(state: MechanismState, accelerator_type: str, gpu_ids: Collect
     state.needs_allocation = True
 
 
-def admit(
-    state: MechanismState,
-    job: NewJob,
-    settings: MechanismSettings,
-    isolated: IsolatedLookup,
-    pair: PairLookup,
-) -> JobState:
+def admit(state: MechanismState, job: NewJob, settings: MechanismSettings, rates: Rates) -> JobState:
     """Section 3: number the job, seed its received time, create its pair entries."""
     index = state.next_index
     state.next_index += 1
@@ -197,7 +179,7 @@ def admit(
     # The single entry first, then its pairs with every active job of the same scale factor,
     # oldest partner first: this order breaks ties in the planner.
     state.entries[(index,)] = EntryLedger(
-        throughputs={w: (_rate(isolated, job.job_type, job.scale_factor, w),) for w in types},
+        throughputs={w: (rates.isolated(record, w),) for w in types},
         received_s=dict.fromkeys(types, settings.seed_s),
         deficit_s=dict.fromkeys(types, 0.0),
     )
@@ -207,7 +189,7 @@ def admit(
                 continue
             throughputs = {}
             for w in types:
-                packed = pair(other.job_type, job.job_type, job.scale_factor, w)
+                packed = rates.pair(other, record, w)
                 throughputs[w] = tuple(packed) if packed is not None else (0.0, 0.0)
             state.entries[(other.index, index)] = EntryLedger(
                 throughputs=throughputs, received_s=dict.fromkeys(types, 0.0), deficit_s=dict.fromkeys(types, 0.0)

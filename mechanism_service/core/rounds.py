@@ -21,15 +21,16 @@ import numpy as np
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import count_extensions, pick, place, priority_rows, type_order
 from mechanism_service.core.policy_input import advance_isolated_time
+from mechanism_service.core.profiling import ProfilingPick
+from mechanism_service.core.rates import Rates
 from mechanism_service.core.reducers import (
-    IsolatedLookup,
     LeaseResult,
     NewJob,
-    PairLookup,
     Admission,
     admission,
     admit,
     record_first_runs,
+    refresh_throughputs,
     reset_due,
     reset_ledgers,
     settle_round,
@@ -87,17 +88,16 @@ def admit_arrivals(
     state: MechanismState,
     jobs: Iterable[NewJob],
     settings: MechanismSettings,
-    isolated: IsolatedLookup,
-    pair: PairLookup,
+    rates: Rates,
     elastic_types: Sequence[str] = (),
 ) -> list[tuple[NewJob, Admission]]:
     """Admit the jobs that can run here, in order; return the others with their verdict (refused,
     or held until the cluster can run them: only where ``elastic_types`` are given)."""
     others = []
     for job in jobs:
-        verdict = admission(state.gpus, job, isolated, elastic_types=elastic_types)
+        verdict = admission(state.gpus, job, rates, elastic_types=elastic_types)
         if verdict.verdict == "admit":
-            admit(state, job, settings, isolated, pair)
+            admit(state, job, settings, rates)
         else:
             others.append((job, verdict))
     return others
@@ -111,11 +111,16 @@ def force_reset_when_idle(state: MechanismState) -> None:
     state.last_reset_s = 0.0
 
 
-def begin_reset(state: MechanismState, now_s: float, settings: MechanismSettings, *, force: bool = False) -> bool:
+def begin_reset(
+    state: MechanismState, now_s: float, settings: MechanismSettings, *, force: bool = False, rates: Rates | None = None
+) -> bool:
     """True (and the ledgers reset) when the allocation must be recomputed now (``force``: after
-    a change, whatever the minimum interval says)."""
+    a change, whatever the minimum interval says). With estimated ``rates``, every entry takes the
+    latest estimates first: the policy solves on them, the planner plans on them."""
     if not reset_due(state, now_s, settings, force=force):
         return False
+    if rates is not None and rates.explicit:
+        refresh_throughputs(state, rates)
     advance_isolated_time(state)
     reset_ledgers(state, now_s, settings)
     return True
@@ -128,6 +133,7 @@ class RoundPlan:
     extended: int
     opportunities: int
     jobs_waiting: int  # active jobs not in this round
+    profiled: frozenset[Entry] = frozenset()  # entries run to measure what the estimator lacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +170,18 @@ def round_report(
     )
 
 
-def open_round(state: MechanismState, now_s: float, settings: MechanismSettings, shuffle: Shuffle) -> RoundPlan:
+def open_round(
+    state: MechanismState, now_s: float, settings: MechanismSettings, shuffle: Shuffle,
+    profiling: Sequence[ProfilingPick] = (),
+) -> RoundPlan:
+    """Priorities, pick and place (with the profiling runs chosen for this round first)."""
     order = type_order(state, settings)
     if settings.shuffle_type_order:
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
-    assignment = place(state, pick(state, priority_rows(state), order, settings), order, settings)
+    reserved = [(p.entry, p.accelerator_type) for p in profiling]
+    picked = pick(state, priority_rows(state), order, settings, reserved=reserved)
+    profiled = frozenset(entry for entry, _ in reserved)
+    assignment = place(state, picked, order, settings, forced=profiled)
     extended, opportunities = count_extensions(state, assignment)
     kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
     state.leases_extended += extended
@@ -176,4 +189,4 @@ def open_round(state: MechanismState, now_s: float, settings: MechanismSettings,
     state.previous_assignment = assignment
     record_first_runs(state, assignment, now_s)
     running = sum(len(e) for e in assignment)
-    return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running)
+    return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running, profiled)

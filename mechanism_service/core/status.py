@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from common.messages import StragglerFlag
 from mechanism_service.core.attempts import attempts_view
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.reducers import NewJob
@@ -160,11 +161,14 @@ def workers_report(
     lost: Mapping[str, Mapping[str, object]] | None = None,
     last_heard_s: Mapping[str, float] | None = None,
     now_s: float | None = None,
+    stragglers: Mapping[str, StragglerFlag] | None = None,
 ) -> list[dict[str, object]]:
     """The registered workers ("up"; with their last heartbeat and how long ago, None for workers
     that send none, like simulated fleets), then the workers declared lost ("lost": when, how long
-    ago, and why). Times are the mechanism's."""
+    ago, and why). Times are the mechanism's. A worker the estimator flagged as a straggler says
+    so: its measurements over its recent jobs, as a share of what their estimates predict."""
     heard = last_heard_s or {}
+    slow = stragglers or {}
 
     def ago(t: object) -> float | None:
         return round(now_s - float(t), 3) if now_s is not None and t is not None else None  # type: ignore[arg-type]
@@ -173,6 +177,10 @@ def workers_report(
         {
             "worker_id": worker_id, "accelerator_type": w, "gpus": gpus, "state": "up",
             "last_heartbeat_s": heard.get(worker_id), "silent_s": ago(heard.get(worker_id)),
+            **(
+                {"straggler": {"speed_vs_predicted": round(slow[worker_id].ratio, 3), "jobs": slow[worker_id].jobs}}
+                if worker_id in slow else {}
+            ),
         }
         for w, entries in sorted(servers.items())
         for worker_id, gpus in entries

@@ -65,7 +65,7 @@ async def world(policy: str, *, elastic: bool = False, fleet: dict[str, int] | N
     bus = InMemoryBus(broker, clock=clock, source="test")
     await bus.start()
     mechanism = MechanismService(
-        clock=clock, settings=preset("default", policy), policy=policy, isolated=TABLE.isolated, pair=TABLE.pair,
+        clock=clock, settings=preset("default", policy), policy=policy, table=TABLE,
         shuffle=type_shuffler("default", 0), round_timeout_s=None, deadlines=False,
         elastic_types=TABLE.accelerator_types if elastic else (),
     )
@@ -169,8 +169,8 @@ def test_a_worker_on_another_clock_is_refused(worker_clock: str) -> None:
     from mechanism_service.clocks import ScaledClock
 
     mechanism = MechanismService(
-        clock=ScaledClock(100.0), settings=preset("default", "fifo"), policy="fifo", isolated=TABLE.isolated,
-        pair=TABLE.pair, shuffle=type_shuffler("default", 0),
+        clock=ScaledClock(100.0), settings=preset("default", "fifo"), policy="fifo", table=TABLE,
+        shuffle=type_shuffler("default", 0),
     )
     problem = mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1, clock=worker_clock))
     assert problem == (

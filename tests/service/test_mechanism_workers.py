@@ -182,8 +182,7 @@ def mechanism(
         clock=clock,  # type: ignore[arg-type]
         settings=dataclasses.replace(preset("default", POLICY), worker_grace_s=GRACE_S, **settings),  # type: ignore[arg-type]
         policy=POLICY,
-        isolated=TABLE.isolated,
-        pair=TABLE.pair,
+        table=TABLE,
         shuffle=type_shuffler("default", 0),
         journal=Journal(journal) if journal is not None else None,
         round_timeout_s=round_timeout_s,

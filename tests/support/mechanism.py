@@ -36,8 +36,7 @@ def live_mechanism(journal: pathlib.Path | None, clock: object) -> MechanismServ
         clock=clock,  # type: ignore[arg-type]
         settings=preset("default", "fifo"),
         policy="fifo",
-        isolated=TABLE.isolated,
-        pair=TABLE.pair,
+        table=TABLE,
         shuffle=type_shuffler("default", 0),
         journal=Journal(journal) if journal is not None else None,
         round_timeout_s=600.0,

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.planning import QueueRow
+from mechanism_service.core.rates import TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, admit, remove_job
 from mechanism_service.core.settings import MechanismSettings, default_preset, gavel_preset
 
@@ -36,6 +37,8 @@ def pair(lo_type: str, hi_type: str, scale_factor: int, accelerator_type: str) -
         isolated(hi_type, scale_factor, accelerator_type) / 4,
     )
 
+
+RATES = TableRates(isolated, pair)
 
 # Settings under test. max_min_fairness_perf: fixed type order, no packing, not FIFO.
 GAVEL = gavel_preset("max_min_fairness_perf")
@@ -77,8 +80,7 @@ class StateBuilder:
             self._state,
             NewJob(job_id, job_type, scale_factor, steps, arrival_s, weight, slo_s, entity),
             self._settings,
-            isolated,
-            pair,
+            RATES,
         )
         return self
 

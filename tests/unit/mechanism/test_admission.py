@@ -10,9 +10,10 @@ from dataclasses import replace
 import pytest
 
 from mechanism_service.core.model import EntryLedger
+from mechanism_service.core.rates import TableRates
 from mechanism_service.core.reducers import Admission, NewJob, admission, admit, remove_job
 from mechanism_service.core.rounds import admit_arrivals
-from tests.unit.mechanism.builders import GAVEL, GAVEL_PACKED, isolated, job_state, pair, state
+from tests.unit.mechanism.builders import GAVEL, GAVEL_PACKED, RATES, isolated, job_state, pair, state
 
 KV = ("k80", "v100")
 
@@ -29,7 +30,7 @@ def paired(k80: tuple[float, float], v100: tuple[float, float]) -> EntryLedger:
 
 def admit_all(s, settings, *jobs: tuple[str, int]):
     for job_type, scale_factor in jobs:
-        admit(s, NewJob(f"j{s.next_index}", job_type, scale_factor, 1000, 0.0), settings, isolated, pair)
+        admit(s, NewJob(f"j{s.next_index}", job_type, scale_factor, 1000, 0.0), settings, RATES)
 
 
 def test_packing_inserts_the_single_then_pairs_with_earlier_jobs_of_the_same_scale_factor():
@@ -61,7 +62,7 @@ def test_without_packing_only_single_entries_exist():
 def test_admit_numbers_the_job_flags_a_change_and_leaves_the_type_totals_alone():
     s = state(k80=1, v100=1).job("a").type_time(k80=540.0, v100=900.0).settled().build()
 
-    record = admit(s, NewJob("x", "b", 1, 700, 42.0, 2.0, 9000.0, "team"), GAVEL, isolated, pair)
+    record = admit(s, NewJob("x", "b", 1, 700, 42.0, 2.0, 9000.0, "team"), GAVEL, RATES)
 
     assert record == replace(
         job_state(1, "b", types=KV, steps=700, arrival_s=42.0),
@@ -81,7 +82,7 @@ def test_a_pair_the_table_does_not_list_gets_zero_throughputs():
         return pair(lo, hi, scale_factor, w) if w == "v100" else None
 
     for job_type in ("a", "b"):
-        admit(s, NewJob(f"j{s.next_index}", job_type, 1, 10, 0.0), GAVEL_PACKED, isolated, only_on_v100)
+        admit(s, NewJob(f"j{s.next_index}", job_type, 1, 10, 0.0), GAVEL_PACKED, TableRates(isolated, only_on_v100))
 
     assert s.entries[(0, 1)] == paired((0.0, 0.0), (2.0, 10.0))
 
@@ -128,7 +129,7 @@ def test_a_dropped_job_leaves_without_a_completion_time():
 def test_admission_names_why_a_job_can_never_run(job_type, scale_factor, steps, problem):
     gpus = {"k80": 3, "v100": 2}
 
-    verdict = admission(gpus, NewJob("x", job_type, scale_factor, steps, 0.0), isolated)
+    verdict = admission(gpus, NewJob("x", job_type, scale_factor, steps, 0.0), RATES)
 
     assert verdict.verdict == ("refuse" if problem else "admit")
     assert problem in verdict.reason and bool(verdict.reason) == bool(problem)
@@ -149,14 +150,14 @@ def test_admission_names_why_a_job_can_never_run(job_type, scale_factor, steps, 
 def test_admission_refuses_every_field_the_policy_would_refuse(field, value, reason):
     job = dataclasses.replace(NewJob("x", "a", 1, 10, 0.0), **{field: value})
 
-    assert admission({"k80": 3}, job, isolated) == Admission("refuse", reason)
+    assert admission({"k80": 3}, job, RATES) == Admission("refuse", reason)
 
 
 def test_admit_arrivals_admits_the_runnable_in_order_and_returns_the_others_with_reasons():
     s = state(k80=2).build()
     jobs = [NewJob("x", "a", 1, 10, 0.0), NewJob("y", "nok80", 1, 10, 0.0), NewJob("z", "b", 2, 10, 0.0)]
 
-    others = admit_arrivals(s, jobs, GAVEL, isolated, pair)
+    others = admit_arrivals(s, jobs, GAVEL, RATES)
 
     assert others == [(jobs[1], Admission("refuse", "'nok80' on 1 GPUs runs on no accelerator type here"))]
     assert [(j.index, j.job_id) for j in s.jobs.values()] == [(0, "x"), (1, "z")]
@@ -165,15 +166,15 @@ def test_admit_arrivals_admits_the_runnable_in_order_and_returns_the_others_with
 def test_an_elastic_cluster_holds_jobs_that_may_fit_later_and_refuses_jobs_that_never_can():
     table_types = ("k80", "v100")
     empty: dict[str, int] = {}
-    held = admission(empty, NewJob("x", "nok80", 1, 10, 0.0), isolated, elastic_types=table_types)
+    held = admission(empty, NewJob("x", "nok80", 1, 10, 0.0), RATES, elastic_types=table_types)
     assert held == Admission(
         "hold", "needs 1 GPU of one accelerator type where 'nok80' runs, and there is none here: "
         "it waits for workers to join",
     )
-    gang = admission({"k80": 1}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types)
+    gang = admission({"k80": 1}, NewJob("x", "a", 4, 10, 0.0), RATES, elastic_types=table_types)
     assert gang.verdict == "hold" and "(here: k80 1)" in gang.reason
-    assert admission({"k80": 4}, NewJob("x", "a", 4, 10, 0.0), isolated, elastic_types=table_types).verdict == "admit"
-    unknown = admission(empty, NewJob("x", "zzz", 1, 10, 0.0), isolated, elastic_types=table_types)
+    assert admission({"k80": 4}, NewJob("x", "a", 4, 10, 0.0), RATES, elastic_types=table_types).verdict == "admit"
+    unknown = admission(empty, NewJob("x", "zzz", 1, 10, 0.0), RATES, elastic_types=table_types)
     assert unknown.verdict == "refuse" and "'zzz'" in unknown.reason
 
 
@@ -181,11 +182,11 @@ def test_a_server_joining_adds_gpus_and_a_ledger_for_its_new_type():
     from mechanism_service.core.reducers import add_server
 
     s = state(k80=2).jobs(2).build()
-    ids = add_server(s, "v100", 2, GAVEL, isolated, pair)
+    ids = add_server(s, "v100", 2, GAVEL, RATES)
     assert ids == [2, 3] and s.gpus == {"k80": 2, "v100": 2} and s.servers["v100"] == [[2, 3]]
     assert s.needs_allocation
     for ledger in s.entries.values():
         assert ledger.received_s["v100"] == 180.0 and ledger.deficit_s["v100"] == 0.0
         assert ledger.throughputs["v100"][0] > 0
     assert s.type_time_s["v100"] == 180.0 * len(s.entries)
-    assert add_server(s, "v100", 1, GAVEL, isolated, pair) == [4] and s.gpus["v100"] == 3
+    assert add_server(s, "v100", 1, GAVEL, RATES) == [4] and s.gpus["v100"] == 3

@@ -10,7 +10,7 @@ import pytest
 from mechanism_service.core.model import EntryLedger
 from mechanism_service.core.policy_input import advance_isolated_time
 from mechanism_service.core.reducers import NewJob, admit, apply_allocation, reset_due, reset_ledgers
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_PACKED, isolated, pair, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_PACKED, RATES, isolated, pair, state
 
 # The default preset's rule with Gavel's spacing: shows that "no quirk" means no quirk.
 NO_QUIRK_1920 = replace(DEFAULT, min_reset_interval_s=1920.0)
@@ -43,7 +43,7 @@ def test_a_trace_starting_at_zero_resets_again_at_its_first_change_then_every_19
     due = []
     for now_s, arrives in [(0.0, False), (360.0, True), (720.0, True), (2279.0, False), (2280.0, False)]:
         if arrives:
-            admit(s, NewJob(f"j{s.next_index}", "a", 1, 1000, now_s), GAVEL, isolated, pair)
+            admit(s, NewJob(f"j{s.next_index}", "a", 1, 1000, now_s), GAVEL, RATES)
         if reset_due(s, now_s, GAVEL):
             reset_ledgers(s, now_s, GAVEL)
             s.needs_allocation = False  # the new allocation is installed

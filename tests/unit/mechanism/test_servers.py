@@ -12,7 +12,7 @@ from mechanism_service.core.model import Placement
 from mechanism_service.core.policy_input import allocation_request
 from mechanism_service.core.reducers import add_server, remove_server, settle_round
 from mechanism_service.core.rounds import open_round
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, isolated, lease, pair, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, RATES, isolated, lease, pair, state
 
 
 def no_shuffle(order: list[str]) -> None:
@@ -22,7 +22,7 @@ def no_shuffle(order: list[str]) -> None:
 def test_a_server_that_joined_and_left_leaves_the_cluster_as_it_was_but_for_its_ids():
     s = state(k80=2, v100=1).job("a").settled().build()
     before = copy.deepcopy(s)
-    ids = add_server(s, "v100", 2, GAVEL, isolated, pair)
+    ids = add_server(s, "v100", 2, GAVEL, RATES)
     assert ids == [3, 4] and s.gpus["v100"] == 3
 
     remove_server(s, "v100", ids)
@@ -30,7 +30,7 @@ def test_a_server_that_joined_and_left_leaves_the_cluster_as_it_was_but_for_its_
     assert (s.gpus, s.servers) == (before.gpus, before.servers)
     assert s.next_worker_id == 5  # ids are never reused: a worker that comes back gets new ones
     assert s.needs_allocation
-    assert add_server(s, "v100", 2, GAVEL, isolated, pair) == [5, 6]
+    assert add_server(s, "v100", 2, GAVEL, RATES) == [5, 6]
 
 
 def test_only_the_placements_on_its_gpus_are_forgotten():
