@@ -28,6 +28,7 @@ from common.messages import (
 from common.throughputs import ThroughputTable
 from policy_service.core import (
     Allocation,
+    ClassPairSpec,
     Entity,
     JobSpec,
     PairSpec,
@@ -82,6 +83,7 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_s
             slo_s=j.slo_s,
             entity=j.entity,
             isolated_time_s=j.isolated_time_s,
+            colocation_class=j.colocation_class,
         )
         for j in problem.jobs
     ]
@@ -90,6 +92,13 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_s
         pairs = [
             PairSpec(tuple(p.job_ids), {k: tuple(v) for k, v in p.throughputs_steps_per_s.items()})  # type: ignore[arg-type]
             for p in problem.pairs
+        ]
+    colocations = None
+    if problem.colocations is not None:
+        # Lengths are checked by build_problem (which names the path), so no unpacking here.
+        colocations = [
+            ClassPairSpec(tuple(c.classes), {k: tuple(v) for k, v in c.fractions.items()})  # type: ignore[arg-type]
+            for c in problem.colocations
         ]
     return build_problem(
         problem.worker_types,
@@ -100,6 +109,7 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_s
         table=context.table,
         previous=[CoreEntry(e.job_ids, e.fractions) for e in problem.previous] or None,
         policy_state=policy_state or None,
+        colocations=colocations,
     )
 
 

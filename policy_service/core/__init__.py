@@ -34,6 +34,7 @@ from policy_service.core.makespan import MinTotalDuration, min_total_duration
 from policy_service.core.pop import Pop, pop
 from policy_service.core.problem import (
     AllocationEntry,
+    ClassPairSpec,
     Colocation,
     Entity,
     JobSpec,
@@ -47,7 +48,7 @@ from policy_service.core.validation import build_problem
 from policy_service.core.waterfilling import WaterFilling, water_filling
 
 __all__ = [
-    "REGISTRY", "AlloX", "Allocation", "AllocationEntry", "Colocation", "Entity", "Fifo",
+    "REGISTRY", "AlloX", "Allocation", "AllocationEntry", "ClassPairSpec", "Colocation", "Entity", "Fifo",
     "FinishTimeFairness", "Gandiva", "Isolated", "JobSpec", "MaxMinFairness", "MaxSumThroughput",
     "MinTotalDuration", "PairShares", "PairSpec", "Policy", "Pop", "PreviousAllocation", "Problem",
     "Proportional", "Registry", "SolveOptions", "Status", "WaterFilling", "advance_isolated_time",

@@ -21,13 +21,13 @@ import numpy as np
 from common.errors import ProblemError
 from common.throughputs import ThroughputTable
 from policy_service.core.allocation import NOISE_FRACTION, Allocation, PairShares, Status, _readonly, expand_pairs
-from policy_service.core.problem import AllocationEntry, Entity, JobSpec, PairSpec, Problem
+from policy_service.core.problem import AllocationEntry, ClassPairSpec, Entity, JobSpec, PairSpec, Problem
 from policy_service.core.validation import build_problem
 
-_TOP_FIELDS = {"worker_types", "jobs", "pairs", "entities", "prices_per_hour", "previous_allocation"}
+_TOP_FIELDS = {"worker_types", "jobs", "pairs", "colocations", "entities", "prices_per_hour", "previous_allocation"}
 _JOB_FIELDS = {
     "id", "job_type", "scale_factor", "priority_weight", "throughputs", "steps_remaining",
-    "time_since_arrival_s", "slo_s", "entity", "isolated_time_s",
+    "time_since_arrival_s", "slo_s", "entity", "isolated_time_s", "colocation_class",
 }
 _REQUIRED_JOB_FIELDS = ("id", "steps_remaining")
 
@@ -107,6 +107,7 @@ def _job(data: object, i: int) -> JobSpec:
         slo_s=_num(job.get("slo_s"), f"{path}.slo_s", nullable=True),
         entity=_string(job.get("entity"), f"{path}.entity", nullable=True),
         isolated_time_s=_num(job.get("isolated_time_s", 0.0), f"{path}.isolated_time_s"),  # type: ignore[arg-type]
+        colocation_class=_string(job.get("colocation_class", ""), f"{path}.colocation_class"),  # type: ignore[arg-type]
     )
 
 
@@ -128,6 +129,26 @@ def _pair(data: object, p: int) -> PairSpec:
             _num(values[1], f"{path}.throughputs.{name}[1]"),
         )
     return PairSpec(ids, throughputs)  # type: ignore[arg-type]
+
+
+def _colocation(data: object, c: int) -> ClassPairSpec:
+    path = f"colocations[{c}]"
+    entry = _object(data, path)
+    _no_unknown(entry, {"classes", "fractions"}, path)
+    classes = _list(entry.get("classes"), f"{path}.classes")
+    if len(classes) != 2:
+        raise ProblemError(f"{path}.classes: expected exactly two class names, got {len(classes)}")
+    names = tuple(_string(name, f"{path}.classes[{i}]") for i, name in enumerate(classes))
+    fractions = {}
+    for name, value in _object(entry.get("fractions"), f"{path}.fractions").items():
+        values = _list(value, f"{path}.fractions.{name}")
+        if len(values) != 2:
+            raise ProblemError(f"{path}.fractions.{name}: expected [first class's, second class's] fractions")
+        fractions[str(name)] = (
+            _num(values[0], f"{path}.fractions.{name}[0]"),
+            _num(values[1], f"{path}.fractions.{name}[1]"),
+        )
+    return ClassPairSpec(names, fractions)  # type: ignore[arg-type]
 
 
 def _entities(data: object) -> list[Entity]:
@@ -184,6 +205,9 @@ def problem_from_json(
     pairs = None
     if top.get("pairs") is not None:
         pairs = [_pair(pair, p) for p, pair in enumerate(_list(top["pairs"], "pairs"))]
+    colocations = None
+    if top.get("colocations") is not None:
+        colocations = [_colocation(entry, c) for c, entry in enumerate(_list(top["colocations"], "colocations"))]
     entities = _entities(top["entities"]) if top.get("entities") is not None else []
     prices = top.get("prices_per_hour")
     if prices is not None:
@@ -195,7 +219,7 @@ def problem_from_json(
         previous = _entries(top["previous_allocation"], "previous_allocation")
     return build_problem(
         worker_counts, jobs, pairs=pairs, entities=entities, prices_per_hour=prices,  # type: ignore[arg-type]
-        table=table, previous=previous,
+        table=table, previous=previous, colocations=colocations,
     )
 
 
@@ -227,7 +251,8 @@ def _finite_or_none(value: float | None) -> float | None:
 
 def problem_to_json(problem: Problem) -> dict[str, object]:
     """The problem in its JSON format (throughputs always explicit). Pairs are written when the
-    problem listed them job by job; table-derived pairs are left to the table (parse with it)."""
+    problem listed them job by job, class colocations when it had them (with each job's class);
+    table-derived pairs are left to the table (parse with it)."""
     jobs = []
     for j, job_id in enumerate(problem.job_ids):
         entity = problem.entities[problem.entity_of_job[j]].name if problem.entity_of_job[j] >= 0 else None
@@ -244,6 +269,8 @@ def problem_to_json(problem: Problem) -> dict[str, object]:
             "entity": entity,
             "isolated_time_s": float(problem.isolated_time_s[j]),
         })
+        if problem.colocation_classes and problem.colocation_classes[j]:
+            jobs[-1]["colocation_class"] = problem.colocation_classes[j]
     out: dict[str, object] = {
         "worker_types": {name: int(problem.worker_counts[k]) for k, name in enumerate(problem.worker_types)},
         "jobs": jobs,
@@ -259,6 +286,13 @@ def problem_to_json(problem: Problem) -> dict[str, object]:
                 },
             }
             for p, (a, b) in enumerate(colocation.key_pairs.tolist())
+        ]
+    if problem.class_colocations is not None:
+        # As given (not the derived key pairs): each job's row times these fractions gives the
+        # packed steps/s again, and a self pair is symmetrised again on reading.
+        out["colocations"] = [
+            {"classes": list(entry.classes), "fractions": {name: list(v) for name, v in entry.fractions.items()}}
+            for entry in problem.class_colocations
         ]
     if problem.entities:
         out["entities"] = {e.name: {"weight": e.weight, "policy": e.policy} for e in problem.entities}

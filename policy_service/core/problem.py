@@ -18,7 +18,9 @@ build their programs with vectorised algebra. Arrays are read-only.
 
 Packing (space sharing) data lives in :class:`Colocation`: jobs i != j may share GPUs iff their
 colocation keys form a listed key pair. Keys are (job type, scale factor) classes when the pairs
-come from a throughput table, or one key per job when pairs are listed job by job.
+come from a throughput table, one key per job when pairs are listed job by job, and (colocation
+class, scale factor, throughput row) groups when they come from class colocations (an
+estimator's fractions per class pair: jobs with equal rows share a key, so they still group).
 
 :func:`validation.build_problem` is the one validated constructor; every error is a
 ProblemError whose message starts with the JSON path of the offending field
@@ -53,8 +55,11 @@ class JobSpec:
     """One job in row form, as written in the input. ``build_problem`` turns a list into a Problem.
 
     ``throughputs_steps_per_s`` may be None when a throughput table is given (looked up by
-    ``job_type`` and ``scale_factor``). ``isolated_time_s`` is optional state for finish-time
-    fairness (see ftf.py); 0 for a job seen for the first time.
+    ``job_type`` and ``scale_factor``); when given, the table is not consulted for the job, so
+    its job type may be one the table does not know (a user's own script). ``isolated_time_s``
+    is optional state for finish-time fairness (see ftf.py); 0 for a job seen for the first
+    time. ``colocation_class`` names the job's class in the problem's class colocations
+    (:class:`ClassPairSpec`); "" means it is never packed through them.
     """
 
     id: str
@@ -67,6 +72,7 @@ class JobSpec:
     slo_s: float | None = None
     entity: str | None = None
     isolated_time_s: float = 0.0
+    colocation_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,17 @@ class PairSpec:
 
     job_ids: tuple[str, str]
     throughputs_steps_per_s: Mapping[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class ClassPairSpec:
+    """Two colocation classes that may share GPUs: per worker type, the fraction of its isolated
+    steps/s that each member keeps, (first class's, second class's). A packed job's steps/s is
+    its own isolated row times its fraction; a type left out cannot host the pair. The same
+    class twice packs two different jobs of that class."""
+
+    classes: tuple[str, str]
+    fractions: Mapping[str, tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -191,8 +208,14 @@ class Problem:
     prices_per_hour: np.ndarray | None = None  # (K,) $ per GPU-hour
     previous: PreviousAllocation | None = None
     # Where the packing data came from: "table" (keys = job type classes), "pairs" (listed job
-    # by job) or "none". Kept so the JSON writer can round-trip the input faithfully.
+    # by job), "classes" (class colocations) or "none". Kept so the JSON writer can round-trip
+    # the input faithfully.
     colocation_source: str = "none"
+    # (n,) each job's colocation class ("" = none); () when no job has one. With the class
+    # colocations as given (validated; None: not given) they let the JSON writer round-trip the
+    # input; the policies read only ``colocation``.
+    colocation_classes: tuple[str, ...] = ()
+    class_colocations: tuple[ClassPairSpec, ...] | None = None
     # (K,) the largest gang each type can host. None: worker_counts. A POP part holds a share
     # of the GPUs but its jobs still run on the whole type, so it keeps the cluster's value.
     gang_limits: np.ndarray | None = None
@@ -253,6 +276,7 @@ class Problem:
             gang_limits=self.gang_capacity,
             job_ids=tuple(self.job_ids[i] for i in jobs),
             job_types=tuple(self.job_types[i] for i in jobs),
+            colocation_classes=tuple(self.colocation_classes[i] for i in jobs) if self.colocation_classes else (),
             scale_factors=take(self.scale_factors),
             priority_weights=take(self.priority_weights),
             throughputs_steps_per_s=take(self.throughputs_steps_per_s),

@@ -4,7 +4,9 @@ Every check names the JSON path of the offending field, so the CLI prints one li
 ids unique; scale factors integers that fit on some worker type; throughputs finite, >= 0 and
 positive on some type that fits the gang; weights, steps, times, SLOs and prices in range;
 entities and pairs that refer to what exists. Throughputs and pairs missing from the input come
-from Gavel's throughput table when one is given.
+from Gavel's throughput table when one is given. Packing comes from, in order of precedence:
+pairs listed job by job, class colocations (an estimator's fractions per pair of colocation
+classes, applied to each job's own row), the table, or nowhere.
 
 A job's own fields are checked by common/job_checks.py, the same function `gavel submit` and the
 mechanism use, so a job they accept is never refused here for its fields. An error that is one
@@ -21,9 +23,11 @@ import numpy as np
 from common.errors import ProblemError
 from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
+from policy_service.core.grouping import group_jobs
 from policy_service.core.problem import (
     ENTITY_POLICIES,
     AllocationEntry,
+    ClassPairSpec,
     Colocation,
     Entity,
     JobSpec,
@@ -32,6 +36,12 @@ from policy_service.core.problem import (
     Problem,
     _readonly,
 )
+
+# A colocation fraction is the share of its isolated steps/s a job keeps when packed: in [0, 1].
+# Up to 1 + 1e-6 is accepted as rounding (packed / alone computed in floating point can land an
+# ulp above 1) and kept as given; more is refused: packing never speeds a job up in this model
+# (the estimator clips to 1), and a value like 3.1 is most likely steps/s sent for a fraction.
+MAX_COLOCATION_FRACTION = 1.0 + 1e-6
 
 
 def build_problem(
@@ -44,16 +54,22 @@ def build_problem(
     table: ThroughputTable | None = None,
     previous: Sequence[AllocationEntry] | None = None,
     policy_state: str | None = None,
+    colocations: Sequence[ClassPairSpec] | None = None,
 ) -> Problem:
     """Validate and assemble a Problem.
 
-    Throughputs missing from a job come from ``table`` (by job type and scale factor). Pairs:
-    ``pairs`` when given (job by job; ``[]`` means no packing), else every pair of jobs with the
-    same scale factor whose job types the table lists together (Gavel's behaviour), else none.
-    ``previous`` entries naming jobs not in the problem (finished since) are ignored.
+    Throughputs missing from a job come from ``table`` (by job type and scale factor); a job
+    that gives its own is not looked up, so its job type may be unknown to the table. Pairs:
+    ``pairs`` when given (job by job; ``[]`` means no packing), else ``colocations`` when given
+    (two different jobs with one scale factor whose colocation classes are listed together, each
+    at its own throughputs times its class's fraction; ``[]`` means no packing), else every pair
+    of jobs with the same scale factor whose job types the table lists together (Gavel's
+    behaviour), else none. ``previous`` entries naming jobs not in the problem (finished since)
+    are ignored.
     """
     worker_types, counts = _validate_worker_types(worker_counts, table)
     num_types = len(worker_types)
+    class_pairs = None if colocations is None else _validate_colocations(colocations, worker_types)
     entity_list = _validate_entities(entities)
     entity_index = {entity.name: e for e, entity in enumerate(entity_list)}
 
@@ -82,6 +98,7 @@ def build_problem(
                 slo[i] = float(job.slo_s)
             if job.entity is not None:
                 entity_of_job[i] = entity_index[job.entity]
+            _check_colocation_class(job, path, class_pairs is not None)
             throughputs[i] = _job_throughputs(job, path, worker_types, table)
             _check_runnable(path, job, int(scale_factors[i]), throughputs[i], worker_types, counts)
         except ProblemError as e:
@@ -91,9 +108,13 @@ def build_problem(
 
     job_ids = tuple(job.id for job in jobs)
     job_types = tuple(job.job_type for job in jobs)
+    colocation_classes = tuple(job.colocation_class for job in jobs)
     if pairs is not None:
         colocation = _colocation_from_pairs(pairs, seen, scale_factors, worker_types)
         source = "pairs"
+    elif class_pairs is not None:
+        colocation = _colocation_from_classes(colocation_classes, scale_factors, throughputs, class_pairs, worker_types)
+        source = "classes"
     elif table is not None:
         colocation = _colocation_from_table(job_types, scale_factors, worker_types, table)
         source = "table"
@@ -120,6 +141,8 @@ def build_problem(
         previous=_previous_allocation(previous, seen, worker_types),
         colocation_source=source,
         policy_state=policy_state,
+        colocation_classes=colocation_classes if any(colocation_classes) else (),
+        class_colocations=class_pairs,
     )
 
 
@@ -173,10 +196,25 @@ def _validate_entities(entities: Sequence[Entity]) -> tuple[Entity, ...]:
     return tuple(Entity(e.name, float(e.weight), e.policy) for e in entities)
 
 
+def _check_colocation_class(job: JobSpec, path: str, colocations_given: bool) -> None:
+    """A job's class is a string; with class colocations, a job that has one must bring its own
+    throughputs: the fractions scale the job's own measured row, and a table row stands for a
+    whole job type, not for this job."""
+    if not isinstance(job.colocation_class, str):
+        raise ProblemError(f"{path}.colocation_class: expected a string, got {type(job.colocation_class).__name__}")
+    if colocations_given and job.colocation_class and job.throughputs_steps_per_s is None:
+        raise ProblemError(
+            f"{path}.throughputs: required for a job with a colocation class "
+            f"({job.colocation_class!r}) when colocations are given"
+        )
+
+
 def _job_throughputs(
     job: JobSpec, path: str, worker_types: tuple[str, ...], table: ThroughputTable | None
 ) -> np.ndarray:
-    if table is not None:
+    # The table is consulted only for a job without its own throughputs: a job that brings them
+    # may be of a type (or a scale factor) the table has never seen, e.g. a user's own script.
+    if table is not None and job.throughputs_steps_per_s is None:
         if job.job_type is None:
             raise ProblemError(f"{path}.job_type: required when a throughput table is given")
         if not table.has_job(job.job_type, int(job.scale_factor)):
@@ -308,6 +346,133 @@ def _colocation_from_table(
         key_of_job=_readonly(key_of_job),
         key_pairs=_readonly(np.asarray(pair_keys, dtype=np.int64).reshape(-1, 2)),
         throughputs_steps_per_s=_readonly(np.asarray(values, dtype=float).reshape(-1, len(worker_types), 2)),
+    )
+
+
+def _validate_colocations(
+    colocations: Sequence[ClassPairSpec], worker_types: tuple[str, ...]
+) -> tuple[ClassPairSpec, ...]:
+    """Each entry: exactly two non-empty class names, listed once in either order; fractions per
+    worker type of this cluster, finite, in [0, MAX_COLOCATION_FRACTION]."""
+    if isinstance(colocations, (str, bytes)) or not isinstance(colocations, Sequence):
+        raise ProblemError("colocations: expected a list of class pairs")
+    first_listed: dict[tuple[str, str], int] = {}
+    result = []
+    for c, entry in enumerate(colocations):
+        path = f"colocations[{c}]"
+        classes = entry.classes
+        if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence) or len(classes) != 2:
+            got = len(classes) if isinstance(classes, Sequence) and not isinstance(classes, (str, bytes)) else classes
+            raise ProblemError(f"{path}.classes: expected exactly two class names, got {got!r}")
+        for position, name in enumerate(classes):
+            if not isinstance(name, str) or not name:
+                raise ProblemError(f"{path}.classes[{position}]: expected a non-empty class name, got {name!r}")
+        first, second = classes
+        unordered = (min(first, second), max(first, second))
+        if unordered in first_listed:
+            raise ProblemError(
+                f"{path}.classes: duplicate class pair {first!r}, {second!r} "
+                f"(also colocations[{first_listed[unordered]}])"
+            )
+        first_listed[unordered] = c
+        given = entry.fractions
+        if not isinstance(given, Mapping):
+            raise ProblemError(f"{path}.fractions: expected an object of worker type -> [first's, second's] fractions")
+        fractions: dict[str, tuple[float, float]] = {}
+        for name, value in given.items():
+            where = f"{path}.fractions.{name}"
+            if name not in worker_types:
+                raise ProblemError(f"{where}: not a worker type of this cluster")
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+                raise ProblemError(f"{where}: expected [first class's, second class's] fractions")
+            fractions[name] = (
+                check_number(value[0], f"{where}[0]", maximum=MAX_COLOCATION_FRACTION),
+                check_number(value[1], f"{where}[1]", maximum=MAX_COLOCATION_FRACTION),
+            )
+        result.append(ClassPairSpec((first, second), fractions))
+    return tuple(result)
+
+
+def _colocation_from_classes(
+    colocation_classes: tuple[str, ...], scale_factors: np.ndarray, throughputs: np.ndarray,
+    class_pairs: Sequence[ClassPairSpec], worker_types: tuple[str, ...],
+) -> Colocation:
+    """Packing from class colocations: jobs i != j with one scale factor whose classes are listed
+    together, at ``throughputs[i] * f_i`` and ``throughputs[j] * f_j``.
+
+    Keys are groups of jobs with equal (class, scale factor, throughput row): jobs with equal
+    rows share a key, so they stay interchangeable and the packed programs stay small (one key
+    per job type when rows come from one measurement), while jobs whose rows differ get keys of
+    their own. A self pair (c, c) is symmetrised (the mean of its two positions), as the table
+    path does, so the jobs of one class stay interchangeable. Jobs with no class, or a class
+    that no listed pair names, are never packed (key -1).
+
+    Vectorised: one pass over the listed class pairs fills a (C, C, K, 2) fraction array; keys
+    are grouped into cells (class, scale factor), and for each allowed cell pair the products of
+    their keys are laid out with one ``repeat`` (as packing.pair_classes does), no loop over jobs
+    or job pairs.
+    """
+    num_jobs, num_types = throughputs.shape
+    names = sorted({name for pair in class_pairs for name in pair.classes})
+    class_index = {name: c for c, name in enumerate(names)}
+    num_classes = len(names)
+    # fraction[a, b, k] = (an a-job's fraction, a b-job's fraction) when they share a GPU of type k
+    fraction = np.zeros((num_classes, num_classes, num_types, 2))
+    listed = np.zeros((num_classes, num_classes), dtype=bool)
+    for pair in class_pairs:
+        a, b = class_index[pair.classes[0]], class_index[pair.classes[1]]
+        values = np.zeros((num_types, 2))  # types left out: the pair cannot share them
+        for name, value in pair.fractions.items():
+            values[worker_types.index(name)] = value
+        if a == b:
+            values[:] = values.mean(axis=1, keepdims=True)
+        fraction[a, b] = values
+        fraction[b, a] = values[:, ::-1]
+        listed[a, b] = listed[b, a] = True
+
+    class_of_job = np.fromiter((class_index.get(name, -1) for name in colocation_classes), np.int64, num_jobs)
+    packable = np.flatnonzero(class_of_job >= 0)
+    if len(packable) == 0:
+        return Colocation.empty(num_jobs, num_types)
+    keys = group_jobs([class_of_job[packable], scale_factors[packable], throughputs[packable]], len(packable))
+    key_of_job = np.full(num_jobs, -1, dtype=np.int64)
+    key_of_job[packable] = keys.class_of_job
+    representative = packable[keys.representative]
+    key_class, key_sf = class_of_job[representative], scale_factors[representative]
+    key_rows, key_sizes = throughputs[representative], keys.sizes
+
+    # Cells: keys of one (class, scale factor). Two cells pair when their classes are listed
+    # together and their gangs are equal; each unordered cell pair once (u <= v).
+    cells = group_jobs([key_class, key_sf], keys.num_classes)
+    cell_class, cell_sf = key_class[cells.representative], key_sf[cells.representative]
+    allowed = (
+        listed[cell_class[:, None], cell_class[None, :]]
+        & (cell_sf[:, None] == cell_sf[None, :])
+        & np.triu(np.ones((cells.num_classes, cells.num_classes), dtype=bool))
+    )
+    cell_u, cell_v = np.nonzero(allowed)
+    keys_by_cell = np.argsort(cells.class_of_job, kind="stable")
+    start = np.cumsum(cells.sizes) - cells.sizes
+    count_u, count_v = cells.sizes[cell_u], cells.sizes[cell_v]
+    products = count_u * count_v
+    which = np.repeat(np.arange(len(cell_u)), products)
+    local = np.arange(len(which)) - np.repeat(np.cumsum(products) - products, products)
+    i, j = local // count_v[which], local % count_v[which]
+    p, q = keys_by_cell[start[cell_u][which] + i], keys_by_cell[start[cell_v][which] + j]
+    # Within one cell: each unordered key pair once, a key with itself only if two jobs share it.
+    same_cell = cell_u[which] == cell_v[which]
+    keep = ~same_cell | (i < j) | ((i == j) & (key_sizes[p] >= 2))
+    p, q = p[keep], q[keep]
+
+    f = fraction[key_class[p], key_class[q]]  # (P, K, 2), column 0 for key p
+    packed = np.stack([key_rows[p] * f[:, :, 0], key_rows[q] * f[:, :, 1]], axis=2)
+    packed = np.where((p > q)[:, None, None], packed[:, :, ::-1], packed)  # column 0 for the lower key
+    key_pairs = np.stack([np.minimum(p, q), np.maximum(p, q)], axis=1).astype(np.int64)
+    ordering = np.lexsort((key_pairs[:, 1], key_pairs[:, 0]))
+    return Colocation(
+        key_of_job=_readonly(key_of_job),
+        key_pairs=_readonly(key_pairs[ordering].reshape(-1, 2)),
+        throughputs_steps_per_s=_readonly(packed[ordering].reshape(-1, num_types, 2)),
     )
 
 
