@@ -109,6 +109,12 @@ def speed_for(config: WorkerConfig, job_type: str) -> float:
     return float(config.emulate_speed.get(job_type, config.emulate_speed.get("*", config.default_speed)))
 
 
+def packed_with(command: RunJobs | ExtendLease, job_id: str) -> tuple[str, ...]:
+    """The other jobs of ``command`` (a packed pair shares its GPUs): what ``job_id``'s reports
+    name as its partners, so the estimator learns the pair's slowdown rather than a slower type."""
+    return tuple(other for other in command.job_ids if other != job_id)
+
+
 def lease_terms(command: RunJobs | ExtendLease, index: int, received_unix_s: float) -> LeaseTerms:
     """A lease runs ``lease_duration_s`` from when the worker received its command."""
     budget = command.max_steps[index] if index < len(command.max_steps) else 0
@@ -221,13 +227,19 @@ def lease_report(
     round_id: int,
     seen: Observed,
     elapsed_s: float,
+    accelerator_type: str,
+    packed_with: tuple[str, ...] = (),
 ) -> JobProgress | None:
     """The report for ``lease_id`` if this observation settles it, else None (keep watching).
 
     Settled when the job paused at the lease's end (its steps are checkpointed: they count), or
     when its process is gone. A process that failed before pausing reports 0 steps for the lease:
     the steps it made since its last checkpoint are lost, and the next attempt resumes from that
-    checkpoint, so counting them would make the job's steps disagree with its model."""
+    checkpoint, so counting them would make the job's steps disagree with its model.
+
+    Every report says where it ran (``accelerator_type``: the worker's own type) and which jobs
+    shared its GPUs (``packed_with``: the other job of a packed pair): without them the estimator
+    cannot tell a measurement alone from one packed, nor on which type it was made."""
     progress = seen.progress or {}
     paused_here = progress.get("lease_id") == lease_id and progress.get("state") in ("paused", "exited")
     if paused_here:
@@ -249,6 +261,8 @@ def lease_report(
             stepping_s=stepping_s,
             checkpoint_s=float(progress.get("checkpoint_s", 0.0) or 0.0),
             outcome=outcome,
+            accelerator_type=accelerator_type,
+            packed_with=packed_with,
         )
     if seen.exit_code is None:
         return None
@@ -259,6 +273,7 @@ def lease_report(
     return JobProgress(
         job_id=job_id, worker_id=worker_id, lease_id=lease_id, round_id=round_id, steps_done=0, elapsed_s=elapsed_s,
         throughput_steps_per_s=0.0, outcome=outcome, exit_code=seen.exit_code, error=error,
+        accelerator_type=accelerator_type, packed_with=packed_with,
     )
 
 

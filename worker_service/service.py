@@ -66,6 +66,7 @@ class JobRun:
     terms: LeaseTerms
     received_unix_s: float
     reports: bool  # rank 0 is here: this worker reports the job's leases
+    packed_with: tuple[str, ...] = ()  # the other job on the same GPUs under the current lease
     killed: bool = False
     stopping: bool = False
     reported: set[str] = field(default_factory=set)  # lease ids
@@ -214,6 +215,7 @@ class WorkerService:
                     # the lease before, if its pause was not reported yet (the process runs: no exit)
                     await self._maybe_report(run, run.progress(), [], all_exited=False)
                     run.terms = core.lease_terms(command, index, received_unix_s)
+                    run.packed_with = core.packed_with(command, run.job_id)
                     run.received_unix_s = received_unix_s
                     run.write_terms()
                 self._log.info("lease_extended", lease_id=command.lease_id, job_ids=list(command.job_ids), round_id=command.round_id)
@@ -244,6 +246,7 @@ class WorkerService:
             run = JobRun(
                 job_id=job_id, job_type=job_launches[0].job_type if job_launches else "", gpu_ids=gpu_ids, procs=[],
                 terms=terms, received_unix_s=received_unix_s, reports=any(launch.reports for launch in job_launches),
+                packed_with=core.packed_with(command, job_id),
             )
             self._runs[job_id] = run
             try:
@@ -275,6 +278,7 @@ class WorkerService:
                     job_id=job_id, worker_id=self.config.worker_id, lease_id=command.lease_id, round_id=command.round_id,
                     steps_done=0, elapsed_s=self._now() - received_unix_s, throughput_steps_per_s=0.0,
                     outcome="crashed", exit_code=None, error=error,
+                    accelerator_type=self.config.accelerator_type, packed_with=core.packed_with(command, job_id),
                 ))
 
     async def _gang_rendezvous(self, command: RunJobs | ExtendLease) -> Rendezvous:
@@ -396,6 +400,7 @@ class WorkerService:
         report = core.lease_report(
             job_id=run.job_id, worker_id=self.config.worker_id, lease_id=run.lease_id, round_id=run.terms.round_id,
             seen=seen, elapsed_s=self._now() - run.received_unix_s,
+            accelerator_type=self.config.accelerator_type, packed_with=run.packed_with,
         )
         if report is None:
             return

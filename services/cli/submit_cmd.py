@@ -1,11 +1,14 @@
 """``gavel submit`` (one job, or every job of a trace) and ``gavel cancel ID``.
 
 A submission is checked before it is published, field by field as the policy checks it
-(common/job_checks.py) and against the throughput table: one line naming the flag (or the trace's
-job), exit 2. It is then published persistent and confirmed to the mechanism's durable queue,
-which this command makes sure exists: a submission the user was told about is kept even when the
-mechanism is down at that moment. The batch is sealed, and the mechanism answers what became of
-it: new, already known (the same id with the same spec: absorbed), or refused (why).
+(common/job_checks.py): one line naming the flag (or the trace's job), exit 2. A job type (or a
+gang size) the throughput table does not have is accepted, with a note: the mechanism schedules
+it from the estimator's estimates, which start from a prior (better: the user's own,
+``--throughput``) until the first measurements arrive. It is then published persistent and
+confirmed to the mechanism's durable queue, which this command makes sure exists: a submission
+the user was told about is kept even when the mechanism is down at that moment. The batch is
+sealed, and the mechanism answers what became of it: new, already known (the same id with the
+same spec: absorbed), or refused (why).
 
 Ids. One job: ``--job-id`` or a new unique id. A trace: its jobs' ids under a prefix of its own
 (``<file stem>-<6 hex of its content>/``), because every Gavel trace numbers its jobs from 0 and a
@@ -24,6 +27,7 @@ import argparse
 import dataclasses
 import hashlib
 import pathlib
+import re
 import sys
 import time
 import uuid
@@ -31,7 +35,7 @@ import uuid
 from common.bus import Bus
 from common.config import BusSettings, Settings
 from common.errors import JobFieldError, SubscriptionError, TraceError
-from common.job_checks import check_job
+from common.job_checks import check_job, check_number
 from common.messages import CancelJob, JobSpec, JobSubmitted, SubmissionsSealed
 from common.throughputs import ThroughputTable
 from services.bus import make_bus
@@ -48,6 +52,8 @@ FLAG_OF_FIELD = {
     "priority_weight": "--priority-weight", "slo_s": "--slo-s", "entity": "--entity", "command": "--command",
     "working_dir": "--working-dir",
 }
+ACCELERATOR_TYPE = re.compile(r"[A-Za-z0-9_-]+")  # a --throughput type: what a worker's --type is likely to be
+UNKNOWN_SHOWN = 5  # job types of a trace named in the note about types the table does not have
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,13 +65,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mechanism receives the trace. Exit codes: 0 submitted; 1 some job refused, or no broker; 2 bad input.",
     )
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--job-type", help='a job template, e.g. "ResNet-50 (batch size 64)" (gavel job-types lists them)')
+    what.add_argument(
+        "--job-type",
+        help='a job template, e.g. "ResNet-50 (batch size 64)" (gavel job-types lists the ones the throughput table '
+        "has); another name is accepted and scheduled from estimates, starting from a prior (see --throughput)",
+    )
     what.add_argument("--trace", metavar="FILE", help="a trace (.trace or .jsonl): submit every job, keeping its arrival spacing")
     p.add_argument("--steps", type=int, help="total steps (with --job-type)")
     p.add_argument(
         "--scale-factor", type=int,
         help="GPUs of one accelerator type the job needs at once; more than the cluster has of any type it runs on: "
         "the job is held, saying why, until such workers join",
+    )
+    p.add_argument(
+        "--throughput", metavar="TYPE=STEPS_PER_S,...", action="append",
+        help="with --job-type: your own estimate of the job's steps/s (the whole gang's) alone on each accelerator "
+        "type, e.g. v100=12.5,k80=3.1; the estimator starts from it and corrects it as measurements arrive",
     )
     p.add_argument("--priority-weight", type=float, help="default 1")
     p.add_argument("--slo-s", type=float, help="finish within this many seconds of arrival")
@@ -86,8 +101,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --trace: put PREFIX before each job's id (default: '<file stem>-<content hash>/'; '' keeps the ids)",
     )
     p.add_argument("--now", action="store_true", help="with --trace: every job arrives at once, not with the trace's spacing")
-    p.add_argument("--max-gpus", type=int, help="refuse gangs larger than this (default: the table's largest scale factor)")
-    p.add_argument("--throughputs", metavar="TABLE.json", help="to check job types (default: the shipped Gavel table)")
+    p.add_argument(
+        "--max-gpus", type=int,
+        help="refuse gangs larger than this (default: none; a gang larger than the cluster is held until workers join)",
+    )
+    p.add_argument(
+        "--throughputs", metavar="TABLE.json",
+        help="the reference table, to say which job types it lacks (default: the shipped Gavel table)",
+    )
     p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
     p.add_argument(
         "--timeout-s", type=positive_number, default=10.0,
@@ -119,6 +140,7 @@ class Batch:
     batch_id: str  # one per invocation: the mechanism's answer is about what this one sent
     specs: list[JobSpec]
     offsets_s: list[float]  # arrival after the mechanism receives the batch (live clusters)
+    notes: tuple[str, ...] = ()  # for the user, on stderr: accepted, but worth knowing
 
 
 def _trace(path: str) -> tuple[tuple[TraceJob, ...], str]:
@@ -139,7 +161,7 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
     table = load_table(args.throughputs)
     if args.trace:
         # a trace gives each job its own: a flag for one job would be ignored without a word
-        for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command", "working_dir"):
+        for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command", "working_dir", "throughput"):
             if getattr(args, flag) is not None:
                 raise CommandFailed(f"--{flag.replace('_', '-')}: only with --job-type (a trace gives each job's own)", exit_code=2)
         jobs, namespace = _trace(args.trace)
@@ -165,22 +187,92 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
             raise CommandFailed("--working-dir: only with --command (catalog workloads run in the worker's --work-dir)", exit_code=2)
         if args.command is not None and not args.command.strip():
             raise CommandFailed("--command: empty; leave it out to run the catalog's workload for --job-type", exit_code=2)
+        estimate = parse_throughput(args.throughput) if args.throughput is not None else None
         job_id = args.job_id or uuid.uuid4().hex[:12]
         spec = JobSpec(
             job_id, args.job_type, args.steps, 1 if args.scale_factor is None else args.scale_factor,
             1.0 if args.priority_weight is None else args.priority_weight, args.slo_s, args.entity, args.command or "", 0.0,
             working_dir=str(pathlib.Path(args.working_dir).absolute()) if args.working_dir else "",
+            throughput_estimate_steps_per_s=estimate,
         )
         batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
-    largest = args.max_gpus or max(sf for _, sf in table.job_keys)
     for spec in batch.specs:
-        check_spec(spec, table, largest, trace=bool(args.trace))
-    return batch
+        check_spec(spec, args.max_gpus, trace=bool(args.trace))
+    notes = (*throughput_notes(batch.specs, table), *unknown_notes(batch.specs, table, trace=bool(args.trace)))
+    return dataclasses.replace(batch, notes=notes)
 
 
-def check_spec(spec: JobSpec, table: ThroughputTable, largest: int, *, trace: bool) -> None:
+def parse_throughput(values: list[str]) -> dict[str, float]:
+    """``--throughput v100=12.5,k80=3.1`` (the flag may be repeated: its lists are joined) -> a
+    map of accelerator type to steps/s, each finite and >= 0 (0: the job cannot run there), each
+    type once. The types are not checked against the table: a user's cluster may have others."""
+    out: dict[str, float] = {}
+    for item in (part.strip() for value in values for part in value.split(",")):
+        name, sep, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if not sep or not name or not raw:
+            raise CommandFailed(f"--throughput: expected TYPE=STEPS_PER_S[,TYPE=STEPS_PER_S...], got {item!r}", exit_code=2)
+        if not ACCELERATOR_TYPE.fullmatch(name):
+            raise CommandFailed(f"--throughput: an accelerator type is letters, digits, '_' and '-', got {name!r}", exit_code=2)
+        if name in out:
+            raise CommandFailed(f"--throughput: {name} given twice", exit_code=2)
+        try:
+            number = float(raw)
+        except ValueError:
+            raise CommandFailed(f"--throughput: {name}: expected a number of steps/s, got {raw!r}", exit_code=2) from None
+        try:
+            out[name] = check_number(number, name)  # finite and >= 0: all the estimator takes
+        except JobFieldError as e:
+            raise CommandFailed(f"--throughput: {e.field}: {e.reason}", exit_code=2) from None
+    return out
+
+
+def throughput_notes(specs: list[JobSpec], table: ThroughputTable) -> list[str]:
+    """A --throughput type the table does not name is kept (a user's cluster may have it), but an
+    estimator built on that table has nowhere to put it: say so, since a typo ("V100") would
+    otherwise be dropped without a word."""
+    given = {w for spec in specs for w in (spec.throughput_estimate_steps_per_s or {})}
+    unknown = sorted(given - set(table.accelerator_types))
+    if not unknown:
+        return []
+    known = ", ".join(table.accelerator_types)
+    return [
+        f"gavel: note: --throughput: not an accelerator type of the throughput table ({known}): {', '.join(unknown)}; "
+        "an estimator on that table ignores the estimate there"
+    ]
+
+
+def unknown_notes(specs: list[JobSpec], table: ThroughputTable, *, trace: bool) -> list[str]:
+    """One note for jobs whose type (or gang size) the reference table does not have: they are
+    accepted, and scheduled from the estimator's figures, which start from a prior (a typical job
+    of that size, or the user's --throughput) until the first measurements arrive."""
+    unknown = [spec for spec in specs if not table.has_job(spec.job_type, spec.scale_factor)]
+    if not unknown:
+        return []
+    what = "it is" if len(unknown) == 1 else "they are"
+    then = f"{what} scheduled from estimates that start from a prior until the first measurements arrive"
+    if not trace:
+        [spec] = unknown
+        if spec.job_type in table.job_types:
+            sizes = ", ".join(str(sf) for t, sf in sorted(table.job_keys) if t == spec.job_type)
+            subject = f"{spec.job_type!r} on {spec.scale_factor} GPUs is not in the reference throughput table (it has {sizes})"
+        else:
+            subject = f"job type {spec.job_type!r} is not in the reference throughput table"
+        hint = "" if spec.throughput_estimate_steps_per_s else " (--throughput TYPE=STEPS_PER_S,... gives a better start)"
+        return [f"gavel: note: {subject}: {then}{hint}"]
+    keys = list(dict.fromkeys((spec.job_type, spec.scale_factor) for spec in unknown))  # in the trace's order
+    named = ", ".join(repr(t) if sf == 1 else f"{t!r} on {sf} GPUs" for t, sf in keys[:UNKNOWN_SHOWN])
+    more = f" and {len(keys) - UNKNOWN_SHOWN} more" if len(keys) > UNKNOWN_SHOWN else ""
+    return [
+        f"gavel: note: {len(unknown)} of the trace's jobs are of job types not in the reference throughput table "
+        f"({named}{more}): {then}"
+    ]
+
+
+def check_spec(spec: JobSpec, max_gpus: int | None, *, trace: bool) -> None:
     """One line naming the flag (one job) or the trace's job, exit 2: the same checks as the
-    mechanism's and the policy's, so nothing published here is refused for its fields."""
+    mechanism's and the policy's, so nothing published here is refused for its fields. A job type
+    or gang size the throughput table lacks is not refused (unknown_notes says so instead)."""
 
     def bad(field: str, reason: str) -> CommandFailed:
         where = f"job {spec.job_id}: {field}" if trace else FLAG_OF_FIELD.get(field, field)
@@ -194,13 +286,8 @@ def check_spec(spec: JobSpec, table: ThroughputTable, largest: int, *, trace: bo
         )
     except JobFieldError as e:
         raise bad(e.field, e.reason) from None
-    if spec.job_type not in table.job_types:
-        raise bad("job_type", f"unknown job type {spec.job_type!r} (gavel job-types lists them)")
-    if spec.scale_factor > largest:
-        raise bad("scale_factor", f"no accelerator type here runs a job on {spec.scale_factor} GPUs (largest: {largest})")
-    if not table.has_job(spec.job_type, spec.scale_factor):
-        sizes = ", ".join(str(sf) for t, sf in sorted(table.job_keys) if t == spec.job_type)
-        raise bad("scale_factor", f"{spec.job_type!r} has no measured throughput on {spec.scale_factor} GPUs (it has: {sizes})")
+    if max_gpus is not None and spec.scale_factor > max_gpus:
+        raise bad("scale_factor", f"{spec.scale_factor} GPUs is more than --max-gpus {max_gpus}")
 
 
 # -- talking to the mechanism --------------------------------------------------------------------
@@ -225,6 +312,7 @@ async def _make_sure_the_queue_exists(bus: Bus) -> None:
 
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
     batch = batch_from_args(args)
+    print_lines(batch.notes, sys.stderr)  # before the broker: about the input, whatever becomes of it
     specs = batch.specs
     request_id = uuid.uuid4().hex[:12]
     answer: object = None

@@ -5,6 +5,7 @@ on where it stopped. About 10 s in all; catalog (torch) jobs run in tests/e2e/te
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -102,6 +103,7 @@ async def test_a_lease_ends_with_a_checkpoint_and_its_extension_continues_the_sa
     [first] = await rig.report("0:0")
     assert first.outcome == "lease_end" and first.steps_done > 10 and not first.finished
     assert first.throughput_steps_per_s > 10 and first.startup_s > 0 and first.stepping_s > 0.5
+    assert (first.accelerator_type, first.packed_with) == ("v100", ())  # the worker's --type; alone
     # what was reported is what was checkpointed: the model saw exactly that many steps
     assert checkpoint_steps(rig.tmp_path / "ckpt" / "j1") == [first.steps_done]
     assert rig.model("j1", first.steps_done)["steps"] == first.steps_done
@@ -109,6 +111,7 @@ async def test_a_lease_ends_with_a_checkpoint_and_its_extension_continues_the_sa
     await rig.send(ExtendLease("w1", 1, "1:0", 1, 1.0, ("j1",), (10_000 - first.steps_done,), ("A3C",), commands=(COUNTER,)))
     [second] = await rig.report("1:0")
     assert second.outcome == "lease_end" and second.startup_s == 0.0  # no restart: no start-up
+    assert (second.accelerator_type, second.packed_with) == ("v100", ())
     assert rig.progress("j1")["pid"] == pid
     total = first.steps_done + second.steps_done
     assert rig.model("j1", total)["steps"] == total
@@ -159,6 +162,35 @@ async def test_a_packed_pair_runs_two_processes_on_one_gpu(rig: Rig) -> None:
     await rig.send(run("0:0+1", 0, job_ids=("a", "b"), max_steps=(30, 40), resume=(0, 0)))
     reports = await rig.report("0:0+1", 2)
     assert {(r.job_id, r.steps_done, r.finished) for r in reports} == {("a", 30, True), ("b", 40, True)}
+    # each names the other: the estimator reads these steps/s as the pair's, not as the type's alone
+    assert {(r.job_id, r.accelerator_type, r.packed_with) for r in reports} == {("a", "v100", ("b",)), ("b", "v100", ("a",))}
+
+
+async def test_a_packed_pair_extended_together_still_names_its_partner(rig: Rig) -> None:
+    await rig.send(run("0:0+1", 0, job_ids=("a", "b"), max_steps=(10_000, 10_000), resume=(0, 0)))
+    first = await rig.report("0:0+1", 2)
+    steps = {r.job_id: r.steps_done for r in first}
+    await rig.send(ExtendLease(
+        "w1", 1, "1:0+1", 1, 1.0, ("a", "b"), (10_000 - steps["a"], 10_000 - steps["b"]), ("A3C", "A3C"),
+        commands=(COUNTER, COUNTER),
+    ))
+    second = await rig.report("1:0+1", 2)
+    assert {(r.job_id, r.outcome, r.startup_s, r.packed_with) for r in second} == {
+        ("a", "lease_end", 0.0, ("b",)), ("b", "lease_end", 0.0, ("a",)),  # the same processes, still paired
+    }
+
+
+async def test_a_pair_that_cannot_start_names_its_partner_in_each_failure(rig: Rig, tmp_path: Path) -> None:
+    """No process at all (its working directory is missing): the worker's own failure report."""
+    missing = str(tmp_path / "missing")
+    await rig.send(dataclasses.replace(
+        run("0:0+1", 0, job_ids=("a", "b"), resume=(0, 0), max_steps=(5, 5)), working_dirs=(missing, missing),
+    ))
+    reports = await rig.report("0:0+1", 2)
+    assert all("could not start" in r.error for r in reports), reports
+    assert {(r.job_id, r.outcome, r.accelerator_type, r.packed_with) for r in reports} == {
+        ("a", "crashed", "v100", ("b",)), ("b", "crashed", "v100", ("a",)),
+    }
 
 
 async def test_stale_epochs_are_refused_and_duplicates_get_the_same_report(rig: Rig) -> None:

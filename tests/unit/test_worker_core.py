@@ -12,6 +12,7 @@ from worker_service.core import (
     launches,
     lease_report,
     lease_terms,
+    packed_with,
     safe_name,
     stale_epoch,
 )
@@ -93,8 +94,11 @@ def test_safe_names_are_one_path_component() -> None:
     assert safe_name("../..") == "job" and "/" not in safe_name("a/b/../c")
 
 
-def report(seen: Observed):
-    return lease_report(job_id="j", worker_id="w1", lease_id="7:3", round_id=7, seen=seen, elapsed_s=31.0)
+def report(seen: Observed, partners: tuple[str, ...] = ()):
+    return lease_report(
+        job_id="j", worker_id="w1", lease_id="7:3", round_id=7, seen=seen, elapsed_s=31.0, accelerator_type="v100",
+        packed_with=partners,
+    )
 
 
 def progress(**kw):
@@ -107,6 +111,17 @@ def test_a_paused_lease_reports_its_checkpointed_steps_and_the_time_split() -> N
     assert r is not None and r.outcome == "lease_end" and r.steps_done == 40 and not r.finished
     assert r.throughput_steps_per_s == 2.0  # 40 steps over 20 s of stepping: start-up and restore excluded
     assert (r.startup_s, r.restore_s, r.stepping_s, r.checkpoint_s, r.elapsed_s) == (2.5, 0.5, 20.0, 0.2, 31.0)
+    assert (r.accelerator_type, r.packed_with) == ("v100", ())  # what the estimator learns from: where, and alone
+
+
+def test_every_report_names_its_type_and_the_job_that_shared_its_gpus() -> None:
+    """The estimator reads a packed run's steps/s as the pair's slowdown, not as a slower type:
+    each job of a pair names the other, whichever way its lease ended."""
+    pair = run(job_ids=("a", "b"), job_types=("A3C", "LM (batch size 5)"), max_steps=(10, 20), resume_steps=(0, 5))
+    assert (packed_with(pair, "a"), packed_with(pair, "b"), packed_with(run(), "t/j1")) == (("b",), ("a",), ())
+    for seen in (Observed(progress(), None), Observed(progress(state="running"), 1, "boom"), Observed(None, -9, killed=True)):
+        r = report(seen, ("b",))
+        assert r is not None and (r.accelerator_type, r.packed_with) == ("v100", ("b",)), seen
 
 
 def test_a_finished_job_reports_finished() -> None:
