@@ -1,40 +1,146 @@
-"""The throughput estimator service. For now it answers from the measured table (provenance
-"oracle"): for every submitted job it publishes how fast the job runs on each accelerator type
-alone. Profiling new jobs against reference jobs, matrix completion and online refinement come
-with a later issue; they will publish the same message with another
-provenance."""
+"""The throughput estimator service: submissions, progress reports and job ends in, estimates out
+(docs/estimator.md).
+
+One durable queue, ``estimator.inputs`` (common/topology.py), declared by the topology as well as
+by the service, so an estimator started after jobs were submitted still sees them; one queue for
+every input, so a job's progress always follows its submission. Inputs are handled one at a time,
+in order (the model is a sequence of updates).
+
+Each input, as numbered steps:
+
+1. append its wire bytes to the state journal (when there is one);
+2. hand it to the core (learned: estimator_service/core/estimator.py; oracle: a table taken as
+   the truth), which says what changed;
+3. commit the journal, then publish what changed (ThroughputEstimated) and acknowledge.
+
+A restarted estimator loads its last snapshot, replays the inputs after it through the same core
+(the same inputs in the same order make the same model), and publishes the whole current picture
+once: a mechanism that kept scheduling on the last estimates meanwhile is brought up to date.
+A snapshot of the model is written every ``SNAPSHOT_EVERY`` inputs, so a replay stays short.
+"""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import structlog
 
 from common.bus import Bus, Delivery
-from common.messages import JobSubmitted
-from common.throughputs import ThroughputTable
+from common.codec import DEFAULT_CODEC
+from common.messages import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobProgress,
+    JobRejected,
+    JobSpec,
+    JobSubmitted,
+    ThroughputEstimated,
+)
+from common.messages.base import Message
+from common.topology import ESTIMATOR_INPUTS
 from estimator_service.core.oracle import OracleEstimator
+from services.journal import Journal, wire_bytes
 
 log = structlog.get_logger("gavel.estimator")
+
+SNAPSHOT_EVERY = 2_000  # inputs between snapshots: a restart replays at most this many (~1 s)
+JOURNAL_LABEL = "estimator state"
+
+
+class Core(Protocol):
+    revision: int
+
+    def submitted(self, spec: JobSpec) -> ThroughputEstimated | None: ...
+    def progress(self, report: JobProgress) -> ThroughputEstimated | None: ...
+    def ended(self, job_id: str) -> ThroughputEstimated | None: ...
+    def everything(self) -> ThroughputEstimated: ...
 
 
 class EstimatorService:
     name = "estimator"
 
-    def __init__(self, *, table: ThroughputTable) -> None:
-        self._core = OracleEstimator(table)
+    def __init__(self, *, core: Core, journal: Journal | None = None, mode: str = "learned") -> None:
+        self.core = core
+        self._journal = journal
+        self._mode = mode
         self._bus: Bus | None = None
+        self._since_snapshot = 0
+        self._log = log.bind(mode=mode)
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
-        await bus.subscribe("estimator.submissions", [JobSubmitted.ROUTING_KEY], self.on_submitted)
+        recovered = self._recover() if self._journal is not None else 0
+        await bus.subscribe(ESTIMATOR_INPUTS.name, list(ESTIMATOR_INPUTS.bindings), self.on_input, prefetch=256, concurrency=1)
+        if recovered:
+            # what the mechanism may have missed while we were down, said once (it absorbs repeats)
+            await bus.publish(self.core.everything(), mandatory=False)
 
     async def stop(self) -> None:
+        if self._journal is not None:
+            self._save_snapshot()
+            self._journal.close()
+
+    async def on_input(self, d: Delivery) -> None:
+        assert self._bus is not None
+        if self._journal is not None:
+            self._journal.append("input", wire_bytes(d))
+        out = self._apply(d.message, say=True)
+        if self._journal is not None:
+            self._journal.commit()
+            self._since_snapshot += 1
+            if self._since_snapshot >= SNAPSHOT_EVERY:
+                self._save_snapshot()
+        if out is not None:
+            for flag in out.stragglers:
+                if flag.flagged:
+                    self._log.warning(
+                        "straggler_detected", worker_id=flag.worker_id, speed_vs_predicted=round(flag.ratio, 3), jobs=flag.jobs,
+                        action="its measurements are left out of the estimates",
+                    )
+                else:
+                    self._log.info("straggler_recovered", worker_id=flag.worker_id, speed_vs_predicted=round(flag.ratio, 3))
+            await self._bus.publish(out, correlation_id=d.envelope.message_id, mandatory=False)
+
+    def _apply(self, message: Message, *, say: bool = False) -> ThroughputEstimated | None:
+        """One input through the core (the same call at replay, where ``say`` is off)."""
+        if isinstance(message, JobSubmitted):
+            spec = message.spec
+            if say and isinstance(self.core, OracleEstimator) and not self.core.knows(spec):
+                self._log.warning(
+                    "no_estimate", job_id=spec.job_id, job_type=spec.job_type, scale_factor=spec.scale_factor,
+                    reason="the oracle's table has no such job type and size: the mechanism keeps its prior for it",
+                )
+            return self.core.submitted(spec)
+        if isinstance(message, JobProgress):
+            return self.core.progress(message)
+        if isinstance(message, (JobCompleted, JobFailed, JobCancelled, JobRejected)):
+            return self.core.ended(message.job_id)
         return None
 
-    async def on_submitted(self, d: Delivery) -> None:
-        assert isinstance(d.message, JobSubmitted) and self._bus is not None
-        spec = d.message.spec
-        estimate = self._core.submitted(spec)
-        if estimate is None:
-            log.warning("no_estimate", job_id=spec.job_id, job_type=spec.job_type, scale_factor=spec.scale_factor)
-            return
-        await self._bus.publish(estimate, correlation_id=d.envelope.message_id, mandatory=False)
+    # -- state ---------------------------------------------------------------------------------
+
+    def _recover(self) -> int:
+        """Load the last snapshot and replay the inputs after it; how many inputs the model holds
+        (0: a new state)."""
+        assert self._journal is not None
+        snapshot, last_seq = self._journal.load_snapshot()
+        if snapshot is not None:
+            self.core = snapshot
+        replayed = 0
+        for _, kind, body, _ in self._journal.events(after_seq=last_seq, kind="input"):
+            self._apply(DEFAULT_CODEC.decode(body).message)
+            replayed += 1
+        self._since_snapshot = replayed
+        if snapshot is not None or replayed:
+            self._log.info(
+                "estimator_recovered", journal=str(self._journal.path), snapshot=snapshot is not None,
+                inputs_replayed=replayed, revision=self.core.revision,
+            )
+        return int(snapshot is not None) + replayed
+
+    def _save_snapshot(self) -> None:
+        assert self._journal is not None
+        self._journal.save_snapshot(self.core)
+        self._since_snapshot = 0
+

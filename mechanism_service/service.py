@@ -18,7 +18,7 @@ reported and to the next submitted job's arrival when idle, so that separate pro
 same schedule as the in-process simulator.
 
 Durability: with a journal, every accepted input is written before it is acknowledged, and the
-whole memory at each boundary before its commands go out (mechanism_service/journal.py); a
+whole memory at each boundary before its commands go out (services/journal.py); a
 restarted mechanism resumes from it. Each start is a new incarnation (``memory.epoch``), which
 every command carries.
 
@@ -106,7 +106,7 @@ from mechanism_service.core.rounds import (
     round_report,
 )
 from mechanism_service.core.settings import MechanismSettings
-from mechanism_service.journal import Journal
+from services.journal import Journal, wire_bytes
 
 log = structlog.get_logger("gavel.mechanism")
 
@@ -355,7 +355,7 @@ class MechanismService:
 
     def _record(self, kind: str, d: Delivery, at_s: float | None = None) -> None:
         if self._journal is not None:
-            self._journal.append(kind, self._wire(d), at_s)
+            self._journal.append(kind, wire_bytes(d), at_s)
 
     async def _durable(self) -> None:
         """Return once what was recorded is committed (one commit for every handler waiting)."""
@@ -380,15 +380,6 @@ class MechanismService:
         else:
             waiter.set_result(None)
 
-    @staticmethod
-    def _wire(d: Delivery) -> bytes:
-        if d.body:
-            return d.body  # as received: no second encoding, and the journal keeps what came
-        env = d.envelope
-        return DEFAULT_CODEC.encode(
-            d.message, source=env.source, sent_at_s=env.sent_at_s, message_id=env.message_id,
-            correlation_id=env.correlation_id,
-        )
 
     async def on_worker(self, d: Delivery) -> None:
         w = d.message
@@ -743,10 +734,16 @@ class MechanismService:
         self.memory.pending_estimates.append(estimate)
         await self._durable()
 
-    def _take_estimates(self, state: MechanismState) -> None:
-        """Step 3 of a boundary: the estimates that came since the last one, in order."""
+    def _hear_estimates(self) -> list[ThroughputEstimated]:
+        """The estimates that came before this boundary began (taken at its step 3): one that lands
+        while the boundary runs waits for the next, so when a message lands within a round never
+        changes the schedule."""
+        pending, self.memory.pending_estimates = self.memory.pending_estimates, []
+        return pending
+
+    def _take_estimates(self, state: MechanismState, pending: list[ThroughputEstimated]) -> None:
+        """Step 3 of a boundary: the estimates heard before it, in order."""
         memory = self.memory
-        pending, memory.pending_estimates = memory.pending_estimates, []
         solve_again = False
         for estimate in pending:
             solve_again |= take_estimate(state, memory.book, estimate, self._rates, memory.ended_jobs)  # type: ignore[arg-type]
@@ -932,6 +929,7 @@ class MechanismService:
                         # a burst of submissions (a trace) is admitted by one boundary, not one each
                         await asyncio.sleep(self._admission_batch_s)
                 await self._clock.sleep(0)  # everything else due at this instant first
+                heard = self._hear_estimates()  # later ones wait for the next boundary
                 now_s = self._clock.now_s()
                 memory.last_boundary_s = memory.now_s = now_s
                 state = self._ensure_state()
@@ -946,7 +944,7 @@ class MechanismService:
                     await self._publish(ended, f"round-ended:{ended.round_id}")
                 await self._withdraw_cancelled(state, now_s)
                 # 3. admit the jobs whose arrival has come (and those held until the cluster fits)
-                self._take_estimates(state)
+                self._take_estimates(state, heard)
                 await self._admit(state, now_s)
                 # 4. allocation (not for an empty cluster: there is nothing to allocate yet); at once
                 # after a worker was lost, whatever the interval (its GPUs are in the allocation)

@@ -9,7 +9,9 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from common.messages import JobSpec, JobSubmitted
+from common.messages import AllocationRequested, JobSubmitted
+from common.throughputs import ThroughputTable
+from estimator_service.service import EstimatorService
 from mechanism_service.core.model import MechanismState
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
@@ -18,7 +20,9 @@ from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.host import Service, ServiceHost
 from sim.clock import VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
+from sim.estimation import EstimationSample, sample
 from sim.fleet import SimulatedFleet
+from sim.learning import spec_of
 from sim.results import SimulationResult
 from sim.traces import TraceJob
 
@@ -47,11 +51,7 @@ class TraceReplayer:
                 if first or job.arrival_time_s > self._clock.now_s():
                     await self._clock.sleep_until(job.arrival_time_s)
                     first = False
-                spec = JobSpec(
-                    job.job_id, job.job_type, job.total_steps, job.scale_factor, job.priority_weight, job.slo_s,
-                    None, job.command, job.arrival_time_s,
-                )
-                await bus.publish(JobSubmitted(spec))
+                await bus.publish(JobSubmitted(spec_of(job)))
                 self.submitted += 1
 
         self._task = asyncio.get_running_loop().create_task(replay(), name="trace-replayer")
@@ -88,11 +88,14 @@ async def simulate_services(
             return not waiting_for
         return replayer.done and not state.jobs and not mechanism.has_submissions
 
+    estimation = config.estimation
     mechanism = MechanismService(
         clock=clock,
         settings=settings,
         policy=config.policy,
-        table=table,
+        # learned: the mechanism knows what the estimator knows (the unknown types are not in it)
+        table=estimation.reference_table(table) if estimation.learned else table,
+        estimates=estimation.learned,
         shuffle=type_shuffler(config),
         seed=config.seed,
         solver=config.solver,
@@ -100,11 +103,20 @@ async def simulate_services(
         more_arrivals=lambda: not replayer.done,
     )
 
-    fleet = SimulatedFleet(clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server)
+    fleet = SimulatedFleet(
+        clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server,
+        measurement_noise=estimation.measurement_noise, seed=config.seed,
+    )
     policy = PolicyService(clock=clock, context=context, solving="inline")
+    learning: list[Service] = []
+    watch = EstimationWatch(clock, table)
+    if estimation.learned:
+        learning = [EstimatorService(core=estimation.core(table, config.seed), mode=estimation.mode), watch]
     # The replayer's first submission waits on the clock (a barrier even at t = 0), so the
     # fleet's workers are registered before any job arrives.
-    host = ServiceHost(InMemoryBus(broker, clock=clock, source="sim"), [*observers, policy, mechanism, fleet, replayer])
+    host = ServiceHost(
+        InMemoryBus(broker, clock=clock, source="sim"), [*observers, *learning, policy, mechanism, fleet, replayer]
+    )
     await host.start()
 
     def done() -> bool:
@@ -132,5 +144,28 @@ async def simulate_services(
         solve_times_s=tuple(mechanism.solve_times_s),
         wall_s=time.perf_counter() - started_wall,
         rejected_job_ids=tuple(mechanism.rejected),
+        estimation=tuple(watch.samples),
     )
+
+
+class EstimationWatch:
+    """Measures every allocation request's estimates against the true table (sim/estimation.py)."""
+
+    name = "estimation-watch"
+
+    def __init__(self, clock: VirtualClock, table: ThroughputTable) -> None:
+        self._clock = clock
+        self._table = table
+        self.samples: list[EstimationSample] = []
+
+    async def start(self, bus) -> None:  # noqa: ANN001 - a Bus
+        await bus.subscribe(self.name, [AllocationRequested.ROUTING_KEY], self._observe, durable=False)
+
+    async def stop(self) -> None:
+        return None
+
+    async def _observe(self, d) -> None:  # noqa: ANN001 - a Delivery
+        observed = sample(d.message, self._table, self._clock.now_s())
+        if observed is not None:
+            self.samples.append(observed)
 

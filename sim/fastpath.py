@@ -17,14 +17,15 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
 from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
-from mechanism_service.core.rates import Rates, TableRates
+from mechanism_service.core.profiling import choose as choose_profiling
+from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
@@ -40,6 +41,7 @@ from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
 from policy_service.answer import SolveContext, answer
 from sim.clock import SimulationStalled
+from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import lease_outcome, true_rates
 from sim.results import JobOutcome, RoundRecord, SimulationResult
 from sim.traces import TraceJob
@@ -55,6 +57,7 @@ class RunConfig:
     seed: int = 0
     window: tuple[int, int] | None = None  # measured jobs: trace positions [start, end)
     solver: str | None = None
+    estimation: EstimationConfig = field(default_factory=EstimationConfig)
 
 
 def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
@@ -89,7 +92,10 @@ def simulate(
     measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
     shuffle = type_shuffler(config)
-    rates = TableRates.of(table)
+    learning = InLoopEstimator(config.estimation, table, config.seed) if config.estimation.learned else None
+    rates: Rates = (
+        EstimatedRates(learning.book, config.estimation.reference_table(table)) if learning is not None else TableRates.of(table)
+    )
 
     now_s = arrivals[0].arrival_time_s
     clock = RoundClock()
@@ -114,22 +120,33 @@ def simulate(
             now_s = end_s
         elif arrivals:
             now_s = max(now_s, arrivals[0].arrival_time_s)
+        arrived_jobs = []
+        while arrivals and arrivals[0].arrival_time_s <= now_s:
+            arrived_jobs.append(arrivals.popleft())
+        heard = []
+        if learning is not None:  # what the estimator heard during the round, in order
+            learning.hear(arrived_jobs, running, clock.dispatched_at_s, state)
+            heard = learning.captured()
         # 3. settle
-        for job in close_round(state, running, round_start_s if running else now_s, settings):
+        finished = close_round(state, running, round_start_s if running else now_s, settings)
+        for job in finished:
             waiting_for.discard(job.job_id)
         running = []
+        if learning is not None:
+            learning.ended(j.job_id for j in finished)
+            learning.take(state, heard, rates)
         # 4. admit
-        arrived = []
-        while arrivals and arrivals[0].arrival_time_s <= now_s:
-            arrived.append(new_job(arrivals.popleft()))
-        for job, _ in admit_arrivals(state, arrived, settings, rates):
+        for job, _ in admit_arrivals(state, [new_job(j) for j in arrived_jobs], settings, rates):
             rejected.append(job.job_id)
             waiting_for.discard(job.job_id)
+            if learning is not None:
+                learning.ended([job.job_id])
         # 5. allocation, priorities, pick, place
         reset = begin_reset(state, now_s, settings, rates=rates)
         if reset:
-            solve_times.append(_reallocate(state, now_s, config, context, rates))
-        plan = open_round(state, now_s, settings, shuffle)
+            solve_times.append(_reallocate(state, now_s, config, context, rates, learning))
+        profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
+        plan = open_round(state, now_s, settings, shuffle, profiling)
         # 6. dispatch
         clock.dispatched_at_s = now_s
         running = [
@@ -161,6 +178,7 @@ def simulate(
         solve_times_s=tuple(solve_times),
         wall_s=time.perf_counter() - started_wall,
         rejected_job_ids=tuple(rejected),
+        estimation=tuple(learning.samples) if learning is not None else (),
     )
 
 
@@ -170,7 +188,10 @@ def new_job(job: TraceJob) -> NewJob:
     )
 
 
-def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context: SolveContext, rates: Rates) -> float:
+def _reallocate(
+    state: MechanismState, now_s: float, config: RunConfig, context: SolveContext, rates: Rates,
+    learning: InLoopEstimator | None,
+) -> float:
     """Ask the policy (the ledgers were just reset) and install its answer."""
     settings = config.settings
     request = allocation_request(
@@ -187,6 +208,8 @@ def _reallocate(state: MechanismState, now_s: float, config: RunConfig, context:
         packing=settings.packing,
         rates=rates,
     )
+    if learning is not None:
+        learning.observe(request, now_s)
     reply = answer(request, context)
     if not isinstance(reply, AllocationComputed):
         # Degraded mode, as the service does: keep the last allocation and say why later.

@@ -23,6 +23,7 @@ from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerRegistered
 from common.throughputs import ThroughputTable
+from sim.learning import measurement_factor
 from sim.physics import lease_outcome, true_rates
 
 
@@ -47,6 +48,8 @@ class SimulatedFleet:
         heartbeat_s: float | None = None,
         clock_name: str = "",
         name: str = "fleet",
+        measurement_noise: float = 0.0,
+        seed: int = 0,
     ) -> None:
         # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
         self.name = name
@@ -56,6 +59,10 @@ class SimulatedFleet:
         self._heartbeat_s = heartbeat_s
         self._reported: dict[str, list[JobProgress]] = {}  # lease id -> its reports
         self._table = table
+        # Measurements are the true rates times a seeded log-normal factor (sim/learning.py); the
+        # steps done follow the true rates.
+        self._noise = measurement_noise
+        self._seed = seed
         self._servers: list[tuple[str, str, int]] = []  # (worker id, type, gpus)
         for accelerator_type in sorted(cluster):
             for s in range(cluster[accelerator_type] // gpus_per_server):
@@ -127,6 +134,7 @@ class SimulatedFleet:
         command = gang.command
         accelerator_type = self._type_of[command.worker_id]
         rates = true_rates(self._table, command.job_types, command.scale_factor, accelerator_type)
+        started_s = self._clock.now_s()
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
         steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)
         if not self._lockstep:
@@ -141,8 +149,10 @@ class SimulatedFleet:
                     round_id=command.round_id,
                     steps_done=done,
                     elapsed_s=duration_s,
-                    throughput_steps_per_s=rate,
+                    throughput_steps_per_s=rate * measurement_factor(self._seed, job_id, started_s, self._noise),
                     finished=done >= remaining,
+                    accelerator_type=accelerator_type,
+                    packed_with=tuple(other for other in command.job_ids if other != job_id),
             )
             self._reported[command.lease_id].append(report)
             await self._bus.publish(report)

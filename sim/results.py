@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sim.estimation import EstimationSample
+
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
@@ -59,3 +61,5 @@ class SimulationResult:
     solve_times_s: tuple[float, ...]  # one per allocation computed
     wall_s: float = 0.0
     rejected_job_ids: tuple[str, ...] = ()  # submissions that could never run on this cluster
+    # the estimates' error at each solve (a learned estimator only: sim/estimation.py)
+    estimation: tuple[EstimationSample, ...] = ()

@@ -55,6 +55,9 @@ from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
 Row = dict[str, Belief]  # accelerator type -> belief
 Cell = tuple[int, int, int]  # (direction, feature type position, reference index) in a completion row
 TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in (0.3, 1], say
+# Below this (relative) a class's pooled mean has not moved for its other jobs' figures: far under
+# the publish tolerance, so skipping their recomputation changes nothing published.
+STAMP_TOLERANCE = 1e-3
 WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
 
 
@@ -89,6 +92,10 @@ class Estimator:
         self._dirty_pairs: set[tuple[str, str]] = set()
         self._dirty_profiling: set[str] = set()
         self._new_flags: list[StragglerFlag] = []
+        self._excluded: frozenset[str] = frozenset()  # flagged workers, whose measurements are left out
+        # Types published: the profiled ones and any a report named (a pseudo-type nobody runs on is
+        # not worth estimating at every step).
+        self._types_out: tuple[str, ...] = references.feature_types
         self._fits_seen: dict[int, int] = {}  # scale factor -> completion fits already accounted for
         self._typical = {sf: references.typical_isolated(sf) for sf in {*references.groups, 1}}
 
@@ -122,6 +129,9 @@ class Estimator:
         if job is None or not _usable(report) or report.accelerator_type not in self.types:
             return None
         w = report.accelerator_type
+        if w not in self._types_out:
+            self._types_out = tuple(t for t in self.types if t in {*self._types_out, w})
+            self._everything_dirty()
         partners = [self.jobs[p] for p in report.packed_with if p in self.jobs]
         if len(partners) != len(report.packed_with) or len(partners) > 1:
             return None  # a partner it never heard of: the fraction cannot be placed
@@ -164,12 +174,15 @@ class Estimator:
         self._published_rows.clear()
         self._published_pairs.clear()
         self._published_profiling.clear()
-        self._dirty_rows.update(j for j, job in self.jobs.items() if job.active)
-        active = [c for c in self.classes.values() if c.active]
-        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
-        self._dirty_profiling.update(c.name for c in active)
+        self._everything_dirty()
+        self._dirty_profiling.update(c.name for c in self.classes.values() if c.active)
         self._new_flags.extend(self.stragglers.flagged.values())
         return self._flush(always=True)  # type: ignore[return-value]
+
+    def _everything_dirty(self) -> None:
+        active = [c for c in self.classes.values() if c.active]
+        self._dirty_rows.update(j for c in active for j in c.active)
+        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
 
     # -- evidence bookkeeping -----------------------------------------------------------------------
 
@@ -197,14 +210,17 @@ class Estimator:
 
     def _alone_changed(self, job: JobEvidence, accelerator_type: str) -> None:
         cls = self.classes[job.colocation_class]
-        sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self.stragglers.flagged)
+        sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self._excluded)
         belief = combine(sources)
         before = self._pool(cls.name, accelerator_type).mean()
         self._pool(cls.name, accelerator_type).put(job.job_id, belief, sum(s.count for s in sources))
         after = self._pool(cls.name, accelerator_type).mean()
-        cls.stamp += 1
-        self._dirty_rows.update(cls.active)
+        self._rows.pop(job.job_id, None)  # its own measurements changed
         self._dirty_rows.add(job.job_id)
+        if _moved(before, after, STAMP_TOLERANCE):
+            # the class's mean moved: every job of the class may read it differently
+            cls.stamp += 1
+            self._dirty_rows.update(cls.active)
         if _moved(before, after, self.settings.publish_tolerance):
             # fractions are measured against the speed alone: every pair of this class moves
             self._dirty_pairs.update(self._pairs_of(cls.name))
@@ -227,23 +243,23 @@ class Estimator:
             return
         self._new_flags.append(change)
         self._global += 1
+        self._excluded = frozenset(self.stragglers.flagged)
         for other in self.jobs.values():  # its measurements leave (or rejoin) every estimate
             if worker_id in other.workers():
                 for w in other.alone:
-                    self._pool(other.colocation_class, w).put(
-                        other.job_id, combine(other.alone_sources(w, self.settings.measurement_sd, self.stragglers.flagged)), len(other.alone[w])
-                    )
+                    sources = other.alone_sources(w, self.settings.measurement_sd, self._excluded)
+                    self._pool(other.colocation_class, w).put(other.job_id, combine(sources), sum(x.count for x in sources))
                 self.classes[other.colocation_class].stamp += 1
-        active = [c for c in self.classes.values() if c.active]
-        self._dirty_rows.update(j for c in active for j in c.active)
-        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
+                if other.colocation_class in self.classes and self.classes[other.colocation_class].evidenced:
+                    self._refill(other.colocation_class)
+        self._everything_dirty()
 
     def _predicted(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> Belief | None:
         """The job's speed alone on the type from everything but the worker's own measurements
         (of this job and of the others of its class)."""
         s = self.settings
-        excluded = {*self.stragglers.flagged, worker_id}
-        sources = job.alone_sources(accelerator_type, s.measurement_sd, excluded)
+        excluded = self._excluded | {worker_id}
+        sources = list(job.alone_sources(accelerator_type, s.measurement_sd, excluded))
         for other_id in self.classes[job.colocation_class].jobs:
             other = self.jobs[other_id]
             if other_id != job.job_id and accelerator_type in other.alone:
@@ -269,7 +285,7 @@ class Estimator:
             cell = self._cell(row_class, other, accelerator_type, direction)
             if cell is not None:
                 self.classes[row_class].evidenced.add(cell)
-                self._refill(row_class)
+                self._refill(row_class, cell)
 
     def _observe_class(self, name: str) -> None:
         """The class's speed alone moved: every measured fraction it is part of moves with it."""
@@ -295,15 +311,18 @@ class Estimator:
         group = self.references.group(scale_factor)
         return None if group is None else group.index.get(name)
 
-    def _refill(self, name: str) -> None:
-        """Recompute the measured cells of a new class's row and hand it to the completion."""
+    def _refill(self, name: str, only: Cell | None = None) -> None:
+        """Recompute the measured cells of a new class's row (all, or ``only`` one that a packed
+        run just measured) and hand the row to the completion."""
         cls = self.classes[name]
         model = self.colocation.model(cls.scale_factor)
-        row = self.colocation.empty_row(cls.scale_factor)
-        if model is None or row is None:
+        if model is None:
             return
+        before = model.observed.get(name)
+        row = before.copy() if before is not None and only is not None else self.colocation.empty_row(cls.scale_factor)
+        assert row is not None
         group = model.group
-        for direction, position, reference in cls.evidenced:
+        for direction, position, reference in (only,) if only is not None else cls.evidenced:
             w = self.references.feature_types[position]
             if direction == WITH and not self._measured_alone(name, w):
                 # its fraction there would be measured against a guess of its speed alone: left
@@ -323,28 +342,25 @@ class Estimator:
 
     # -- figures -------------------------------------------------------------------------------------
 
-    def _row(self, job: JobEvidence, exclude_worker: str = "") -> Row:
+    def _row(self, job: JobEvidence) -> Row:
         cls = self.classes[job.colocation_class]
         key = (cls.stamp, self._global)
-        if not exclude_worker:
-            cached = self._rows.get(job.job_id)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-        row = self._compute_row(job, exclude_worker)
-        if not exclude_worker:
-            self._rows[job.job_id] = (key, row)
+        cached = self._rows.get(job.job_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        row = self._compute_row(job)
+        self._rows[job.job_id] = (key, row)
         return row
 
-    def _compute_row(self, job: JobEvidence, exclude_worker: str) -> Row:
+    def _compute_row(self, job: JobEvidence) -> Row:
         s = self.settings
-        excluded = set(self.stragglers.flagged)
-        if exclude_worker:
-            excluded.add(exclude_worker)
+        excluded = self._excluded
         located = self.references.locate(job.colocation_class)
         spread = s.job_spread_sd**2
         direct: dict[str, list[Source]] = {}
-        for k, w in enumerate(self.types):
-            sources = job.alone_sources(w, s.measurement_sd, excluded)
+        for w in self._types_out:
+            k = self.types.index(w)
+            sources = list(job.alone_sources(w, s.measurement_sd, excluded))
             pooled = self._pool(job.colocation_class, w).mean(without=job.job_id)
             if pooled is not None:
                 sources.append(Source(pooled.value, pooled.variance + spread, pooled.provenance, pooled.count))
@@ -365,7 +381,8 @@ class Estimator:
         match = None if located is not None else self._match(job.colocation_class, job.scale_factor)
         typical = self._typical.get(job.scale_factor, self._typical[1])
         row: Row = {}
-        for k, w in enumerate(self.types):
+        for w in self._types_out:
+            k = self.types.index(w)
             sources = direct[w]
             if match is not None and measured and w not in measured:
                 ratio = self._ratio_source(match, measured, k)
@@ -377,14 +394,12 @@ class Estimator:
             row[w] = belief if belief is not None else Belief(0.0, 0.0, Provenance.REFERENCE)
         return row
 
-    def _packed_sources(self, job: JobEvidence, accelerator_type: str, excluded: set[str]) -> list[Source]:
+    def _packed_sources(self, job: JobEvidence, accelerator_type: str, excluded: frozenset[str]) -> list[Source]:
         """A new class's speed alone implied by its packed runs there: each run's steps/s over the
         prior fraction of that pair (the completion's, which never used this type's measured
         fractions unless the speed alone there was measured: no circle)."""
         out = []
-        for (partner, w), _ in job.packed.items():
-            if w != accelerator_type:
-                continue
+        for partner, w in [key for key in job.packed if key[1] == accelerator_type]:
             packed = combine(job.packed_sources(partner, w, self.settings.measurement_sd, excluded))
             prior = self._fraction_prior(job.colocation_class, partner, w)
             if packed is None or prior is None or not (packed.value > 0 and prior.value > 0):
@@ -446,7 +461,7 @@ class Estimator:
             job = self.jobs[job_id]
             if (partner, accelerator_type) not in job.packed:
                 continue
-            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self.stragglers.flagged))
+            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self._excluded))
             if packed is None:
                 continue
             if packed.value <= 0:
@@ -573,7 +588,7 @@ class Estimator:
             if a not in self.classes or b not in self.classes or not (self.classes[a].active and self.classes[b].active):
                 continue
             fractions, provenance, confidence = {}, {}, {}
-            for w in self.types:
+            for w in self._types_out:
                 first, second = self._fraction(a, b, w), self._fraction(b, a, w)
                 if first is None or second is None:
                     continue
@@ -632,11 +647,15 @@ class Estimator:
 
 
 def _usable(report: JobProgress) -> bool:
-    """A report that measured something: not a crash, and (a real worker's) with stepping time."""
+    """A report that measured something: not a crash, and a real worker's with stepping time (a
+    simulated fleet's, which has no breakdown, is the simulator's measurement: a zero there is a
+    job that cannot run)."""
     if report.outcome in ("crashed", "killed"):
         return False
     real = report.startup_s > 0 or report.restore_s > 0 or report.stepping_s > 0 or report.checkpoint_s > 0
-    return report.stepping_s > 0 if real else report.elapsed_s > 0
+    # a real lease that ended before its first step (start-up longer than the lease) measured
+    # nothing: a job that truly cannot run on a type crashes there (out of memory)
+    return report.stepping_s > 0 and report.steps_done > 0 if real else True
 
 
 def _ordered(a: str, b: str) -> tuple[str, str]:

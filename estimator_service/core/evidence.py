@@ -23,6 +23,9 @@ class JobEvidence:
     alone: dict[str, list[Measurement]] = field(default_factory=dict)
     packed: dict[tuple[str, str], list[Measurement]] = field(default_factory=dict)  # (partner class, type)
     active: bool = True
+    # (series key, left-out workers) -> its sources: the estimator asks for the same series many
+    # times between two measurements of it
+    _sources_cache: dict[tuple[object, frozenset[str]], list[Source]] = field(default_factory=dict, repr=False)
 
     def record(self, accelerator_type: str, partner_class: str, measurement: Measurement, kept: int) -> None:
         """One measurement, alone (``partner_class`` "") or packed."""
@@ -33,12 +36,22 @@ class JobEvidence:
         series.append(measurement)
         if len(series) > kept:
             del series[: len(series) - kept]
+        self._sources_cache.clear()
 
-    def alone_sources(self, accelerator_type: str, sd: float, excluded: Collection[str] = ()) -> list[Source]:
-        return _sources(self.alone.get(accelerator_type, ()), sd, excluded)
+    def alone_sources(self, accelerator_type: str, sd: float, excluded: frozenset[str] = frozenset()) -> list[Source]:
+        return self._cached(accelerator_type, self.alone.get(accelerator_type, ()), sd, excluded)
 
-    def packed_sources(self, partner_class: str, accelerator_type: str, sd: float, excluded: Collection[str] = ()) -> list[Source]:
-        return _sources(self.packed.get((partner_class, accelerator_type), ()), sd, excluded)
+    def packed_sources(
+        self, partner_class: str, accelerator_type: str, sd: float, excluded: frozenset[str] = frozenset()
+    ) -> list[Source]:
+        key = (partner_class, accelerator_type)
+        return self._cached(key, self.packed.get(key, ()), sd, excluded)
+
+    def _cached(self, key: object, series, sd: float, excluded: frozenset[str]) -> list[Source]:  # noqa: ANN001
+        found = self._sources_cache.get((key, excluded))
+        if found is None:
+            found = self._sources_cache[(key, excluded)] = _sources(series, sd, excluded)
+        return found
 
     def workers(self) -> set[str]:
         return {m[0] for series in (*self.alone.values(), *self.packed.values()) for m in series}

@@ -2,7 +2,7 @@
 estimator off). Same interface as the learned Estimator; measurements change nothing.
 
 A job whose type (or size) the table does not know gets no figures: the mechanism then keeps its
-own prior for it, and ``unknown`` lists it for the service to say so.
+own prior for it (the service says so).
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ class OracleEstimator:
     def __init__(self, table: ThroughputTable) -> None:
         self.table = table
         self.revision = 0
-        self.unknown: list[str] = []  # jobs the table could not say anything of, for the log
         self._active: dict[str, tuple[str, int]] = {}  # job -> (type, scale factor)
 
     def submitted(self, spec: JobSpec) -> ThroughputEstimated | None:
         if spec.job_id in self._active:
             return None
-        if not self.table.has_job(spec.job_type, spec.scale_factor):
-            self.unknown.append(spec.job_id)
+        if not self.knows(spec):
             return None
         new_class = (spec.job_type, spec.scale_factor) not in self._active.values()
         self._active[spec.job_id] = (spec.job_type, spec.scale_factor)
         pairs = self._pairs_of(spec.job_type, spec.scale_factor) if new_class else ()
         return self._message((self._row(spec.job_id),), pairs)
+
+    def knows(self, spec: JobSpec) -> bool:
+        return self.table.has_job(spec.job_type, spec.scale_factor)
 
     def progress(self, report: JobProgress) -> ThroughputEstimated | None:  # noqa: ARG002 - the table knows
         return None

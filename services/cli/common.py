@@ -76,10 +76,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def load_table(path: str | None) -> ThroughputTable:
+def load_table(path: str | None, flag: str = "--throughputs") -> ThroughputTable:
     """The throughput table at ``path``, or the shipped one (without the solver stack: commands
     that only need the table start at once). A file that cannot be read or parsed is one line
-    naming --throughputs (exit 2)."""
+    naming the flag that gave it (exit 2)."""
     try:
         if path is None:
             text = (resources.files("common") / "data" / "simulation_throughputs.json").read_text()
@@ -87,8 +87,8 @@ def load_table(path: str | None) -> ThroughputTable:
             text = pathlib.Path(path).read_text()
         return throughput_table_from_json(json.loads(text))
     except OSError as e:
-        raise CommandFailed(f"--throughputs: cannot read {path}: {e.strerror or e}", exit_code=2) from None
+        raise CommandFailed(f"{flag}: cannot read {path}: {e.strerror or e}", exit_code=2) from None
     except json.JSONDecodeError as e:
-        raise CommandFailed(f"--throughputs: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
+        raise CommandFailed(f"{flag}: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
     except ProblemError as e:
-        raise CommandFailed(f"--throughputs: {path}: {e}", exit_code=2) from None
+        raise CommandFailed(f"{flag}: {path}: {e}", exit_code=2) from None

@@ -33,7 +33,7 @@ from common.config import BusSettings, Settings
 from common.errors import JournalError
 from mechanism_service.clocks import ScaledClock, describe_clock
 from mechanism_service.core.settings import PRESETS
-from mechanism_service.journal import Journal
+from services.journal import Journal
 from services.bus import make_bus
 from services.cli.common import CommandFailed, load_table, non_negative_number, positive_int, positive_number
 from services.cli.worker_options import add_worker_options, worker_config
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, help_text in (
         ("policy", "the policy service: allocation requests in, allocations out (scale it out)"),
         ("mechanism", "the mechanism: rounds, leases, job lifecycle, the journal"),
-        ("estimator", "the throughput estimator (answers from the throughput table for now)"),
+        ("estimator", "the throughput estimator: learns how fast each job runs alone and packed (or reads a table)"),
         ("fleet", "a fake worker fleet that makes progress from the throughput table"),
     ):
         p = serve_sub.add_parser(name, help=help_text)
@@ -139,6 +139,38 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
             "--max-failed-attempts", type=positive_int, default=5, metavar="N",
             help="a job whose process crashes in N leases in a row fails (default 5, as Gavel)",
         )
+    if only in (None, "estimator"):
+        p.add_argument(
+            "--mode", choices=("learned", "oracle"), default="learned",
+            help="learned (default): estimates from a reference table and what workers measure; oracle: the table "
+            "taken as the truth (a job type it lacks gets no estimate)",
+        )
+        p.add_argument(
+            "--reference", metavar="TABLE.json",
+            help="the pre-profiled reference jobs, in Gavel's table format (default: --throughputs, else the shipped table)",
+        )
+        p.add_argument(
+            "--profiling-share", type=_share, default=0.1, metavar="F",
+            help="at most this share of the cluster's GPU time goes to profiling runs (default 0.1; 0: none)",
+        )
+        p.add_argument(
+            "--profiling-percentage", type=_share, default=0.25, metavar="P",
+            help="Gavel's profiling_percentage: the share of a new job type's (accelerator type, reference) cells "
+            "measured by packed runs; completion fills the rest (default 0.25)",
+        )
+        p.add_argument(
+            "--reference-models", type=positive_int, metavar="K",
+            help="Gavel's num_reference_models: use K reference job types per gang size, drawn with --seed (default: all)",
+        )
+        state = p.add_mutually_exclusive_group()
+        state.add_argument(
+            "--state",
+            help="the estimator's SQLite state (what it learned from; default: $XDG_STATE_HOME/gavel/estimator-<exchange>.sqlite; "
+            "`gavel up` on the in-memory bus: none)",
+        )
+        state.add_argument("--no-state", action="store_true", help="keep no state: what it learned will not survive a restart")
+        if only == "estimator":
+            p.add_argument("--seed", type=int, default=0, help="draws the reference models (default 0)")
     if only in (None, "mechanism", "fleet"):
         p.add_argument("--round-s", type=positive_number, default=360.0, help="round length in seconds (default 360)")
         p.add_argument("--gpus-per-server", type=positive_int, default=1, help="GPUs per server (default 1)")
@@ -166,8 +198,60 @@ def worker_grace_s(args: argparse.Namespace) -> float | None:
     return float(args.worker_grace_s * (args.time_scale or 1.0))
 
 
-def default_journal_path(settings: Settings) -> pathlib.Path:
-    return pathlib.Path(settings.state_dir) / f"mechanism-{settings.bus.exchange}.sqlite"
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text}")
+    return value
+
+
+def default_journal_path(settings: Settings, service: str = "mechanism") -> pathlib.Path:
+    return pathlib.Path(settings.state_dir) / f"{service}-{settings.bus.exchange}.sqlite"
+
+
+def open_estimator_state(args: argparse.Namespace, settings: Settings, bus_kind: str) -> Journal | None:
+    """The estimator's state file, kept by default like the mechanism's journal (a restarted
+    estimator must not forget what it learned); --no-state keeps none, loudly."""
+    if args.no_state:
+        log.warning("estimator_state_disabled", reason="--no-state: what the estimator learns will not survive a restart")
+        return None
+    if args.state:
+        path, source = args.state, "--state"
+    elif bus_kind == "memory":
+        return None
+    else:
+        path, source = str(default_journal_path(settings, "estimator")), "default"
+    from estimator_service.service import JOURNAL_LABEL  # noqa: PLC0415 - only when an estimator runs
+
+    try:
+        journal = Journal(path, label=JOURNAL_LABEL)
+    except JournalError as e:
+        if source == "default":
+            source = "the default estimator state (choose another with --state, or --no-state)"
+        raise CommandFailed(f"{source}: {e}", exit_code=2) from None
+    log.info("estimator_state_opened", path=str(journal.path), source=source)
+    return journal
+
+
+def build_estimator(args: argparse.Namespace, settings: Settings, bus_kind: str, table) -> Service:  # noqa: ANN001
+    from estimator_service.core.estimator import Estimator  # noqa: PLC0415
+    from estimator_service.core.oracle import OracleEstimator  # noqa: PLC0415
+    from estimator_service.core.reference import reference_set  # noqa: PLC0415
+    from estimator_service.core.settings import EstimatorSettings  # noqa: PLC0415
+    from estimator_service.service import EstimatorService  # noqa: PLC0415
+    reference = load_table(args.reference, "--reference") if args.reference else table
+    state = open_estimator_state(args, settings, bus_kind)
+    if args.mode == "oracle":
+        core = OracleEstimator(reference)
+    else:
+        import numpy as np  # noqa: PLC0415
+
+        estimator_settings = EstimatorSettings(
+            profiling_share=args.profiling_share, profiling_percentage=args.profiling_percentage
+        )
+        references = reference_set(reference, keep=args.reference_models, rng=np.random.default_rng([args.seed, 11]))
+        core = Estimator(references, estimator_settings)
+    return EstimatorService(core=core, journal=state, mode=args.mode)
 
 
 def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) -> Journal | None:
@@ -209,7 +293,6 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
     journal = open_journal(args, settings, bus_kind) if "mechanism" in names else None  # a bad one fails at once
     # Imported here, not above: `gavel health` (a container healthcheck, run every few seconds),
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).
-    from estimator_service.service import EstimatorService
     from mechanism_service.core.rounds import type_shuffler
     from mechanism_service.core.settings import preset
     from mechanism_service.service import MechanismService
@@ -254,7 +337,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                 )
             )
         elif name == "estimator":
-            services.append(EstimatorService(table=table))
+            services.append(build_estimator(args, settings, bus_kind, table))
         elif name == "fleet":
             if not args.cluster:
                 raise CommandFailed("--cluster is required for the fleet, e.g. v100=4,p100=4,k80=4", exit_code=2)

@@ -12,7 +12,7 @@ import pytest
 from common.messages import JobSubmitted
 from mechanism_service import service as mechanism_module
 from mechanism_service.clocks import ScaledClock
-from mechanism_service.journal import Journal
+from services.journal import Journal
 from mechanism_service.service import MechanismService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from tests.support.mechanism import ManualClock, live_mechanism, spec

@@ -35,7 +35,7 @@ from common.messages import (
 from common.messages.base import Message
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from mechanism_service.journal import Journal
+from services.journal import Journal
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
 from services.bus.memory import InMemoryBroker, InMemoryBus

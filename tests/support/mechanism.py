@@ -8,7 +8,7 @@ import pathlib
 from common.messages import JobSpec
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from mechanism_service.journal import Journal
+from services.journal import Journal
 from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 
