@@ -145,6 +145,8 @@ async def simulate_services(
         wall_s=time.perf_counter() - started_wall,
         rejected_job_ids=tuple(mechanism.rejected),
         estimation=tuple(watch.samples),
+        estimator=config.estimation.mode,
+        unknown_types=config.estimation.unknown_types,
     )
 
 

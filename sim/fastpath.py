@@ -179,6 +179,8 @@ def simulate(
         wall_s=time.perf_counter() - started_wall,
         rejected_job_ids=tuple(rejected),
         estimation=tuple(learning.samples) if learning is not None else (),
+        estimator=config.estimation.mode,
+        unknown_types=config.estimation.unknown_types,
     )
 
 

@@ -99,6 +99,13 @@ class Summary:
     rho_jobs: int
     rho_mean: float | None
     rho_worst: float | None
+    # The estimates the policy used (a learned estimator; None with the oracle): the mean over the
+    # solves of the mean absolute percentage error, alone and packed (sim/estimation.py), and the
+    # same over the last tenth of the solves (what it has learned by the end).
+    estimation_isolated_mape: float | None = None
+    estimation_colocated_mape: float | None = None
+    estimation_isolated_mape_end: float | None = None
+    estimation_colocated_mape_end: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-ready values (mappings become dicts), in field order."""
@@ -180,7 +187,19 @@ def summarize(
         rho_jobs=len(rho),
         rho_mean=float(rho.mean()) if len(rho) else None,
         rho_worst=float(rho.max()) if len(rho) else None,
+        **estimation_errors(result),
     )
+
+
+def estimation_errors(result: SimulationResult) -> dict[str, float | None]:
+    """The Summary's estimation fields (see Summary)."""
+    out: dict[str, float | None] = {}
+    for name in ("isolated", "colocated"):
+        values = [v for v in (getattr(s, f"{name}_mape") for s in result.estimation) if v is not None]
+        tail = values[-max(1, len(values) // 10):]
+        out[f"estimation_{name}_mape"] = float(np.mean(values)) if values else None
+        out[f"estimation_{name}_mape_end"] = float(np.mean(tail)) if values else None
+    return out
 
 
 def job_cost_usd(job: JobOutcome, prices_per_hour: Mapping[str, float]) -> float:

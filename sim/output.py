@@ -27,6 +27,7 @@ from sim.metrics import Summary, SweepRow, compare, render_comparison
 from sim.plots import (
     plot_jct_cdf,
     plot_jct_cdf_overlay,
+    plot_estimation_error,
     plot_queue,
     plot_sweep,
     plot_utilization,
@@ -58,6 +59,8 @@ def run_record(result: SimulationResult, summary: Summary) -> dict[str, object]:
         "round_s": result.round_s,
         "seed": result.seed,
         "wall_s": result.wall_s,
+        "estimator": result.estimator,
+        "unknown_types": list(result.unknown_types),
         "jobs_total": len(result.jobs),
         **summary.as_dict(),
     }
@@ -67,13 +70,28 @@ def write_run(result: SimulationResult, summary: Summary, out_dir: str | os.Path
     """Write summary.json, jobs.csv and the run's three plots into out_dir (created if needed);
     returns the paths in that order."""
     out = _directory(out_dir)
-    return (
+    written = (
         _write_json(out / "summary.json", run_record(result, summary)),
         write_jobs_csv(result, out / "jobs.csv"),
         plot_jct_cdf(result, out / "jct_cdf.png"),
         plot_utilization(result, out / "utilization.png"),
         plot_queue(result, out / "queue.png"),
     )
+    if result.estimation:  # a learned estimator: its error over time, as numbers and as a plot
+        written += (write_estimation_csv(result, out / "estimation.csv"), plot_estimation_error(result, out / "estimation_error.png"))
+    return written
+
+
+def write_estimation_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """One row per solve: time, mean absolute percentage errors alone and packed, and how many
+    figures each averages."""
+    path = pathlib.Path(path)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(("time_s", "isolated_mape", "colocated_mape", "isolated_figures", "colocated_figures"))
+        for s in result.estimation:
+            writer.writerow((s.time_s, _cell(s.isolated_mape), _cell(s.colocated_mape), s.isolated_figures, s.colocated_figures))
+    return path
 
 
 def write_comparison(

@@ -92,6 +92,35 @@ def queue_figure(result: SimulationResult) -> Figure:
     return fig
 
 
+def plot_estimation_error(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
+    """estimation_error_figure(result), written to path."""
+    return _save(estimation_error_figure(result), path)
+
+
+def estimation_error_figure(result: SimulationResult) -> Figure:
+    """The mean absolute percentage error of the estimates each solve used, over time: alone and
+    packed (a learned estimator; sim/estimation.py)."""
+    fig, ax = _figure()
+    samples = result.estimation
+    time_h = np.array([s.time_s for s in samples]) / SECONDS_PER_HOUR
+    for name, label in (("isolated", "alone"), ("colocated", "packed")):
+        values = np.array([np.nan if getattr(s, f"{name}_mape") is None else getattr(s, f"{name}_mape") for s in samples])
+        if np.isfinite(values).any():
+            ax.plot(time_h, values, label=f"{label} (mean {np.nanmean(values):.1%})", drawstyle="steps-post")
+    unknown = f"{len(result.unknown_types)} job types unknown" if result.unknown_types else "every job type known"
+    _title(fig, f"Error of the estimates the policy used: {result.policy}", f"{result.estimator} estimator, {unknown}", _run_label(result))
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("mean absolute percentage error")
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if len(samples):
+        ax.legend(loc="upper right", fontsize="small")
+    else:
+        _no_data(ax, "no estimates: the policy read the true table (oracle)")
+    return fig
+
+
 def plot_jct_cdf_overlay(results: Mapping[str, SimulationResult], path: str | os.PathLike[str]) -> pathlib.Path:
     """jct_cdf_overlay_figure(results), written to path."""
     return _save(jct_cdf_overlay_figure(results), path)

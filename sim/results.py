@@ -63,3 +63,5 @@ class SimulationResult:
     rejected_job_ids: tuple[str, ...] = ()  # submissions that could never run on this cluster
     # the estimates' error at each solve (a learned estimator only: sim/estimation.py)
     estimation: tuple[EstimationSample, ...] = ()
+    estimator: str = "oracle"  # oracle | learned
+    unknown_types: tuple[str, ...] = ()  # job types the estimator and the mechanism were not told of

@@ -32,6 +32,7 @@ from services.cli.simulation import (
     load_context,
     load_trace,
     parse_cluster,
+    parse_estimation,
     parse_policies,
     parse_window,
     run_policy,
@@ -42,6 +43,7 @@ from sim.results import SimulationResult
 from sim.traces import TraceJob, write_trace
 
 RUN_FILES = ("summary.json", "jobs.csv", "jct_cdf.png", "utilization.png", "queue.png")
+ESTIMATION_FILES = ("estimation.csv", "estimation_error.png")  # a learned estimator's error over time
 COMPARISON_FILES = ("comparison.txt", "comparison.json", "comparison_jct_cdf.png", "comparison_utilization.png")
 
 
@@ -78,9 +80,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="fast",
         help="fast: the bus-free path (default); services: the real services on the in-memory bus (same schedule, slower)",
     )
+    add_estimator_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
     p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
     p.set_defaults(run=run)
+
+
+def add_estimator_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("throughput estimation (docs/estimator.md)")
+    group.add_argument(
+        "--estimator", choices=("oracle", "learned"), default="oracle",
+        help="oracle (default): the scheduler knows every true throughput, as Gavel's simulator; learned: it schedules "
+        "on the estimator's estimates, learned from profiling runs and measurements",
+    )
+    group.add_argument(
+        "--unknown-types", metavar="N|A,B,...",
+        help="learned: job types removed from what the estimator and the mechanism know (they still run at their true "
+        "speed): N of the trace's types drawn with --seed, or a list",
+    )
+    group.add_argument("--profiling-share", type=float, metavar="F", help="learned: at most this share of GPU time for profiling (default 0.1)")
+    group.add_argument(
+        "--profiling-percentage", type=float, metavar="P",
+        help="learned: share of a new type's (type, reference) cells measured packed (Gavel's profiling_percentage; default 0.25)",
+    )
+    group.add_argument("--reference-models", type=int, metavar="K", help="learned: K reference job types per gang size (default: all)")
+    group.add_argument(
+        "--measurement-noise", type=float, metavar="SIGMA",
+        help="learned: each measurement is the true rate times exp(SIGMA x a standard normal) (default 0)",
+    )
 
 
 def add_policy_flags(p: argparse.ArgumentParser) -> None:
@@ -119,7 +146,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     trace, source, label = _trace(args, context)
     check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
     window = parse_window(args.window, len(trace))
-    scenario = Scenario(trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, args.engine)
+    estimation = parse_estimation(args, context.table, trace)
+    scenario = Scenario(
+        trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, args.engine, estimation
+    )
     out = pathlib.Path(args.out) if args.out else default_out(label)
     make_out_dir(out)
 
@@ -128,7 +158,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(
             f"{len(trace)} jobs ({source}) on {format_cluster(cluster)}; preset {args.preset}, rounds of "
             f"{args.round_s:g} s, seed {args.seed}, {args.engine} engine"
-            + (f"; measured: jobs {window[0]} to {window[1] - 1}" if window else ""),
+            + (f"; measured: jobs {window[0]} to {window[1] - 1}" if window else "")
+            + (
+                f"; learned estimator, {len(estimation.unknown_types)} job type(s) unknown to it"
+                + (f", measurement noise {estimation.measurement_noise:g}" if estimation.measurement_noise else "")
+                if estimation.learned else ""
+            ),
             flush=True,
         )
     results, summaries = run_all(policies, scenario, context)
@@ -143,8 +178,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print()
     print(render_comparison(compare(summaries)), end="")
+    if estimation.learned:
+        print()
+        for policy, summary in summaries.items():
+            print(describe_estimation(policy, summary))
     print()
-    print(describe_files(out, policies))
+    print(describe_files(out, policies, learned=estimation.learned))
     return 0
 
 
@@ -242,10 +281,23 @@ def results_json(
     }
 
 
-def describe_files(out: pathlib.Path, policies: tuple[str, ...]) -> str:
+def describe_estimation(policy: str, summary: Summary) -> str:
+    """One line per policy: the estimates' error over the run and at its end."""
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    return (
+        f"{policy}: estimates the policy used were off by {pct(summary.estimation_isolated_mape)} alone and "
+        f"{pct(summary.estimation_colocated_mape)} packed on average (mean absolute percentage error over the solves; "
+        f"last tenth: {pct(summary.estimation_isolated_mape_end)} and {pct(summary.estimation_colocated_mape_end)})"
+    )
+
+
+def describe_files(out: pathlib.Path, policies: tuple[str, ...], learned: bool = False) -> str:
+    files = RUN_FILES + (ESTIMATION_FILES if learned else ())
     if len(policies) == 1:
-        return f"wrote {out}/: {', '.join(RUN_FILES)}"
+        return f"wrote {out}/: {', '.join(files)}"
     return (
         f"wrote {out}/: {', '.join(COMPARISON_FILES)}\n"
-        f"  and per policy, in {out}/<policy>/: {', '.join(RUN_FILES)}"
+        f"  and per policy, in {out}/<policy>/: {', '.join(files)}"
     )

@@ -17,8 +17,11 @@ import pathlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from common.errors import ProblemError, TraceError
 from common.throughputs import ThroughputTable, throughput_table_from_json
+from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import PRESETS, preset
 from policy_service.answer import SolveContext
 from policy_service.core.catalog import policy_names
@@ -26,6 +29,7 @@ from policy_service.service import shipped_context
 from services.cli.common import CommandFailed
 from sim.driver import simulate_services
 from sim.fastpath import Progress, RunConfig, simulate
+from sim.learning import EstimationConfig
 from sim.metrics import Summary, isolated_throughputs_from_table, summarize
 from sim.results import SimulationResult
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace
@@ -277,6 +281,59 @@ def format_cluster(cluster: Mapping[str, int]) -> str:
     return ", ".join(f"{gpus} {w}" for w, gpus in cluster.items())
 
 
+def parse_estimation(args, table: ThroughputTable, trace: Sequence[TraceJob]) -> EstimationConfig:  # noqa: ANN001
+    """--estimator and its options -> EstimationConfig; options that need the learned estimator
+    are refused with the oracle (they would be ignored without a word)."""
+    learned_only = {
+        "--unknown-types": args.unknown_types, "--profiling-share": args.profiling_share,
+        "--profiling-percentage": args.profiling_percentage, "--reference-models": args.reference_models,
+        "--measurement-noise": args.measurement_noise,
+    }
+    if args.estimator != "learned":
+        given = [flag for flag, value in learned_only.items() if value is not None]
+        if given:
+            raise bad_input(given[0], "only a learned estimator uses it: add --estimator learned")
+        return EstimationConfig()
+    unknown = _unknown_types(args.unknown_types, table, trace, args.seed)
+    if len(table.job_types) - len(unknown) < 1:
+        raise bad_input("--unknown-types", "at least one job type must stay known: the estimator compares new ones with it")
+    for flag, value in (("--profiling-share", args.profiling_share), ("--profiling-percentage", args.profiling_percentage)):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise bad_input(flag, f"expected a share between 0 and 1, got {value:g}")
+    if args.reference_models is not None and args.reference_models < 1:
+        raise bad_input("--reference-models", f"expected a whole number >= 1, got {args.reference_models}")
+    if args.measurement_noise is not None and not 0.0 <= args.measurement_noise < math.inf:
+        raise bad_input("--measurement-noise", f"expected a standard deviation >= 0, got {args.measurement_noise:g}")
+    defaults = EstimatorSettings()
+    settings = EstimatorSettings(
+        profiling_share=defaults.profiling_share if args.profiling_share is None else args.profiling_share,
+        profiling_percentage=defaults.profiling_percentage if args.profiling_percentage is None else args.profiling_percentage,
+    )
+    return EstimationConfig(
+        "learned", unknown, args.reference_models, settings, args.measurement_noise or 0.0,
+    )
+
+
+def _unknown_types(text: str | None, table: ThroughputTable, trace: Sequence[TraceJob], seed: int) -> tuple[str, ...]:
+    """``N`` (that many of the trace's job types, drawn with the seed) or a comma-separated list
+    of job types; none when not given."""
+    if text is None:
+        return ()
+    text = text.strip()
+    if text.isdigit():
+        count = int(text)
+        in_trace = sorted({j.job_type for j in trace})
+        if count > len(in_trace):
+            raise bad_input("--unknown-types", f"{count} is more than the trace's {len(in_trace)} job types")
+        chosen = np.random.default_rng([seed, 13]).choice(len(in_trace), size=count, replace=False)
+        return tuple(in_trace[i] for i in sorted(chosen))
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    missing = [name for name in names if name not in table.job_types]
+    if missing:
+        raise bad_input("--unknown-types", f"{missing[0]!r} is not a job type of the throughput table (gavel job-types lists them)")
+    return tuple(dict.fromkeys(names))
+
+
 # --- running ---------------------------------------------------------------------------------
 
 
@@ -292,10 +349,11 @@ class Scenario:
     seed: int = 0
     window: tuple[int, int] | None = None
     engine: str = "fast"
+    estimation: EstimationConfig = EstimationConfig()
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
-        return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window)
+        return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation)
 
 
 def run_policy(
