@@ -72,6 +72,7 @@ from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
 from common.throughputs import ThroughputTable
 from common.topics import POLICY_REQUEST_QUEUE
+from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
 from mechanism_service.core import status as status_core
@@ -313,7 +314,7 @@ class MechanismService:
         # Several handlers at a time so that their journal writes share a commit; each records
         # and applies its message before its first await, so arrival order is kept.
         await bus.subscribe(
-            "mechanism.submissions", [JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY, CancelJob.ROUTING_KEY],
+            MECHANISM_SUBMISSIONS.name, list(MECHANISM_SUBMISSIONS.bindings),
             self.on_submitted,
             prefetch=512, concurrency=128,
         )
@@ -750,23 +751,26 @@ class MechanismService:
         if solve_again:
             self._log.info("estimates_changed", messages=len(pending), action="solving again at this boundary")
 
-    def _throughput_report(self, job_id: str) -> dict[str, dict[str, object]]:
+    def _throughput_report(self, job_id: str) -> list[dict[str, object]]:
         """What `gavel job` shows of a job's speed: per type the steps/s the mechanism schedules
-        on, where it came from, and the estimator's confidence (a prior has none yet)."""
+        on, where it came from, and the estimator's confidence (a prior of its own has none)."""
         memory = self.memory
         job = next((j for j in memory.state.jobs.values() if j.job_id == job_id), None) if memory.state else None
         if job is None:
-            return {}
-        if not self._estimates:
-            return {w: {"steps_per_s": self._rates.isolated(job, w), "provenance": "oracle"} for w in memory.state.gpus}  # type: ignore[union-attr]
+            return []
         book = memory.book
-        out: dict[str, dict[str, object]] = {}
+        out: list[dict[str, object]] = []
         for w in memory.state.gpus:  # type: ignore[union-attr]
-            if w in book.rows.get(job_id, {}):
+            if not self._estimates:
+                provenance, confidence = "oracle", 1.0
+            elif w in book.rows.get(job_id, {}):
                 provenance, confidence = book.provenance[job_id].get(w), book.confidence[job_id].get(w)
             else:  # the mechanism's own prior (core/rates.py)
                 provenance, confidence = ("user" if w in memory.user_estimates.get(job_id, {}) else "prior"), None
-            out[w] = {"steps_per_s": round(self._rates.isolated(job, w), 6), "provenance": provenance, "confidence": confidence}
+            out.append({
+                "type": w, "steps_per_s": round(self._rates.isolated(job, w), 6), "provenance": provenance,
+                "confidence": confidence,
+            })
         return out
 
     def _forget(self, job_id: str) -> None:

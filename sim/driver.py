@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
@@ -32,8 +32,11 @@ class TraceReplayer:
 
     name = "replayer"
 
-    def __init__(self, clock: VirtualClock, trace: Sequence[TraceJob]) -> None:
+    def __init__(
+        self, clock: VirtualClock, trace: Sequence[TraceJob], user_estimates: Mapping[str, Mapping[str, float]] | None = None
+    ) -> None:
         self._clock = clock
+        self._user_estimates = user_estimates or {}
         self._trace = sorted(trace, key=lambda j: j.arrival_time_s)  # stable: file order on ties
         self.submitted = 0
         self._task: asyncio.Task[None] | None = None
@@ -51,7 +54,7 @@ class TraceReplayer:
                 if first or job.arrival_time_s > self._clock.now_s():
                     await self._clock.sleep_until(job.arrival_time_s)
                     first = False
-                await bus.publish(JobSubmitted(spec_of(job)))
+                await bus.publish(JobSubmitted(spec_of(job, self._user_estimates)))
                 self.submitted += 1
 
         self._task = asyncio.get_running_loop().create_task(replay(), name="trace-replayer")
@@ -79,7 +82,7 @@ async def simulate_services(
     clock = VirtualClock(broker, start_s=0.0)
     measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
-    replayer = TraceReplayer(clock, trace)
+    replayer = TraceReplayer(clock, trace, config.estimation.user_estimates)
 
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)

@@ -94,7 +94,9 @@ def simulate(
     shuffle = type_shuffler(config)
     learning = InLoopEstimator(config.estimation, table, config.seed) if config.estimation.learned else None
     rates: Rates = (
-        EstimatedRates(learning.book, config.estimation.reference_table(table)) if learning is not None else TableRates.of(table)
+        EstimatedRates(learning.book, config.estimation.reference_table(table), config.estimation.user_estimates)
+        if learning is not None
+        else TableRates.of(table)
     )
 
     now_s = arrivals[0].arrival_time_s

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +48,8 @@ class EstimationConfig:
     reference_models: int | None = None  # Gavel's num_reference_models (None: every known type)
     settings: EstimatorSettings = field(default_factory=EstimatorSettings)
     measurement_noise: float = 0.0  # sd of the log of a measurement
+    # What users said at submission (gavel submit --throughput): job id -> type -> steps/s
+    user_estimates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def learned(self) -> bool:
@@ -74,10 +76,12 @@ def measurement_factor(seed: int, job_id: str, started_s: float, noise: float) -
     return math.exp(noise * float(z))
 
 
-def spec_of(job: TraceJob) -> JobSpec:
+def spec_of(job: TraceJob, user_estimates: Mapping[str, Mapping[str, float]] | None = None) -> JobSpec:
+    """The submission of a trace job, with what its user estimated of it (if anything)."""
+    estimate = (user_estimates or {}).get(job.job_id)
     return JobSpec(
         job.job_id, job.job_type, job.total_steps, job.scale_factor, job.priority_weight, job.slo_s,
-        None, job.command, job.arrival_time_s,
+        None, job.command, job.arrival_time_s, throughput_estimate_steps_per_s=dict(estimate) if estimate else None,
     )
 
 
@@ -102,7 +106,7 @@ class InLoopEstimator:
         events += [(r.finish_s, 1, n, r) for n, r in enumerate(results)]
         for _, kind, _, item in sorted(events, key=lambda e: e[:3]):
             if kind == 0:
-                self._keep(self.core.submitted(spec_of(item)))  # type: ignore[arg-type]
+                self._keep(self.core.submitted(spec_of(item, self.config.user_estimates)))  # type: ignore[arg-type]
             else:
                 for report in self._reports(item, started_s, state):  # type: ignore[arg-type]
                     self._keep(self.core.progress(report))

@@ -109,17 +109,26 @@ def print_workers(rows: list[dict[str, object]]) -> None:
     """Registered workers (up: when they were last heard, if they send heartbeats), then the lost
     ones (when, and why); older mechanisms send neither state nor times."""
     lost = any(r.get("state") == "lost" for r in rows)
+    slow = any(r.get("straggler") for r in rows)
     print_table(
-        ["worker", "type", "GPUs", "state", "heard", *(["lost", "why"] if lost else [])],
+        ["worker", "type", "GPUs", "state", "heard", *(["lost", "why"] if lost else []), *(["straggler"] if slow else [])],
         [
             [
                 r["worker_id"], r["accelerator_type"], r["gpus"], r.get("state", "up"),
                 _ago(r.get("silent_s")),
                 *([_ago(r.get("lost_s_ago")), r.get("reason") or ""] if lost else []),
+                *([_straggler(r.get("straggler"))] if slow else []),
             ]
             for r in rows
         ],
     )
+
+
+def _straggler(flag: object) -> str:
+    """The estimator's flag: how fast the worker measures against what its jobs should do."""
+    if not isinstance(flag, dict):
+        return ""
+    return f"{float(flag['speed_vs_predicted']):.2f}x predicted over {flag['jobs']} jobs"
 
 
 def _ago(seconds: object) -> str:
