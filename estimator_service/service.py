@@ -71,10 +71,11 @@ class EstimatorService:
     async def start(self, bus: Bus) -> None:
         self._bus = bus
         recovered = self._recover() if self._journal is not None else 0
-        await bus.subscribe(ESTIMATOR_INPUTS.name, list(ESTIMATOR_INPUTS.bindings), self.on_input, prefetch=256, concurrency=1)
         if recovered:
-            # what the mechanism may have missed while we were down, said once (it absorbs repeats)
+            # what the mechanism may have missed while we were down, said once before any new
+            # input's answer (it absorbs repeats; a complete picture withdraws what it leaves out)
             await bus.publish(self.core.everything(), mandatory=False)
+        await bus.subscribe(ESTIMATOR_INPUTS.name, list(ESTIMATOR_INPUTS.bindings), self.on_input, prefetch=256, concurrency=1)
 
     async def stop(self) -> None:
         if self._journal is not None:

@@ -96,3 +96,6 @@ class ThroughputEstimated(Message):
     revision: int = 0
     mode: str = "learned"  # or "oracle"
     profiling_share: float = 0.0  # at most this share of the cluster's GPU time may go to profiling
+    # The whole current picture (a restarted estimator's first word): profiling requests and
+    # straggler flags it does not list are withdrawn.
+    complete: bool = False

@@ -3,7 +3,7 @@
 Every source says "the figure is x, give or take a factor exp(sd)": a log-normal belief. Sources
 combine by precision (1 / variance of the log) weighting, the Bayesian posterior for independent
 Gaussian errors in log space, so a measurement (sd ~0.05) outweighs a user's guess (sd 0.5) a
-hundredfold, and evidence accumulates: n measurements count as one with variance sd^2 / n.
+hundredfold, and evidence accumulates: n measurements count as one with variance sd^2 / n (evidence.py).
 
 Zero is not a log-normal value: it says "cannot run (or cannot pack) there" (out of memory). A
 measured zero wins unless positive measurements outnumber the zeros; a zero from a prior (the
@@ -82,24 +82,6 @@ def combine(sources: Iterable[Source]) -> Belief | None:
         return None
     provenance = max(weights, key=lambda p: (weights[p], -_RANK[p]))
     return Belief(math.exp(weighted_log / total_weight), 1.0 / total_weight, provenance)
-
-
-def measured(values: Iterable[float], sd: float, provenance: Provenance = Provenance.MEASURED) -> list[Source]:
-    """Repeated measurements of one figure: their positive part as one source (the geometric mean,
-    variance sd^2 / n) and their zeros as another."""
-    logs = []
-    zeros = 0
-    for value in values:
-        if value > 0.0:
-            logs.append(math.log(value))
-        else:
-            zeros += 1
-    sources = []
-    if logs:
-        sources.append(Source(math.exp(math.fsum(logs) / len(logs)), sd * sd / len(logs), provenance, len(logs)))
-    if zeros:
-        sources.append(Source(0.0, 0.0, provenance, zeros))
-    return sources
 
 
 # Ties between equal weights go to the stronger kind of evidence.

@@ -28,6 +28,7 @@ than ``publish_tolerance``, or its provenance changed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -85,6 +86,12 @@ class Estimator:
         self._order = 0
         self._global = 0  # grows with straggler flags and refits: every cached figure depends on them
         self._rows: dict[str, tuple[tuple[int, int], Row]] = {}
+        self._matches: dict[str, tuple[tuple[int, int], np.ndarray | None]] = {}  # class -> its match's speeds
+        self._priors: dict[tuple[str, str, str], tuple[int, Source | None]] = {}  # fraction priors, by refit
+        self._fractions: dict[tuple[str, str, str], tuple[tuple[int, ...], Belief | None]] = {}
+        self._pair_versions: dict[tuple[str, str], int] = {}  # grows with each packed measurement of the pair
+        # (class, partner class, type) -> the jobs of the class measured packed so (in order)
+        self._packed_jobs: dict[tuple[str, str, str], list[str]] = {}
         self._published_rows: dict[str, JobThroughput] = {}
         self._published_pairs: dict[tuple[str, str], ColocationEstimate] = {}
         self._published_profiling: dict[str, ProfilingRequest] = {}
@@ -128,6 +135,10 @@ class Estimator:
         job = self.jobs.get(report.job_id)
         if job is None or not _usable(report) or report.accelerator_type not in self.types:
             return None
+        if report.lease_id:  # a report delivered twice (at least once) is one measurement
+            if report.lease_id in job.leases:
+                return None
+            job.leases.add(report.lease_id)
         w = report.accelerator_type
         if w not in self._types_out:
             self._types_out = tuple(t for t in self.types if t in {*self._types_out, w})
@@ -137,18 +148,26 @@ class Estimator:
             return None  # a partner it never heard of: the fraction cannot be placed
         partner_class = partners[0].colocation_class if partners else ""
         profiled = self._was_requested(job.job_id, w, partner_class)
-        measurement = (report.worker_id, max(0.0, report.throughput_steps_per_s), profiled)
+        value = max(0.0, report.throughput_steps_per_s)
+        cls = self.classes[job.colocation_class]
         if partners:
-            job.record(w, partner_class, measurement, self.settings.kept_measurements)
+            cells = len(cls.evidenced)
+            job.record(w, partner_class, report.worker_id, value, profiled)
+            measured_so = self._packed_jobs.setdefault((job.colocation_class, partner_class, w), [])
+            if job.job_id not in measured_so:
+                measured_so.append(job.job_id)
             self._packed_changed(job.colocation_class, partner_class, w)
             if self.references.locate(job.colocation_class) is None:
-                self.classes[job.colocation_class].stamp += 1  # its packed runs tell its speed alone
+                cls.stamp += 1  # its packed runs tell its speed alone
                 self._dirty_rows.add(job.job_id)
+            new_cell = len(cls.evidenced) > cells
         else:
-            self._watch(job, w, report.worker_id, measurement[1])
-            job.record(w, "", measurement, self.settings.kept_measurements)
+            new_cell = not len(self.pools.get((cls.name, w), ()))
+            self._watch(job, w, report.worker_id, value)
+            job.record(w, "", report.worker_id, value, profiled)
             self._alone_changed(job, w)
-        self._dirty_profiling.add(job.colocation_class)
+        if new_cell:  # what the class still lacks changed: its profiling request with it
+            self._dirty_profiling.add(job.colocation_class)
         return self._flush()
 
     def ended(self, job_id: str) -> ThroughputEstimated | None:
@@ -177,7 +196,9 @@ class Estimator:
         self._everything_dirty()
         self._dirty_profiling.update(c.name for c in self.classes.values() if c.active)
         self._new_flags.extend(self.stragglers.flagged.values())
-        return self._flush(always=True)  # type: ignore[return-value]
+        picture = self._flush(always=True)
+        assert picture is not None
+        return dataclasses.replace(picture, complete=True)
 
     def _everything_dirty(self) -> None:
         active = [c for c in self.classes.values() if c.active]
@@ -192,6 +213,8 @@ class Estimator:
         if excess <= 0:
             return
         dropped = [j for j in cls.jobs if j not in cls.active][:excess]
+        for key in [k for k in self._packed_jobs if k[0] == cls.name and dropped]:
+            self._packed_jobs[key] = [j for j in self._packed_jobs[key] if j not in dropped]
         for job_id in dropped:
             cls.jobs.remove(job_id)
             for w in self.types:
@@ -212,11 +235,17 @@ class Estimator:
         cls = self.classes[job.colocation_class]
         sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self._excluded)
         belief = combine(sources)
-        before = self._pool(cls.name, accelerator_type).mean()
-        self._pool(cls.name, accelerator_type).put(job.job_id, belief, sum(s.count for s in sources))
-        after = self._pool(cls.name, accelerator_type).mean()
-        self._rows.pop(job.job_id, None)  # its own measurements changed
-        self._dirty_rows.add(job.job_id)
+        pool = self._pool(cls.name, accelerator_type)
+        own_before = pool.contributions.get(job.job_id)
+        before = pool.mean()
+        count = sum(s.count for s in sources)
+        pool.put(job.job_id, belief, count)
+        after = pool.mean()
+        if own_before is None or _moved_belief(own_before[0], belief) or count & (count - 1) == 0:
+            # its own figure moved (or its count reached a power of two: its confidence grew
+            # enough to say so; a measurement that only repeats the mean changes nothing else)
+            self._rows.pop(job.job_id, None)
+            self._dirty_rows.add(job.job_id)
         if _moved(before, after, STAMP_TOLERANCE):
             # the class's mean moved: every job of the class may read it differently
             cls.stamp += 1
@@ -227,13 +256,15 @@ class Estimator:
             self._observe_class(cls.name)
 
     def _packed_changed(self, name: str, partner: str, accelerator_type: str) -> None:
-        self._dirty_pairs.add(_ordered(name, partner))
+        pair = _ordered(name, partner)
+        self._pair_versions[pair] = self._pair_versions.get(pair, 0) + 1
+        self._dirty_pairs.add(pair)
         self._observe_cell(name, partner, accelerator_type)
 
     def _watch(self, job: JobEvidence, accelerator_type: str, worker_id: str, value: float) -> None:
         """Straggler evidence: this measurement against a confident estimate made without the
         worker's own measurements of the job."""
-        if sum(1 for m in job.alone.get(accelerator_type, ()) if m[0] == worker_id) >= WATCHED_PER_JOB:
+        if job.alone_count(accelerator_type, worker_id) >= WATCHED_PER_JOB:
             return  # this job has said what it can about this worker
         predicted = self._predicted(job, accelerator_type, worker_id)
         if predicted is None or predicted.confidence < MIN_CONFIDENCE:
@@ -431,10 +462,16 @@ class Estimator:
         group = self.references.group(scale_factor)
         if group is None:
             return None
+        key = (self.classes[name].stamp, self._global)
+        cached = self._matches.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         index = self.colocation.match(name, scale_factor) if self.classes[name].evidenced else None
         if index is None:
             index = self._speed_match(name, group.isolated)
-        return None if index is None else group.isolated[index]
+        found = None if index is None else group.isolated[index]
+        self._matches[name] = (key, found)
+        return found
 
     def _speed_match(self, name: str, isolated: np.ndarray) -> int | None:
         measured = []
@@ -457,9 +494,9 @@ class Estimator:
         packed steps/s over its own estimate alone there."""
         s = self.settings
         sources = []
-        for job_id in self.classes[name].jobs:
-            job = self.jobs[job_id]
-            if (partner, accelerator_type) not in job.packed:
+        for job_id in self._packed_jobs.get((name, partner, accelerator_type), ()):
+            job = self.jobs.get(job_id)
+            if job is None:
                 continue
             packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self._excluded))
             if packed is None:
@@ -475,6 +512,20 @@ class Estimator:
         return sources
 
     def _fraction(self, name: str, partner: str, accelerator_type: str) -> Belief | None:
+        """(Cached: it moves with either class's evidence, the pair's own measurements, a refit.)"""
+        key = (name, partner, accelerator_type)
+        stamp = (
+            self.classes[name].stamp, self.classes[partner].stamp, self._global,
+            self._pair_versions.get(_ordered(name, partner), 0),
+        )
+        cached = self._fractions.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        belief = self._compute_fraction(name, partner, accelerator_type)
+        self._fractions[key] = (stamp, belief)
+        return belief
+
+    def _compute_fraction(self, name: str, partner: str, accelerator_type: str) -> Belief | None:
         sources = self._fraction_sources(name, partner, accelerator_type)
         prior = self._fraction_prior(name, partner, accelerator_type)
         if prior is not None:
@@ -485,6 +536,16 @@ class Estimator:
         return belief
 
     def _fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
+        """The prior of a fraction (cached: it moves only with the completion and the matches)."""
+        key = (name, partner, accelerator_type)
+        cached = self._priors.get(key)
+        if cached is not None and cached[0] == self._global:
+            return cached[1]
+        prior = self._compute_fraction_prior(name, partner, accelerator_type)
+        self._priors[key] = (self._global, prior)
+        return prior
+
+    def _compute_fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
         s = self.settings
         scale_factor = self.classes[name].scale_factor
         model = self.colocation.model(scale_factor)
@@ -666,6 +727,12 @@ def _rounded(value: float) -> float:
     """Six significant digits: far below any estimate's error, and the same figure whatever order
     equal evidence arrived in (sums of floats are not associative)."""
     return float(f"{value:.6g}")
+
+
+def _moved_belief(before: Belief, after: Belief | None) -> bool:
+    if after is None or (before.value <= 0) != (after.value <= 0):
+        return True
+    return before.value > 0 and abs(math.log(after.value / before.value)) > STAMP_TOLERANCE
 
 
 def _moved(before: Source | None, after: Source | None, tolerance: float) -> bool:

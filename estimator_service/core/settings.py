@@ -36,8 +36,7 @@ class EstimatorSettings:
     # estimates (made without it) predict, in the median over at least straggler_jobs jobs.
     straggler_ratio: float = 0.7
     straggler_jobs: int = 3
-    # Measurements kept per job and figure, and jobs pooled per class (the most recent).
-    kept_measurements: int = 64
+    # Jobs pooled per class (the most recent; a job's own measurements are all kept, as sums).
     pooled_jobs: int = 32
 
     def __post_init__(self) -> None:

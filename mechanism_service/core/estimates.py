@@ -72,6 +72,10 @@ class EstimateBook:
                 pairs.add(key)
             self.fractions[key] = fractions
             self.fraction_provenance[key] = {w: str(p) for w, p in pair.provenance.items()}
+        if message.complete:  # the whole picture: what it leaves out is withdrawn
+            requests.update(j for j in self.profiling if j not in {r.job_id for r in message.profiling})
+            self.profiling = {}
+            self.stragglers = {}
         for request in message.profiling:
             if request.job_id in gone:
                 continue

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every durable queue the services declare (below their exchange): what a run leaves to clean up.
 SERVICE_QUEUES = (
     "mechanism.workers", "mechanism.submissions", "mechanism.progress", "mechanism.allocations",
-    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.submissions",
+    "mechanism.throughputs", "mechanism.status", "policy.allocation-requests", "estimator.inputs",
     "fleet.commands",
 )
 

@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 from common.messages import Provenance
-from estimator_service.core.beliefs import Source, combine, measured
+from estimator_service.core.beliefs import Source, combine
+from estimator_service.core.evidence import JobEvidence
 from estimator_service.core.completion import CompletionSettings, complete
+
+
+def measured(values: list[float], sd: float) -> list[Source]:
+    """Repeated measurements of one figure, as a job's evidence gives them."""
+    job = JobEvidence("j", "c", 1, 0)
+    for value in values:
+        job.record("v100", "", "w", value, False)
+    return job.alone_sources("v100", sd)
 
 
 def test_precision_weighting_lets_measurements_outweigh_a_guess():

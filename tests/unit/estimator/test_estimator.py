@@ -26,9 +26,13 @@ def estimator(**settings: object) -> Estimator:
     return Estimator(reference_set(TABLE, exclude=[UNKNOWN]), EstimatorSettings(**settings))  # type: ignore[arg-type]
 
 
-def report(job_id: str, accelerator_type: str, steps_per_s: float, *, worker: str = "w0", lease: str = "l", packed_with: str = "") -> JobProgress:
+LEASES = iter(range(10**9))
+
+
+def report(job_id: str, accelerator_type: str, steps_per_s: float, *, worker: str = "w0", lease: str = "", packed_with: str = "") -> JobProgress:
+    """A report of a lease of its own (each lease is measured once), unless ``lease`` is given."""
     return JobProgress(
-        job_id, worker, lease, 0, 100, 360.0, steps_per_s, accelerator_type=accelerator_type,
+        job_id, worker, lease or f"lease-{next(LEASES)}", 0, 100, 360.0, steps_per_s, accelerator_type=accelerator_type,
         packed_with=(packed_with,) if packed_with else (),
     )
 
@@ -156,6 +160,21 @@ def test_a_slow_worker_is_flagged_and_its_measurements_are_left_out():
     picture = e.everything()
     for job_id in jobs:  # the table's figure stands: the worker was slow, not the jobs
         assert row(picture, job_id).throughputs_steps_per_s["v100"] == pytest.approx(truth(KNOWN, "v100"), rel=1e-3)
+
+
+def test_a_report_delivered_twice_is_one_measurement():
+    e = estimator()
+    e.submitted(JobSpec("r50", UNKNOWN, 1000))
+    once = e.progress(report("r50", "v100", truth(UNKNOWN, "v100"), lease="7:0"))
+    assert e.progress(report("r50", "v100", truth(UNKNOWN, "v100"), lease="7:0")) is None
+    confidence = row(once, "r50").confidence["v100"]
+    assert row(e.everything(), "r50").confidence["v100"] == confidence
+
+
+def test_a_restarted_estimators_picture_says_it_is_complete():
+    e = estimator()
+    e.submitted(JobSpec("r50", UNKNOWN, 1000))
+    assert e.everything().complete and not e.progress(report("r50", "v100", 1.0)).complete
 
 
 def test_profiling_moves_to_the_next_job_of_the_class_when_the_profiled_one_ends():

@@ -181,3 +181,12 @@ def test_a_mechanism_on_estimates_accepts_a_job_type_no_table_knows():
     assert receive(Intake(), message, 0.0, lockstep=False, rates=estimated, types=("v100",)).outcome == "new"
     refused = receive(Intake(), message, 0.0, lockstep=False, rates=TableRates.of(REFERENCE), types=("v100",))
     assert refused.outcome == "refused" and "unknown job type" in refused.reason
+
+
+def test_a_complete_picture_withdraws_the_requests_and_flags_it_leaves_out():
+    book = EstimateBook()
+    book.apply(ThroughputEstimated(
+        profiling=(ProfilingRequest("x", (ProfileCell("v100"),)),), stragglers=(StragglerFlag("w1", 0.5, 3),),
+    ))
+    changes = book.apply(ThroughputEstimated(jobs=(row("x", A, v100=1.0),), complete=True))
+    assert not book.profiling and not book.stragglers and changes.requests == {"x"}
