@@ -119,16 +119,19 @@ def _pair(data: object, p: int) -> PairSpec:
     if len(jobs) != 2:
         raise ProblemError(f"{path}.jobs: expected exactly two job ids, got {len(jobs)}")
     ids = tuple(_string(job_id, f"{path}.jobs[{i}]") for i, job_id in enumerate(jobs))
-    throughputs = {}
-    for name, value in _object(pair.get("throughputs"), f"{path}.throughputs").items():
-        values = _list(value, f"{path}.throughputs.{name}")
-        if len(values) != 2:
-            raise ProblemError(f"{path}.throughputs.{name}: expected [first job's, second job's] steps/s")
-        throughputs[str(name)] = (
-            _num(values[0], f"{path}.throughputs.{name}[0]"),
-            _num(values[1], f"{path}.throughputs.{name}[1]"),
-        )
+    throughputs = _by_type_pairs(pair.get("throughputs"), f"{path}.throughputs", "[first job's, second job's] steps/s")
     return PairSpec(ids, throughputs)  # type: ignore[arg-type]
+
+
+def _by_type_pairs(data: object, path: str, expected: str) -> dict[str, tuple[float, float]]:
+    """``{type: [first's, second's]}`` with every number checked, naming its path."""
+    out = {}
+    for name, value in _object(data, path).items():
+        values = _list(value, f"{path}.{name}")
+        if len(values) != 2:
+            raise ProblemError(f"{path}.{name}: expected {expected}")
+        out[str(name)] = (_num(values[0], f"{path}.{name}[0]"), _num(values[1], f"{path}.{name}[1]"))
+    return out  # type: ignore[return-value]
 
 
 def _colocation(data: object, c: int) -> ClassPairSpec:
@@ -139,15 +142,7 @@ def _colocation(data: object, c: int) -> ClassPairSpec:
     if len(classes) != 2:
         raise ProblemError(f"{path}.classes: expected exactly two class names, got {len(classes)}")
     names = tuple(_string(name, f"{path}.classes[{i}]") for i, name in enumerate(classes))
-    fractions = {}
-    for name, value in _object(entry.get("fractions"), f"{path}.fractions").items():
-        values = _list(value, f"{path}.fractions.{name}")
-        if len(values) != 2:
-            raise ProblemError(f"{path}.fractions.{name}: expected [first class's, second class's] fractions")
-        fractions[str(name)] = (
-            _num(values[0], f"{path}.fractions.{name}[0]"),
-            _num(values[1], f"{path}.fractions.{name}[1]"),
-        )
+    fractions = _by_type_pairs(entry.get("fractions"), f"{path}.fractions", "[first class's, second class's] fractions")
     return ClassPairSpec(names, fractions)  # type: ignore[arg-type]
 
 

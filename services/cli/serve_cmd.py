@@ -223,13 +223,16 @@ def open_estimator_state(args: argparse.Namespace, settings: Settings, bus_kind:
         path, source = str(default_journal_path(settings, "estimator")), "default"
     from estimator_service.service import JOURNAL_LABEL  # noqa: PLC0415 - only when an estimator runs
 
+    return _open_kept(path, source, JOURNAL_LABEL, "the default estimator state (choose another with --state, or --no-state)", "estimator_state_opened")
+
+
+def _open_kept(path: str, source: str, label: str, default_says: str, event: str) -> Journal:
+    """A service's journal, or one line naming the flag (or default) that chose a bad file."""
     try:
-        journal = Journal(path, label=JOURNAL_LABEL)
+        journal = Journal(path, label=label)
     except JournalError as e:
-        if source == "default":
-            source = "the default estimator state (choose another with --state, or --no-state)"
-        raise CommandFailed(f"{source}: {e}", exit_code=2) from None
-    log.info("estimator_state_opened", path=str(journal.path), source=source)
+        raise CommandFailed(f"{default_says if source == 'default' else source}: {e}", exit_code=2) from None
+    log.info(event, path=str(journal.path), source=source)
     return journal
 
 
@@ -267,14 +270,10 @@ def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) ->
         return None  # nothing outside this process survives it anyway
     else:
         path, source = str(default_journal_path(settings)), "default"
-    try:
-        journal = Journal(path)
-    except JournalError as e:
-        if source == "default":
-            source = "the default journal (choose another with --journal or GAVEL_JOURNAL_PATH, or --no-journal)"
-        raise CommandFailed(f"{source}: {e}", exit_code=2) from None
-    log.info("journal_opened", path=str(journal.path), source=source)
-    return journal
+    return _open_kept(
+        path, source, "mechanism journal",
+        "the default journal (choose another with --journal or GAVEL_JOURNAL_PATH, or --no-journal)", "journal_opened",
+    )
 
 
 def build_worker(args: argparse.Namespace, settings: Settings) -> Service:
