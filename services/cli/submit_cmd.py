@@ -5,8 +5,9 @@ A submission is checked before it is published, field by field as the policy che
 gang size) the throughput table does not have is accepted, with a note: the mechanism schedules
 it from the estimator's estimates, which start from a prior (better: the user's own,
 ``--throughput``) until the first measurements arrive. It is then published persistent and
-confirmed to the mechanism's durable queue, which this command makes sure exists: a submission
-the user was told about is kept even when the mechanism is down at that moment. The batch is
+confirmed to the durable queues of common/topology.py (the mechanism's and the estimator's), which
+this command makes sure exist: a submission the user was told about is kept even when the
+mechanism (or the estimator) is down at that moment, or has never run. The batch is
 sealed, and the mechanism answers what became of it: new, already known (the same id with the
 same spec: absorbed), or refused (why).
 
@@ -31,6 +32,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 from common.bus import Bus
 from common.config import BusSettings, Settings
@@ -38,14 +40,13 @@ from common.errors import JobFieldError, SubscriptionError, TraceError
 from common.job_checks import check_job, check_number
 from common.messages import CancelJob, JobSpec, JobSubmitted, SubmissionsSealed
 from common.throughputs import ThroughputTable
+from common.topology import MECHANISM_SUBMISSIONS, SUBMISSION_QUEUES, DurableQueue
 from services.bus import make_bus
 from services.cli.common import CommandFailed, load_table, positive_number, print_json, print_lines
 from services.cli.progress import ProgressBar
 from services.cli.replies import Replies
 from sim.traces import TraceJob, input_format, parse_trace, read_trace_text
 
-SUBMISSION_QUEUE = "mechanism.submissions"  # the mechanism's queue (mechanism_service/service.py)
-SUBMISSION_BINDINGS = (JobSubmitted.ROUTING_KEY, SubmissionsSealed.ROUTING_KEY, CancelJob.ROUTING_KEY)
 REASONS_SHOWN = 10  # refused jobs listed one per line; `gavel jobs` shows every reason
 FLAG_OF_FIELD = {
     "job_id": "--job-id", "job_type": "--job-type", "total_steps": "--steps", "scale_factor": "--scale-factor",
@@ -59,8 +60,8 @@ UNKNOWN_SHOWN = 5  # job types of a trace named in the note about types the tabl
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "submit", help="submit a job, or every job of a trace, to the mechanism",
-        description="Publishes to the mechanism's durable queue (kept while it is down), then reports what "
-        "it made of them: new, already known (same id and spec), refused (why). A trace's jobs get ids "
+        description="Publishes to the durable queues of the mechanism and the estimator (kept while they are down), then "
+        "reports what the mechanism made of them: new, already known (same id and spec), refused (why). A trace's jobs get ids "
         "under a prefix of their own, and arrive with their trace's spacing, counted from when the "
         "mechanism receives the trace. Exit codes: 0 submitted; 1 some job refused, or no broker; 2 bad input.",
     )
@@ -300,14 +301,43 @@ def _bus(settings: Settings, amqp: str | None, source: str) -> Bus:
     return make_bus(bus_settings, source=source)
 
 
-async def _make_sure_the_queue_exists(bus: Bus) -> None:
+async def _make_sure_the_queues_exist(bus: Bus, routing_key: str, connect: Callable[[], Bus]) -> None:
+    """Every durable queue of common/topology.py that what we publish under ``routing_key`` must
+    reach, declared (passively first) before anything is published, so that it waits there for a
+    consumer that is down or has never run. The mechanism's missing, and not ours to create, is a
+    failure: nothing would schedule the jobs. Another's (the estimator's) is one warning: the jobs
+    are scheduled all the same, on the mechanism's prior figures for them."""
+    for queue in SUBMISSION_QUEUES:
+        if routing_key not in queue.bindings:
+            continue
+        if queue == MECHANISM_SUBMISSIONS:
+            try:
+                await bus.declare(queue.name, queue.bindings)
+            except SubscriptionError as e:
+                raise CommandFailed(
+                    f"the mechanism has never run here: {e}; start it once (`gavel serve mechanism` declares its "
+                    "queues), or load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+                ) from None
+        else:
+            await _declare_or_warn(queue, bus, connect)
+
+
+async def _declare_or_warn(queue: DurableQueue, bus: Bus, connect: Callable[[], Bus]) -> None:
+    if await bus.consumer_count(queue.name) is not None:  # passive, on a channel of its own
+        return
+    # Missing: made on a connection of its own, since a refusal (a least-privilege user) closes the
+    # channel it was tried on, and ours must go on to publish.
+    spare = connect()
+    await spare.start()
     try:
-        await bus.declare(SUBMISSION_QUEUE, SUBMISSION_BINDINGS)
+        await spare.declare(queue.name, queue.bindings)
     except SubscriptionError as e:
-        raise CommandFailed(
-            f"the mechanism has never run here: {e}; start it once (`gavel serve mechanism` declares its "
-            "queues), or load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
-        ) from None
+        print_lines([
+            f"gavel: warning: the {queue.consumer} will not see these jobs until its queue exists: {e}; start "
+            f"`gavel serve {queue.consumer}` once, or load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+        ], sys.stderr)
+    finally:
+        await spare.close()
 
 
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
@@ -319,7 +349,7 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
     bus = _bus(settings, args.amqp, "gavel-submit")
     await bus.start()
     try:
-        await _make_sure_the_queue_exists(bus)
+        await _make_sure_the_queues_exist(bus, JobSubmitted.ROUTING_KEY, lambda: _bus(settings, args.amqp, "gavel-submit"))
         async with Replies(bus) as replies:
             progress = ProgressBar("submit", sys.stderr, simulated=False) if len(specs) > 1 else None
             publishing = time.monotonic()
@@ -390,7 +420,8 @@ async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
     bus = _bus(settings, args.amqp, "gavel-cancel")
     await bus.start()
     try:
-        await _make_sure_the_queue_exists(bus)
+        # only the queues a cancel reaches (the mechanism's): the estimator learns of it from job.cancelled
+        await _make_sure_the_queues_exist(bus, CancelJob.ROUTING_KEY, lambda: _bus(settings, args.amqp, "gavel-cancel"))
         async with Replies(bus) as replies:
             await bus.publish(CancelJob(args.job_id, args.reason, replies.key, request_id))
             try:

@@ -8,12 +8,14 @@ reading it:
   has a healthcheck (`gavel health`, and `rabbitmq-diagnostics -q check_port_connectivity` for the
   broker), a restart policy, and depends on a healthy broker; the policy and worker services can
   be scaled; the simulated fleet and the real workers are profiles of which .env.example starts
-  exactly one, on the clock it needs; the mechanism's journal and the workers' checkpoints are on
-  volumes; each service connects as its own broker user;
+  exactly one, on the clock it needs; the mechanism's journal, the estimator's state and the
+  workers' checkpoints are on volumes; each service connects as its own broker user;
 - .env.example defines every variable the compose file uses;
 - definitions.json: one vhost, no guest, the topology the bus declares (same arguments, so a
-  service's declaration is accepted), and permissions evaluated the way RabbitMQ evaluates them
-  (an unanchored regex search; "" means "^$") against what each service does on the broker
+  service's declaration is accepted; every queue of common.topology.SUBMISSION_QUEUES with exactly
+  its bindings, so a submission reaches each consumer however late it starts), and permissions
+  evaluated the way RabbitMQ evaluates them (an unanchored regex search; "" means "^$") against
+  what each service does on the broker
   (the operation -> permission table of RabbitMQ's access-control guide): everything it needs is
   granted, other services' queues and routing keys are not;
 - the password hashes in definitions.json are those of the passwords in .env.example;
@@ -182,11 +184,14 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(StatusReported, reply_to=REPLY_TO),
         ),
     ),
+    # One queue for everything it learns from (common/topology.py): a job's progress follows its submission.
     "estimator": ServiceSpec(
         "gavel-estimator",
         "ESTIMATOR_AMQP_PASSWORD",
-        queues=("gavel.estimator.submissions",),
-        bindings=(key(JobSubmitted),),
+        queues=("gavel.estimator.inputs",),
+        bindings=(
+            key(JobSubmitted), key(JobProgress), key(JobCompleted), key(JobFailed), key(JobCancelled), key(JobRejected),
+        ),
         publishes=(key(ThroughputEstimated),),
     ),
     "fleet": ServiceSpec(
@@ -207,9 +212,10 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(GangRendezvous, worker_id="v100-1"),
         ),
     ),
-    # The CLI's only queues are private reply queues. It does not declare the mechanism's
-    # submissions queue: definitions.json does (so a submission is kept while the mechanism is
-    # down), and a passive declaration, which is all the CLI needs, requires no permission.
+    # The CLI's only queues are private reply queues. It does not declare the queues submissions
+    # go to (the mechanism's and the estimator's): definitions.json does (so a submission is kept
+    # while they are down), and a passive declaration, which is all the CLI needs, requires no
+    # permission.
     "cli": ServiceSpec(
         "gavel-cli",
         "CLI_AMQP_PASSWORD",
@@ -520,6 +526,20 @@ def test_the_mechanism_journal_is_on_a_named_volume() -> None:
     assert journal == dockerfile_env()["GAVEL_JOURNAL_PATH"]
 
 
+def test_the_estimator_state_is_on_a_named_volume_of_its_own() -> None:
+    """What the estimator learned survives a re-created container (serve_cmd.open_estimator_state
+    would otherwise keep it in the container's own $XDG_STATE_HOME, lost with it)."""
+    state = parse_gavel(gavel_argv("estimator")).state
+    assert state and os.path.isabs(state), "the estimator's state must be given a path on a volume (--state)"
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in service("estimator")["volumes"]}
+    volume = mounts.get(os.path.dirname(state))
+    assert volume in compose()["volumes"], f"no named volume at {os.path.dirname(state)} for the estimator's state {state}"
+    others = {m.split(":")[0] for name in LONG_RUNNING if name != "estimator" for m in service(name).get("volumes", [])}
+    assert volume not in others, f"{volume}: the estimator's state is its own"
+    # the image's user owns the mount point, so a new volume is writable (Docker copies its ownership)
+    assert re.search(rf"install -d -o gavel -g gavel [^\n]*{re.escape(os.path.dirname(state))}( |$)", dockerfile_text(), re.M)
+
+
 def test_the_broker_loads_its_config_and_definitions_and_keeps_its_data() -> None:
     rabbit = service("rabbitmq")
     assert "management" in interpolate(rabbit["image"], env_example())
@@ -622,19 +642,39 @@ def test_the_topology_is_the_one_the_bus_declares() -> None:
         assert declared == ("topic", True, False, False, {}), name
     queues = {q["name"]: q for q in d["queues"]}
     assert (queues[DEAD_LETTERS]["durable"], queues[DEAD_LETTERS]["arguments"]) == (True, {})
-    submissions = queues[bus.queue_name("mechanism.submissions")]
-    assert (submissions["durable"], submissions["auto_delete"]) == (True, False)
-    assert submissions["arguments"] == {"x-dead-letter-exchange": DLX}
     bindings = {(b["source"], b["destination"], b["routing_key"]) for b in d["bindings"]}
     assert (DLX, DEAD_LETTERS, "#") in bindings
-    # The bindings `gavel submit` and the mechanism make, so that a submission sent before the
-    # mechanism ever ran is kept.
-    from services.cli.submit_cmd import SUBMISSION_BINDINGS, SUBMISSION_QUEUE
+    from common.topology import SUBMISSION_QUEUES
 
-    assert bus.queue_name(SUBMISSION_QUEUE) == "gavel.mechanism.submissions"
-    submission_bindings = {k for src, dst, k in bindings if (src, dst) == (EXCHANGE, "gavel.mechanism.submissions")}
-    assert submission_bindings == set(SUBMISSION_BINDINGS)
-    assert set(queues) == {DEAD_LETTERS, "gavel.mechanism.submissions"}, "other queues belong to their services"
+    submission_queues = {bus.queue_name(q.name) for q in SUBMISSION_QUEUES}
+    assert "gavel.mechanism.submissions" in submission_queues
+    assert set(queues) == {DEAD_LETTERS} | submission_queues, "other queues belong to their services"
+
+
+def test_the_definitions_declare_every_submission_queue_with_exactly_its_bindings() -> None:
+    """Every queue of common.topology.SUBMISSION_QUEUES, as its consumer and `gavel submit` declare
+    it (durable, the same dead-letter exchange, the same bindings and no other), so that a
+    submission published before that consumer ever ran waits in its queue."""
+    from common.config import BusSettings
+    from common.topology import SUBMISSION_QUEUES
+    from services.bus.rabbit import RabbitBus
+
+    bus = RabbitBus(BusSettings(kind="amqp", exchange=EXCHANGE))
+    d = definitions()
+    queues = {q["name"]: q for q in d["queues"]}
+    for topology_queue in SUBMISSION_QUEUES:
+        name = bus.queue_name(topology_queue.name)
+        assert name in queues, f"definitions.json does not declare {name} ({topology_queue.consumer}'s)"
+        q = queues[name]
+        assert (q["durable"], q["auto_delete"], q["arguments"]) == (True, False, {"x-dead-letter-exchange": DLX}), name
+        declared = sorted(
+            (b["source"], b["destination_type"], b["routing_key"], json.dumps(b["arguments"]))
+            for b in d["bindings"] if b["destination"] == name
+        )
+        assert declared == sorted((EXCHANGE, "queue", k, "{}") for k in topology_queue.bindings), name
+        # and its consumer's user is the one that may consume it, with these bindings
+        spec = SERVICES[topology_queue.consumer]
+        assert name in spec.queues and set(topology_queue.bindings) <= set(spec.bindings), topology_queue.consumer
 
 
 def test_the_dead_letter_cap_touches_only_the_dead_letter_queue() -> None:
@@ -718,12 +758,15 @@ def test_only_the_cli_reads_dead_letters(name: str) -> None:
     assert not rabbit_matches(permissions_of(SERVICES[name].user)["read"], DEAD_LETTERS)
 
 
-def test_the_cli_needs_no_permission_on_the_submissions_queue() -> None:
+def test_the_cli_needs_no_permission_on_the_submission_queues() -> None:
     """A passive declaration needs none; a full one would need configure (which allows deleting
     the queue) and read (which allows consuming other people's submissions)."""
+    from common.topology import SUBMISSION_QUEUES
+
     perms = permissions_of("gavel-cli")
-    for perm in ("configure", "write", "read"):
-        assert not rabbit_matches(perms[perm], "gavel.mechanism.submissions"), perm
+    for queue in SUBMISSION_QUEUES:
+        for perm in ("configure", "write", "read"):
+            assert not rabbit_matches(perms[perm], f"{EXCHANGE}.{queue.name}"), (queue.name, perm)
 
 
 @pytest.mark.parametrize("name", GAVEL_SERVICES)
@@ -985,11 +1028,14 @@ def _rabbitmqctl(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
 
 
 @contextlib.contextmanager
-def _imported_definitions(broker_url: str, *, queues: bool = True) -> Iterator[dict[str, str]]:
+def _imported_definitions(
+    broker_url: str, *, queues: bool = True, without: tuple[str, ...] = ()
+) -> Iterator[dict[str, str]]:
     """definitions.json imported into the local test broker under a unique vhost and unique user
     names (users are broker-wide), removed afterwards. Yields service name -> its AMQP URL.
     ``queues=False``: without the queues it declares (and their bindings), as users made by hand
-    with rabbitmqctl have them (docs/deploy.md section 2)."""
+    with rabbitmqctl have them (docs/deploy.md section 2); ``without``: without these queues (and
+    their bindings), as definitions from before they were added have them."""
     host = urllib.parse.urlparse(broker_url)
     # Under `make test`/CI this broker is local (scripts/ensure-broker), so these fail rather
     # than skip; a developer pointing GAVEL_AMQP_URL at a remote broker gets a skip with the reason.
@@ -1010,6 +1056,8 @@ def _imported_definitions(broker_url: str, *, queues: bool = True) -> Iterator[d
     if not queues:
         d["queues"] = [q for q in d["queues"] if q["name"] == DEAD_LETTERS]
         d["bindings"] = [b for b in d["bindings"] if b["destination"] == DEAD_LETTERS]
+    d["queues"] = [q for q in d["queues"] if q["name"] not in without]
+    d["bindings"] = [b for b in d["bindings"] if b["destination"] not in without]
     for u in d["users"]:
         u["name"] = users[u["name"]]
     for section in ("permissions", "topic_permissions", "queues", "exchanges", "bindings", "policies"):
@@ -1076,22 +1124,77 @@ def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: d
     asyncio.run(work())
 
 
-def test_the_cli_can_make_sure_the_submissions_queue_exists(deployed: dict[str, str]) -> None:
-    """`gavel submit` makes sure the mechanism's queue exists before publishing. definitions.json
-    creates it, and the CLI has no permission on it: a passive declaration (no permission needed)
-    must come first, and a full one only where the queue is missing (a broker without these
-    definitions, where the CLI has the permissions)."""
-    from services.cli.submit_cmd import SUBMISSION_BINDINGS, SUBMISSION_QUEUE
+def test_the_cli_can_make_sure_the_submission_queues_exist(deployed: dict[str, str]) -> None:
+    """`gavel submit` makes sure the mechanism's and the estimator's queues exist before
+    publishing. definitions.json creates them, and the CLI has no permission on them: a passive
+    declaration (no permission needed) must come first, and a full one only where a queue is
+    missing (a broker without these definitions, where the CLI has the permissions)."""
+    from common.topology import SUBMISSION_QUEUES
 
     async def declare() -> None:
         bus = _bus(deployed["cli"], "cli")
         await bus.start()
         try:
-            await bus.declare(SUBMISSION_QUEUE, list(SUBMISSION_BINDINGS))
+            for queue in SUBMISSION_QUEUES:
+                await bus.declare(queue.name, list(queue.bindings))
         finally:
             await bus.close()
 
     asyncio.run(declare())
+
+
+def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(broker_url: str) -> None:
+    """Definitions from before the estimator's queue (the mechanism's is there), no estimator ever
+    started: the CLI user may not create the estimator's queue. `gavel submit` says in one line that
+    the estimator will not see these jobs, and what to do, and publishes them all the same (the
+    refusal must not cost it the channel it publishes on); `gavel cancel`, which the estimator's
+    queue would not receive, says nothing about it."""
+    import aio_pika
+
+    from common.topology import ESTIMATOR_INPUTS, MECHANISM_SUBMISSIONS
+
+    estimator_queue = f"{EXCHANGE}.{ESTIMATOR_INPUTS.name}"
+    with _imported_definitions(broker_url, without=(estimator_queue,)) as urls:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+        env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
+
+        def gavel(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+            )
+
+        out = gavel("submit", "--job-type", "A3C", "--steps", "100", "--job-id", "early", "--no-wait")
+        assert out.returncode == 0 and out.stdout.strip() == "early", out.stderr
+        user = urllib.parse.urlparse(urls["cli"]).username
+        assert out.stderr.strip().splitlines() == [
+            f"gavel: warning: the estimator will not see these jobs until its queue exists: queue {estimator_queue!r} does "
+            f"not exist and user {user!r} may not create it; start `gavel serve estimator` once, or load "
+            "deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+        ], out.stderr
+        cancel = gavel("cancel", "early", "--timeout-s", "0.5")
+        assert cancel.returncode == 1 and cancel.stderr.strip().splitlines() == [
+            "gavel: no answer from the mechanism within 0.5 s (is it running?); the cancel waits in its queue and "
+            "applies when it runs"
+        ], cancel.stderr
+
+        async def waiting() -> dict[str, int | None]:
+            """Messages in each queue (a passive declaration: no permission needed), None: no queue."""
+            connection = await aio_pika.connect(urls["cli"])
+            counts: dict[str, int | None] = {}
+            try:
+                for name in (f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}", estimator_queue):
+                    channel = await connection.channel()
+                    try:
+                        declared = await channel.declare_queue(name, passive=True)
+                        counts[name] = declared.declaration_result.message_count
+                    except aio_pika.exceptions.ChannelNotFoundEntity:
+                        counts[name] = None
+            finally:
+                await connection.close()
+            return counts
+
+        # the submission, its seal and the cancel wait for the mechanism
+        assert asyncio.run(waiting()) == {f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}": 3, estimator_queue: None}
 
 
 def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(broker_url: str) -> None:
@@ -1188,6 +1291,8 @@ def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]
             cases.append((name, f"take from {DEAD_LETTERS}", get(DEAD_LETTERS), "refused"))
     cases.append(("cli", "passively declare the submissions queue", passive("gavel.mechanism.submissions"), "ok"))
     cases.append(("cli", "take a submission", get("gavel.mechanism.submissions"), "refused"))
+    cases.append(("cli", "passively declare the estimator's queue", passive("gavel.estimator.inputs"), "ok"))
+    cases.append(("cli", "take an estimator input", get("gavel.estimator.inputs"), "refused"))
     # A real worker: its own queue and its reports, nothing of the mechanism's, no other's commands.
     worker_queue, worker_bindings = SERVICES["worker"].queues[0], SERVICES["worker"].bindings
     cases += [
@@ -1228,6 +1333,7 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
         env["GAVEL_HEALTH_FILE"] = str(run / f"{name}.json")
         if "GAVEL_JOURNAL_PATH" in env:
             env["GAVEL_JOURNAL_PATH"] = str(run / "mechanism.sqlite")
+        env["XDG_STATE_HOME"] = str(run)  # any default state here, never in the home directory
         # `gavel` in an entrypoint snippet is the venv's, as the image's is on its PATH
         env["PATH"] = os.pathsep.join([os.path.dirname(gavel), env.get("PATH", os.defpath)])
         return env
@@ -1239,6 +1345,8 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
         for name in ("policy", "mechanism", "estimator", "fleet"):
             log = open(run / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
             argv = container_argv(name, gavel)
+            if "--state" in argv:  # the estimator's, on its volume in compose
+                argv[argv.index("--state") + 1] = str(run / "estimator.sqlite")
             processes[name] = subprocess.Popen(argv, env=env_for(name), stdout=log, stderr=subprocess.STDOUT)
         yield {"dir": run, "env": env_for("cli"), "env_for": env_for, "gavel": gavel, "processes": processes}
 
