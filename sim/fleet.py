@@ -24,7 +24,7 @@ from common.clock import Clock
 from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerRegistered
 from common.throughputs import ThroughputTable
 from sim.learning import measurement_factor
-from sim.physics import lease_outcome, true_rates
+from sim.physics import lease_outcome, true_rates, unsimulated
 
 
 @dataclass
@@ -127,12 +127,38 @@ class SimulatedFleet:
             self._reported[command.lease_id] = []  # running: a repeat of the command waits for it
             self._spawn(self._run(gang))
 
+    async def _crash(self, gang: _Gang, accelerator_type: str, missing: tuple[str, ...]) -> None:
+        """A lease with a member the table cannot simulate: that member's process "fails at once",
+        with why (the mechanism counts it as a failed attempt, and after a few sets the job aside
+        with this reason); a packed partner does nothing in that lease and loses no attempt."""
+        command = gang.command
+        assert self._bus is not None
+        lead = min(gang.workers)
+        for job_id, job_type in zip(command.job_ids, command.job_types, strict=True):
+            crashed = job_type in missing
+            report = JobProgress(
+                job_id=job_id, worker_id=lead, lease_id=command.lease_id, round_id=command.round_id,
+                steps_done=0, elapsed_s=0.0, throughput_steps_per_s=0.0,
+                outcome="crashed" if crashed else "lease_end",
+                error=(
+                    f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
+                    f"{accelerator_type} in its table, so it cannot run it"
+                ) if crashed else "",
+                accelerator_type=accelerator_type,
+            )
+            self._reported[command.lease_id].append(report)
+            await self._bus.publish(report)
+
     def _gpus_of(self, worker_id: str) -> int:
         return next(g for w, _, g in self._servers if w == worker_id)
 
     async def _run(self, gang: _Gang) -> None:
         command = gang.command
         accelerator_type = self._type_of[command.worker_id]
+        missing = unsimulated(self._table, command.job_types, command.scale_factor, accelerator_type)
+        if missing:
+            await self._crash(gang, accelerator_type, missing)
+            return
         rates = true_rates(self._table, command.job_types, command.scale_factor, accelerator_type)
         started_s = self._clock.now_s()
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0

@@ -18,6 +18,13 @@ def true_rates(table: ThroughputTable, job_types: Sequence[str], scale_factor: i
     return tuple(pair) if pair is not None else (0.0,) * len(job_types)
 
 
+def unsimulated(table: ThroughputTable, job_types: Sequence[str], scale_factor: int, accelerator_type: str) -> tuple[str, ...]:
+    """The members the table has no figure for at this size on this type: the simulated hardware
+    cannot run them (a user's own job type, or a size the table lacks), so the fleet reports them
+    crashed, with why, rather than running them at 0 steps/s for ever."""
+    return tuple(t for t in job_types if (t, scale_factor, accelerator_type) not in table.isolated_steps_per_s)
+
+
 def lease_outcome(
     throughputs_steps_per_s: Sequence[float], steps_remaining: Sequence[int], lease_s: float, restore_s: float = 0.0
 ) -> tuple[tuple[int, ...], float]:

@@ -90,7 +90,10 @@ async def start_system(cluster: Cluster, observer: Observer, journal: Path) -> N
     cluster.start("fleet", "serve", "fleet", "--cluster", "4:4:4", "--lockstep")
     cluster.start("policy-a", "serve", "policy", "--replica", "policy-a", "--solving", "inline")
     cluster.start("policy-b", "serve", "policy", "--replica", "policy-b", "--solving", "inline")
-    cluster.start("estimator", "serve", "estimator")
+    # the in-process run it is compared with schedules on the true table: so does this one
+    # (a learned estimator's answers race the lockstep boundaries across processes;
+    # tests/e2e/test_estimator_processes.py runs it learned)
+    cluster.start("estimator", "serve", "estimator", "--mode", "oracle")
     # submitted before the mechanism ever ran: the durable queue keeps them
     # (the trace's own ids, to compare with the in-process run; no mechanism to answer yet)
     out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(TRACE), "--id-prefix", "", "--no-wait")

@@ -17,6 +17,7 @@ from common.messages import (
     AllocationRequested,
     CancelJob,
     JobCancelled,
+    JobFailed,
     JobRejected,
     JobSpec,
     JobSubmitted,
@@ -57,9 +58,12 @@ class World:
         await self.clock.run_until(done, max_time_s=max_time_s)
 
 
-async def world(policy: str, *, elastic: bool = False, fleet: dict[str, int] | None = None) -> World:
-    """A live mechanism (elastic: it may grow) with the policy service and, unless ``fleet`` is
-    empty, a simulated fleet, all on one in-memory bus in virtual time."""
+async def world(
+    policy: str, *, elastic: bool = False, fleet: dict[str, int] | None = None, estimates: bool = False
+) -> World:
+    """A live mechanism (elastic: it may grow; estimates: it schedules on estimates, as `gavel serve
+    mechanism` does, here with no estimator, so on its priors) with the policy service and, unless
+    ``fleet`` is empty, a simulated fleet, all on one in-memory bus in virtual time."""
     broker = InMemoryBroker(serialize=True)
     clock = VirtualClock(broker)
     bus = InMemoryBus(broker, clock=clock, source="test")
@@ -67,7 +71,7 @@ async def world(policy: str, *, elastic: bool = False, fleet: dict[str, int] | N
     mechanism = MechanismService(
         clock=clock, settings=preset("default", policy), policy=policy, table=TABLE,
         shuffle=type_shuffler("default", 0), round_timeout_s=None, deadlines=False,
-        elastic_types=TABLE.accelerator_types if elastic else (),
+        elastic_types=TABLE.accelerator_types if elastic else (), estimates=estimates,
     )
     events, requests = Collector(), Collector()
     await bus.subscribe("test.events", ["job.*", "round.ended"], events, durable=False)
@@ -135,6 +139,22 @@ async def test_a_gang_too_large_for_the_cluster_is_held_until_workers_that_fit_i
     await SimulatedFleet(clock=w.clock, table=TABLE, cluster={"v100": 4}, name="fleet-v100").start(w.bus)
     await w.run_until(lambda: "gang" in w.completed())
     assert w.mechanism.memory.held == []
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed"])
+async def test_a_job_the_simulated_fleet_cannot_run_fails_with_why_and_the_rest_runs(policy: str) -> None:
+    """A user's own job type is accepted and scheduled on priors, but the simulated hardware has no
+    truth for it: each of its leases "crashes" with why, the job fails after max_failed_attempts,
+    and the others finish (a packed partner of it loses that lease, not an attempt)."""
+    w = await world(policy, fleet={"v100": 1, "k80": 1}, estimates=True)
+    await submit(w, JobSpec("mine", "MyNet", 1000), JobSpec("a", RESNET, 3000), JobSpec("b", "A3C", 3000))
+    await w.run_until(lambda: w.completed() == {"a", "b"} and w.job_ids(JobFailed) == ["mine"])
+
+    failed = next(m for m in w.events.messages if isinstance(m, JobFailed))
+    attempts = preset("default", policy).max_failed_attempts
+    assert failed.reason.startswith(f"failed {attempts} times in a row; last: "), failed.reason
+    assert "the simulated fleet has no throughput for 'MyNet' on 1 GPU(s) of " in failed.reason
+    assert w.job_ids(JobRejected) == []
 
 
 async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
