@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,13 +37,11 @@ from common.bus import Delivery
 from common.config import BusSettings
 from common.messages import JobCompleted, JobSpec, JobThroughput, RoundStarted, ThroughputEstimated
 from common.throughputs import format_job_key
-from common.topology import ESTIMATOR_INPUTS
 from estimator_service.core.estimator import Estimator
 from estimator_service.core.reference import reference_set
 from services.bus.rabbit import RabbitBus
 from services.cli.common import load_table
-from tests.support.broker import delete_topology
-from tests.support.processes import SERVICE_QUEUES, Cluster, logged
+from tests.support.processes import Cluster, logged
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.broker
@@ -63,17 +61,6 @@ JOBS = {
 }
 UNKNOWN_JOBS = [job_id for job_id, (job_type, _) in JOBS.items() if job_type == UNKNOWN]
 TRUE = load_table(None)  # the shipped table: what the simulated fleet runs at
-
-
-@pytest.fixture
-def cluster(broker_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """The e2e cluster, also removing the estimator's durable queue (not in SERVICE_QUEUES)."""
-    c = Cluster(broker_url, tmp_path)
-    try:
-        yield c
-    finally:
-        c.stop_all()
-        asyncio.run(delete_topology(broker_url, c.exchange, (*SERVICE_QUEUES, ESTIMATOR_INPUTS.name, "observer")))
 
 
 @dataclass

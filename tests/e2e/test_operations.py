@@ -11,7 +11,6 @@ from common.config import BusSettings
 from common.messages import ThroughputEstimated
 from common.topology import ESTIMATOR_INPUTS
 from services.bus.rabbit import RabbitBus
-from tests.support.broker import delete_topology
 from tests.support.processes import Cluster
 from tests.support.waiting import Collector, eventually
 
@@ -133,5 +132,3 @@ async def test_the_estimator_sees_jobs_submitted_before_it_ever_ran(cluster):
     finally:
         await bus.close()
         cluster.stop_all()
-        # (the cluster's own clean-up does not know the estimator's queue)
-        await delete_topology(cluster.url, cluster.exchange, (ESTIMATOR_INPUTS.name,))
