@@ -13,6 +13,9 @@ Files:
 - A comparison: ``comparison.json`` (the table's rows and each run's summary.json object),
   ``comparison.txt`` (the table), ``comparison_jct_cdf.png``, ``comparison_utilization.png``.
 - A sweep: ``sweep.csv`` (policy, jobs_per_hour, seed, avg_jct_s) and ``sweep_jct.png``.
+
+``plots=False`` writes the numbers only. sim/plots.py (matplotlib) is imported when a plot is
+drawn, not with this module: a run without plots never pays for the plotting stack's import.
 """
 
 from __future__ import annotations
@@ -24,15 +27,6 @@ import pathlib
 from collections.abc import Iterable, Mapping
 
 from sim.metrics import Summary, SweepRow, compare, render_comparison
-from sim.plots import (
-    plot_jct_cdf,
-    plot_jct_cdf_overlay,
-    plot_estimation_error,
-    plot_queue,
-    plot_sweep,
-    plot_utilization,
-    plot_utilization_overlay,
-)
 from sim.results import SimulationResult
 
 JOB_COLUMNS = (
@@ -66,19 +60,30 @@ def run_record(result: SimulationResult, summary: Summary) -> dict[str, object]:
     }
 
 
-def write_run(result: SimulationResult, summary: Summary, out_dir: str | os.PathLike[str]) -> tuple[pathlib.Path, ...]:
-    """Write summary.json, jobs.csv and the run's three plots into out_dir (created if needed);
-    returns the paths in that order."""
+def write_run(
+    result: SimulationResult, summary: Summary, out_dir: str | os.PathLike[str], *, plots: bool = True
+) -> tuple[pathlib.Path, ...]:
+    """Write summary.json, jobs.csv and (with ``plots``) the run's three plots into out_dir
+    (created if needed); returns the paths in that order."""
     out = _directory(out_dir)
-    written = (
+    written: tuple[pathlib.Path, ...] = (
         _write_json(out / "summary.json", run_record(result, summary)),
         write_jobs_csv(result, out / "jobs.csv"),
-        plot_jct_cdf(result, out / "jct_cdf.png"),
-        plot_utilization(result, out / "utilization.png"),
-        plot_queue(result, out / "queue.png"),
     )
+    if plots:
+        from sim.plots import plot_jct_cdf, plot_queue, plot_utilization
+
+        written += (
+            plot_jct_cdf(result, out / "jct_cdf.png"),
+            plot_utilization(result, out / "utilization.png"),
+            plot_queue(result, out / "queue.png"),
+        )
     if result.estimation:  # a learned estimator: its error over time, as numbers and as a plot
-        written += (write_estimation_csv(result, out / "estimation.csv"), plot_estimation_error(result, out / "estimation_error.png"))
+        written += (write_estimation_csv(result, out / "estimation.csv"),)
+        if plots:
+            from sim.plots import plot_estimation_error
+
+            written += (plot_estimation_error(result, out / "estimation_error.png"),)
     return written
 
 
@@ -95,10 +100,15 @@ def write_estimation_csv(result: SimulationResult, path: str | os.PathLike[str])
 
 
 def write_comparison(
-    results: Mapping[str, SimulationResult], summaries: Mapping[str, Summary], out_dir: str | os.PathLike[str]
+    results: Mapping[str, SimulationResult],
+    summaries: Mapping[str, Summary],
+    out_dir: str | os.PathLike[str],
+    *,
+    plots: bool = True,
 ) -> tuple[pathlib.Path, ...]:
-    """Write comparison.json, comparison.txt and the two overlay plots into out_dir for runs keyed
-    by label (usually the policy name; the same keys in both mappings); returns the paths."""
+    """Write comparison.json, comparison.txt and (with ``plots``) the two overlay plots into
+    out_dir for runs keyed by label (usually the policy name; the same keys in both mappings);
+    returns the paths."""
     if list(results) != list(summaries):
         raise ValueError(f"results and summaries have different keys: {list(results)} vs {list(summaries)}")
     out = _directory(out_dir)
@@ -109,9 +119,13 @@ def write_comparison(
     }
     text_path = out / "comparison.txt"
     text_path.write_text(render_comparison(rows), encoding="utf-8")
+    written = (_write_json(out / "comparison.json", record), text_path)
+    if not plots:
+        return written
+    from sim.plots import plot_jct_cdf_overlay, plot_utilization_overlay
+
     return (
-        _write_json(out / "comparison.json", record),
-        text_path,
+        *written,
         plot_jct_cdf_overlay(results, out / "comparison_jct_cdf.png"),
         plot_utilization_overlay(results, out / "comparison_utilization.png"),
     )
@@ -119,6 +133,8 @@ def write_comparison(
 
 def write_sweep(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> tuple[pathlib.Path, ...]:
     """Write sweep.csv and sweep_jct.png into out_dir; returns the paths."""
+    from sim.plots import plot_sweep
+
     rows = list(rows)
     out = _directory(out_dir)
     csv_path = out / "sweep.csv"

@@ -5,26 +5,24 @@ them together, which nothing else in ``services`` may do (tests/arch enforces bo
 
 Exit codes: 0 success; 1 a runtime failure (broker unreachable, ...); 2 bad input or settings,
 reported as one line naming the offending field or variable, never a traceback.
+
+What a command imports: a group module imports at its top only what its parser needs (argparse,
+the flag types of services/cli/common.py, light constants); what running a command needs is
+imported in the function that runs it. So ``gavel --version``, every ``--help`` and the status and
+submit commands never load the solver (cvxpy, scipy), plotting (matplotlib) or torch stacks, and
+start in about a tenth of a second (bench/cli_start.py; tests/service/test_cli_imports.py holds
+the rule).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
-import logging
+import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
-
-import importlib
 from types import ModuleType
-
-from common.config import Settings
-from common.errors import BusError, ConfigError, GavelError
-from services.cli.common import CommandFailed
-from services.logging import configure_logging
+from typing import NoReturn
 
 # Command groups, by the module that defines them, in help order. A command imports only its
 # own group's module: `gavel submit` or `gavel jobs` start in a fraction of a second, without
@@ -80,19 +78,31 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+class VersionAction(argparse.Action):
+    """``--version``, looked up only when asked: reading the installed package's metadata costs
+    more than the rest of a status command's start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("gavel-scheduler")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            v = "unknown"
+        sys.stdout.write(f"gavel {v}\n")  # on stdout, as argparse's own version action
+        parser.exit(0)
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the named command's group is loaded (all for help)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        v = version("gavel-scheduler")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        v = "unknown"
     parser = Parser(
         prog="gavel",
         description="Heterogeneity-aware scheduling of deep-learning training jobs (Gavel, as services).",
     )
-    parser.add_argument("--version", action="version", version=f"gavel {v}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in _groups(argv):
         group.register(sub)
@@ -103,6 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(arguments)
     args = parser.parse_args(arguments)
+    # What running needs (settings, logging, asyncio, the error tree), after the parse: a
+    # command's --help and --version never pay for it.
+    import asyncio
+    import dataclasses
+    import logging
+
+    from common.config import Settings
+    from common.errors import BusError, ConfigError, GavelError
+    from services.cli.common import CommandFailed
+    from services.logging import configure_logging
+
     try:
         settings = Settings.from_env(os.environ)
         # Commands talk to people on stdout; events go to stderr, and only warnings unless the

@@ -14,23 +14,16 @@ import argparse
 import pathlib
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from common.config import Settings
-from services.cli.simulate_cmd import COMPARISON_FILES, RUN_FILES, write_results
 from services.cli.progress import ProgressBar
-from services.cli.simulation import (
-    ENGINES,
-    REFERENCE_ACCELERATOR_TYPE,
-    Scenario,
-    check_trace,
-    format_cluster,
-    generated_trace,
-    load_context,
-    run_policy,
-)
-from sim.metrics import Summary, compare, render_comparison
-from sim.results import SimulationResult
-from sim.traces import summarize_trace
+from services.cli.simulate_cmd import COMPARISON_FILES, ENGINES, RUN_FILES, write_results
+
+# The simulator and the policies are imported by run (services/cli/__init__.py).
+if TYPE_CHECKING:
+    from common.config import Settings
+    from sim.metrics import Summary
+    from sim.results import SimulationResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +65,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli.simulation import (
+        REFERENCE_ACCELERATOR_TYPE,
+        Scenario,
+        check_trace,
+        format_cluster,
+        generated_trace,
+        load_context,
+        run_policy,
+    )
+    from sim.metrics import compare, render_comparison
+    from sim.traces import summarize_trace
+
     started_s = time.perf_counter()
     context = load_context(None)
     assert context.table is not None

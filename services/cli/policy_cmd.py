@@ -10,14 +10,17 @@ import argparse
 import json
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
-from common.config import Settings
 from common.errors import PolicyParameterError
 from common.throughputs import ThroughputTable, throughput_table_from_json
-from policy_service.core import Policy, allocation_to_json, make_policy, problem_from_json
-from policy_service.core.catalog import REGISTRY
-from policy_service.service import shipped_context
 from services.cli.common import CommandFailed, print_json, print_table
+
+# The policy library (cvxpy, scipy) is imported by the functions that use it: `gavel policy
+# --help` starts without it (services/cli/__init__.py).
+if TYPE_CHECKING:
+    from common.config import Settings
+    from policy_service.core import Policy
 
 EXIT_NO_ALLOCATION = 3
 
@@ -59,6 +62,8 @@ def _read_json(path: str, what: str) -> object:
 
 
 def _table(path: str | None) -> tuple[ThroughputTable | None, dict[str, float] | None]:
+    from policy_service.service import shipped_context
+
     shipped = shipped_context()
     if path is None:
         return shipped.table, dict(shipped.prices_per_hour or {})
@@ -68,6 +73,9 @@ def _table(path: str | None) -> tuple[ThroughputTable | None, dict[str, float] |
 def _policy(name: str, solver: str | None) -> Policy:
     """make_policy, with a bad --solver reported as the flag's error (the core's message lists
     the installed solvers); UnknownPolicyError lists the known names."""
+    from policy_service.core import make_policy
+    from policy_service.core.catalog import REGISTRY
+
     REGISTRY.entry(name)  # an unknown policy is reported as such, not as the solver's fault
     if not solver:
         return make_policy(name)
@@ -78,6 +86,8 @@ def _policy(name: str, solver: str | None) -> Policy:
 
 
 def run_solve(args: argparse.Namespace, settings: Settings) -> int:
+    from policy_service.core import allocation_to_json, problem_from_json
+
     policy = _policy(args.policy, args.solver)
     table, prices = _table(args.throughputs)
     problem = problem_from_json(_read_json(args.input, "--input"), table, default_prices_per_hour=prices)
@@ -90,6 +100,8 @@ def run_solve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    from policy_service.core.catalog import REGISTRY
+
     rows = [(entry.name, entry.summary) for entry in REGISTRY]
     if args.json:
         print_json([{"name": n, "summary": s} for n, s in rows])

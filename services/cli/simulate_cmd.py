@@ -5,7 +5,11 @@ Files (sim/output.py): one policy writes summary.json, jobs.csv, jct_cdf.png, ut
 queue.png into the output directory; several write those into DIR/<policy>/ and the comparison
 (comparison.txt, comparison.json, comparison_jct_cdf.png, comparison_utilization.png) into DIR.
 A generated trace is saved as DIR/trace.trace, so the run can be repeated with --trace.
+``--no-plots`` writes the numbers only (no PNG, and matplotlib is never imported).
 Exit codes: 0 done; 2 bad input (one line naming the flag or file).
+
+The simulator, the policies and the plots are imported by the functions that run (see
+services/cli/__init__.py): ``gavel simulate --help`` starts without the solver stack.
 """
 
 from __future__ import annotations
@@ -14,37 +18,26 @@ import argparse
 import datetime
 import os
 import pathlib
+from typing import TYPE_CHECKING
 
-from common.config import Settings
-from policy_service.answer import SolveContext
+from mechanism_service.core.settings import PRESETS
 from services.cli.common import per_hour, print_json
 from services.cli.progress import ProgressBar
-from services.cli.simulation import (
-    ENGINES,
-    PRESET_NAMES,
-    Scenario,
-    bad_input,
-    check_mechanism_flags,
-    check_prices,
-    check_trace,
-    format_cluster,
-    generated_trace,
-    load_context,
-    load_trace,
-    parse_cluster,
-    parse_estimation,
-    parse_policies,
-    parse_window,
-    run_policy,
-)
-from sim.metrics import Summary, compare, render_comparison
-from sim.output import run_record, write_comparison, write_run
-from sim.results import SimulationResult
-from sim.traces import TraceJob, write_trace
 
+if TYPE_CHECKING:
+    from common.config import Settings
+    from policy_service.answer import SolveContext
+    from services.cli.simulation import Scenario
+    from sim.metrics import Summary
+    from sim.results import SimulationResult
+    from sim.traces import TraceJob
+
+ENGINES = ("fast", "services")
+PRESET_NAMES = tuple(PRESETS)
 RUN_FILES = ("summary.json", "jobs.csv", "jct_cdf.png", "utilization.png", "queue.png")
 ESTIMATION_FILES = ("estimation.csv", "estimation_error.png")  # a learned estimator's error over time
 COMPARISON_FILES = ("comparison.txt", "comparison.json", "comparison_jct_cdf.png", "comparison_utilization.png")
+PLOT_SUFFIX = ".png"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,8 +75,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_estimator_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
+    add_plots_flag(p)
     p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
     p.set_defaults(run=run)
+
+
+def add_plots_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-plots", dest="plots", action="store_false",
+        help="write the numbers only (summary.json, jobs.csv, ...), no PNG plots: saves the plotting stack's start",
+    )
 
 
 def add_estimator_flags(p: argparse.ArgumentParser) -> None:
@@ -136,6 +137,21 @@ def add_cluster_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli.simulation import (
+        Scenario,
+        check_mechanism_flags,
+        check_prices,
+        check_trace,
+        format_cluster,
+        load_context,
+        parse_cluster,
+        parse_estimation,
+        parse_policies,
+        parse_window,
+    )
+    from sim.metrics import compare, render_comparison
+    from sim.traces import write_trace
+
     # 1. every input, checked before any work
     policies = parse_policies(args.policy, args.policies)
     check_mechanism_flags(args.round_s, args.gpus_per_server)
@@ -172,7 +188,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.trace is None:
         out.mkdir(parents=True, exist_ok=True)
         write_trace(trace, out / "trace.trace")
-    write_results(results, summaries, out)
+    write_results(results, summaries, out, plots=args.plots)
     if args.json:
         print_json(results_json(results, summaries, out))
         return 0
@@ -183,12 +199,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         for policy, summary in summaries.items():
             print(describe_estimation(policy, summary))
     print()
-    print(describe_files(out, policies, learned=estimation.learned))
+    print(describe_files(out, policies, learned=estimation.learned, plots=args.plots))
     return 0
 
 
 def _trace(args: argparse.Namespace, context: SolveContext) -> tuple[tuple[TraceJob, ...], str, str]:
     """(jobs, where they come from for messages, a label for the default output directory)."""
+    from services.cli.simulation import bad_input, generated_trace, load_trace
+
     generating = args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
     if args.trace is not None:
         if generating or args.trace_seed is not None:
@@ -224,6 +242,8 @@ def make_out_dir(out: pathlib.Path) -> None:
     """Make the output directory now, after every other check and before the runs: an output
     path that cannot be written must fail in a second, not after the whole simulation. (Only
     making it tells for sure: as root, permission checks say yes to /proc.)"""
+    from services.cli.simulation import bad_input
+
     if out.exists() and not out.is_dir():
         raise bad_input("--out", f"{out} exists and is not a directory")
     try:
@@ -243,6 +263,8 @@ def default_out(label: str) -> pathlib.Path:
 def run_all(
     policies: tuple[str, ...], scenario: Scenario, context: SolveContext
 ) -> tuple[dict[str, SimulationResult], dict[str, Summary]]:
+    from services.cli.simulation import run_policy
+
     results: dict[str, SimulationResult] = {}
     summaries: dict[str, Summary] = {}
     width = max(len(p) for p in policies)
@@ -256,21 +278,26 @@ def run_all(
 
 
 def write_results(
-    results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path
+    results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path, *, plots: bool = True
 ) -> None:
+    from sim.output import write_comparison, write_run
+
     if len(results) == 1:
         (policy,) = results
-        write_run(results[policy], summaries[policy], out)
+        write_run(results[policy], summaries[policy], out, plots=plots)
         return
     for policy in results:
-        write_run(results[policy], summaries[policy], out / policy)
-    write_comparison(results, summaries, out)
+        write_run(results[policy], summaries[policy], out / policy, plots=plots)
+    write_comparison(results, summaries, out, plots=plots)
 
 
 def results_json(
     results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path
 ) -> dict[str, object]:
     """One policy: summary.json's object; several: comparison.json's; with the output directory."""
+    from sim.metrics import compare
+    from sim.output import run_record
+
     if len(results) == 1:
         (policy,) = results
         return {"out_dir": str(out), **run_record(results[policy], summaries[policy])}
@@ -293,11 +320,14 @@ def describe_estimation(policy: str, summary: Summary) -> str:
     )
 
 
-def describe_files(out: pathlib.Path, policies: tuple[str, ...], learned: bool = False) -> str:
+def describe_files(out: pathlib.Path, policies: tuple[str, ...], learned: bool = False, plots: bool = True) -> str:
+    def kept(names: tuple[str, ...]) -> str:
+        return ", ".join(n for n in names if plots or not n.endswith(PLOT_SUFFIX))
+
     files = RUN_FILES + (ESTIMATION_FILES if learned else ())
     if len(policies) == 1:
-        return f"wrote {out}/: {', '.join(files)}"
+        return f"wrote {out}/: {kept(files)}"
     return (
-        f"wrote {out}/: {', '.join(COMPARISON_FILES)}\n"
-        f"  and per policy, in {out}/<policy>/: {', '.join(files)}"
+        f"wrote {out}/: {kept(COMPARISON_FILES)}\n"
+        f"  and per policy, in {out}/<policy>/: {kept(files)}"
     )

@@ -22,7 +22,7 @@ import numpy as np
 from common.errors import ProblemError, TraceError
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
-from mechanism_service.core.settings import PRESETS, preset
+from mechanism_service.core.settings import preset
 from policy_service.answer import SolveContext
 from policy_service.core.catalog import policy_names
 from policy_service.service import shipped_context
@@ -35,8 +35,6 @@ from sim.results import SimulationResult
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace
 
 GAVEL_CLUSTER_ORDER = ("v100", "p100", "k80")  # Gavel's "36:36:36" is v100:p100:k80
-ENGINES = ("fast", "services")
-PRESET_NAMES = tuple(PRESETS)
 REFERENCE_ACCELERATOR_TYPE = "v100"  # generated run times are sized on it, as in Gavel
 MAX_LISTED = 6  # kinds of offending jobs named in one error line
 

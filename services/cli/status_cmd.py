@@ -12,14 +12,13 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from common.bus import Bus
-from common.config import BusSettings, Settings
-from common.errors import UnroutableError
-from common.messages import StatusRequested
-from services.bus import make_bus
 from services.cli.common import CommandFailed, positive_number, print_json, print_lines, print_table
-from services.cli.replies import Replies
+
+if TYPE_CHECKING:
+    from common.bus import Bus
+    from common.config import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | None = None, timeout_s: float = 5.0) -> object:
+    from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
+    from services.bus import make_bus
+
     bus_settings = dataclasses.replace(settings.bus, kind="amqp")
     if amqp:
         bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
@@ -52,6 +54,10 @@ async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | N
 
 async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5.0) -> object:
     """Ask the mechanism over ``bus`` and wait for every part of its answer."""
+    from common.errors import UnroutableError
+    from common.messages import StatusRequested
+    from services.cli.replies import Replies
+
     async with Replies(bus) as replies:
         request_id = replies.key
         try:

@@ -33,19 +33,22 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from common.bus import Bus
-from common.config import BusSettings, Settings
 from common.errors import JobFieldError, SubscriptionError, TraceError
 from common.job_checks import check_job, check_number
-from common.messages import CancelJob, JobSpec, JobSubmitted, SubmissionsSealed
-from common.throughputs import ThroughputTable
-from common.topology import MECHANISM_SUBMISSIONS, SUBMISSION_QUEUES, DurableQueue
-from services.bus import make_bus
 from services.cli.common import CommandFailed, load_table, positive_number, print_json, print_lines
 from services.cli.progress import ProgressBar
-from services.cli.replies import Replies
-from sim.traces import TraceJob, input_format, parse_trace, read_trace_text
+
+# The messages, the bus and the trace readers are imported where they are used: `gavel submit
+# --help` starts without them (services/cli/__init__.py).
+if TYPE_CHECKING:
+    from common.bus import Bus
+    from common.config import Settings
+    from common.messages import JobSpec
+    from common.throughputs import ThroughputTable
+    from common.topology import DurableQueue
+    from sim.traces import TraceJob
 
 REASONS_SHOWN = 10  # refused jobs listed one per line; `gavel jobs` shows every reason
 FLAG_OF_FIELD = {
@@ -147,6 +150,8 @@ class Batch:
 def _trace(path: str) -> tuple[tuple[TraceJob, ...], str]:
     """The trace's jobs, and its namespace ``<stem>-<6 hex of its content>``: the same file always
     gets the same ids (a retry is absorbed), another trace other ids. The file is read once."""
+    from sim.traces import input_format, parse_trace, read_trace_text
+
     try:
         text = read_trace_text(path)
         jobs = parse_trace(text, source=path, trace_format=input_format(path, text))
@@ -159,6 +164,8 @@ def _trace(path: str) -> tuple[tuple[TraceJob, ...], str]:
 
 
 def batch_from_args(args: argparse.Namespace) -> Batch:
+    from common.messages import JobSpec
+
     table = load_table(args.throughputs)
     if args.trace:
         # a trace gives each job its own: a flag for one job would be ignored without a word
@@ -295,6 +302,9 @@ def check_spec(spec: JobSpec, max_gpus: int | None, *, trace: bool) -> None:
 
 
 def _bus(settings: Settings, amqp: str | None, source: str) -> Bus:
+    from common.config import BusSettings
+    from services.bus import make_bus
+
     bus_settings = dataclasses.replace(settings.bus, kind="amqp")
     if amqp:
         bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
@@ -307,6 +317,8 @@ async def _make_sure_the_queues_exist(bus: Bus, routing_key: str, connect: Calla
     consumer that is down or has never run. The mechanism's missing, and not ours to create, is a
     failure: nothing would schedule the jobs. Another's (the estimator's) is one warning: the jobs
     are scheduled all the same, on the mechanism's prior figures for them."""
+    from common.topology import MECHANISM_SUBMISSIONS, SUBMISSION_QUEUES
+
     for queue in SUBMISSION_QUEUES:
         if routing_key not in queue.bindings:
             continue
@@ -341,6 +353,9 @@ async def _declare_or_warn(queue: DurableQueue, bus: Bus, connect: Callable[[], 
 
 
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
+    from common.messages import JobSubmitted, SubmissionsSealed
+    from services.cli.replies import Replies
+
     batch = batch_from_args(args)
     print_lines(batch.notes, sys.stderr)  # before the broker: about the input, whatever becomes of it
     specs = batch.specs
@@ -416,6 +431,9 @@ def _report(args: argparse.Namespace, specs: list[JobSpec], answer: object, publ
 
 
 async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    from common.messages import CancelJob
+    from services.cli.replies import Replies
+
     request_id = uuid.uuid4().hex[:12]
     bus = _bus(settings, args.amqp, "gavel-cancel")
     await bus.start()

@@ -19,30 +19,17 @@ import pathlib
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from common.config import Settings
-from policy_service.answer import SolveContext
 from services.cli.common import CommandFailed, print_json, print_table
 from services.cli.simulate_cmd import add_cluster_flags
-from services.cli.simulation import (
-    Scenario,
-    bad_input,
-    check_mechanism_flags,
-    check_policies,
-    check_prices,
-    check_trace,
-    format_cluster,
-    generated_trace,
-    load_context,
-    parse_cluster,
-    parse_numbers,
-    parse_window,
-    positive_rate,
-    run_policy,
-    seed_number,
-)
-from sim.metrics import SweepRow, sweep_lines
-from sim.output import write_sweep
+
+# The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
+if TYPE_CHECKING:
+    from common.config import Settings
+    from policy_service.answer import SolveContext
+    from services.cli.simulation import Scenario
+    from sim.metrics import SweepRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,6 +73,24 @@ class SweepOutcome:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli.simulation import (
+        Scenario,
+        bad_input,
+        check_mechanism_flags,
+        check_policies,
+        check_prices,
+        check_trace,
+        format_cluster,
+        generated_trace,
+        load_context,
+        parse_cluster,
+        parse_numbers,
+        parse_window,
+        positive_rate,
+        seed_number,
+    )
+    from sim.output import write_sweep
+
     # 1. every input, checked before any process starts
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
     rates = parse_numbers("--rates", args.rates, positive_rate, "a number of jobs per hour > 0")
@@ -189,6 +194,9 @@ def _init_worker(context: SolveContext) -> None:
 
 
 def _run_one(run: SweepRun) -> SweepOutcome:
+    from services.cli.simulation import run_policy
+    from sim.metrics import SweepRow
+
     assert _context is not None, "the worker was not initialised"
     result, summary = run_policy(run.policy, run.scenario, _context)
     return SweepOutcome(
@@ -202,6 +210,8 @@ def _run_one(run: SweepRun) -> SweepOutcome:
 def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds: int) -> None:
     """Average JCT in hours, one row per rate, one column per policy: the mean over the seeds,
     with the range when there are several."""
+    from sim.metrics import sweep_lines
+
     lines = {line.policy: line for line in sweep_lines(rows)}
     rates = sorted({row.jobs_per_hour for row in rows})
     table = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -71,6 +73,40 @@ def test_several_policies_write_a_comparison_and_print_its_table(tmp_path, capsy
     assert code == 0
     printed = json.loads(stdout)
     assert printed["rows"] == comparison["rows"] and list(printed["runs"]) == policies
+
+
+def test_no_plots_writes_the_numbers_without_a_png(tmp_path, capsys):
+    """Two policies (a comparison and its runs), about 5 s."""
+    policies = ["max_min_fairness", "max_min_fairness_perf"]
+    out = tmp_path / "cmp"
+    code, stdout, _ = gavel(
+        capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--preset", "gavel",
+        "--policies", ",".join(policies), "--out", str(out), "--no-plots",
+    )
+    assert code == 0
+    assert {p.name for p in out.iterdir()} == {"comparison.json", "comparison.txt", *policies}
+    for policy in policies:
+        assert {p.name for p in (out / policy).iterdir()} == {"summary.json", "jobs.csv"}
+    assert stdout.splitlines()[-2:] == [  # the files it lists are the ones written
+        f"wrote {out}/: comparison.txt, comparison.json",
+        f"  and per policy, in {out}/<policy>/: summary.json, jobs.csv",
+    ]
+    for row in json.loads((out / "comparison.json").read_text())["rows"]:
+        assert row["avg_jct_h"] * 3600 == pytest.approx(RECORDED[row["policy"]]["avg_jct_s"], rel=0.10)
+
+
+def test_no_plots_never_imports_matplotlib(tmp_path):
+    """In a fresh interpreter (in this one, other tests have imported it): a few seconds, most of
+    them the solver stack's import."""
+    child = (
+        "import sys; from services.cli import main; "
+        f"code = main(['simulate', '--trace', {STATIC!r}, '--cluster', '4:4:4', '--policy', 'fifo_perf', "
+        f"'--out', {str(tmp_path / 'run')!r}, '--no-plots', '--json']); "
+        "print(code, 'matplotlib' in sys.modules, 'cvxpy' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert done.stderr.split() == ["0", "False", "True"], done.stderr
+    assert json.loads(done.stdout)["jobs_total"] == 32
 
 
 def test_the_services_engine_gives_the_fast_paths_numbers(tmp_path, capsys):
