@@ -25,7 +25,8 @@ from common.errors import PolicyParameterError
 from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
-from policy_service.core.compiled import solve_max_min
+from policy_service.core.compiled import MaxMinColumns, solve_max_min
+from policy_service.core.pair_columns import Prices, Restricted, column_codes, solve_by_columns
 from policy_service.core.solving import STATUS_OF, solve
 from policy_service.core.problem import Problem
 
@@ -63,19 +64,66 @@ class MaxMinFairness:
         coefficients = fairness_coefficients(view)
         # Classes must agree on everything the program reads: throughputs and scale factor
         # (added by build_space) and the priority weight.
-        space = build_space(view, packing=self.space_sharing, options=self.options, columns=[problem.priority_weights])
+        space = build_space(
+            view, packing=self.space_sharing, options=self.options, columns=[problem.priority_weights],
+            can_generate=True,
+        )
         if not self.space_sharing and self.options.grouping and self.options.solver == "CLARABEL":
             return self._compiled(space, coefficients, started)
-        level_matrix = sp.diags(coefficients[space.classes.representative]) @ space.throughput()
+        class_coefficients = coefficients[space.classes.representative]
+        if space.pool is not None:  # one row per job: pair columns by generation (pair_columns.py)
+            build_s = time.perf_counter() - started
+            master = MaxMinColumns(space.num_classes, space.problem.worker_counts) if self.options.solver == "CLARABEL" else None
+            final, result, timings = solve_by_columns(space, lambda s: self._restricted(s, class_coefficients, master=master))
+            return final.allocation(
+                result.values, policy=self.name, status=result.status, objective=result.objective,
+                started_s=started, reason=result.reason, timings={**timings, "build_s": build_s},
+            )
+        result = self._restricted(space, class_coefficients, started)
+        return space.allocation(
+            result.values, policy=self.name, status=result.status, objective=result.objective,
+            started_s=started, reason=result.reason, timings=result.timings,
+        )
+
+    def _restricted(
+        self, space, class_coefficients: np.ndarray, started: float | None = None,  # noqa: ANN001
+        master: MaxMinColumns | None = None,
+    ) -> Restricted:
+        """The program over the space's variables, with the prices of its pair columns."""
+        started = time.perf_counter() if started is None else started
+        level_matrix = sp.diags(class_coefficients) @ space.throughput()
+        # Generated columns with the default solver: one warm-started HiGHS simplex model over
+        # the rounds (compiled.MaxMinColumns: no cvxpy canonicalisation per round, and no
+        # interior-point fill-in). The full program keeps its cvxpy form, so allocations where
+        # classes collapse (the simulator's) are unchanged.
+        if master is not None:
+            build_s = time.perf_counter() - started
+            values, level, duals, status = master.solve(
+                column_codes(space), level_matrix, space.budget, space.usage
+            )
+            outcome_status = STATUS_OF.get(status, Status.FAILED)
+            timings = {"build_s": build_s, "solve_call_s": time.perf_counter() - started - build_s}
+            reason = "" if outcome_status == Status.OPTIMAL else f"solver HiGHS returned {status}"
+            prices = None
+            if duals is not None:
+                mu, beta, gamma = duals
+                prices = Prices(mu * class_coefficients, beta, gamma)
+            return Restricted(values, level, outcome_status, reason, timings, prices)
         v = cp.Variable(space.num_vars, nonneg=True)
         level = cp.Variable()
-        program = cp.Problem(cp.Maximize(level), [level_matrix @ v >= level, *space.constraints(v)])
-        build_s = time.perf_counter() - started
-        outcome = solve(program, self.options, build_s=build_s)
-        objective = float(level.value) if level.value is not None and outcome.status.startswith("optimal") else None
-        return space.allocation(
-            v.value, policy=self.name, status=outcome.status, objective=objective,
-            started_s=started, reason=outcome.reason, timings=outcome.timings,
+        fair = level_matrix @ v >= level
+        time_rows, gpu_rows = space.budget @ v <= 1, space.usage @ v <= space.problem.worker_counts
+        program = cp.Problem(cp.Maximize(level), [fair, time_rows, gpu_rows, *space.pairing_constraints(v)])
+        outcome = solve(program, self.options, build_s=time.perf_counter() - started)
+        optimal = level.value is not None and outcome.status.startswith("optimal")
+        prices = None
+        if optimal and fair.dual_value is not None:
+            prices = Prices(
+                np.asarray(fair.dual_value) * class_coefficients, np.asarray(time_rows.dual_value),
+                np.asarray(gpu_rows.dual_value),
+            )
+        return Restricted(
+            v.value, float(level.value) if optimal else None, outcome.status, outcome.reason, outcome.timings, prices
         )
 
     def _compiled(self, space, coefficients: np.ndarray, started: float) -> Allocation:  # noqa: ANN001

@@ -33,6 +33,12 @@ which its mechanism can never run), and dominated placements (``prune_dominated`
   loses anything. In Gavel's table this removes ~70% of the pair variables.
 
 Turning both off and ``grouping`` off gives exactly Gavel's per-job (and per-job-pair) program.
+
+When every job brings its own throughput row, classes are single jobs and class pairs are job
+pairs again (O(n^2)). A policy that can solve by column generation (pair_columns.py) then gets a
+Space with no pair variable yet and the candidate pairs kept aside as a ``PairPool``
+(``pair_variables="generated"``, or "auto" above ``GENERATE_ABOVE`` candidate pair variables);
+``Space.with_pairs`` adds the columns the prices ask for.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import functools
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import cvxpy as cp
@@ -53,6 +59,8 @@ from policy_service.core.allocation import NOISE_FRACTION, Allocation, PairShare
 from policy_service.core.grouping import JobClasses, group_jobs
 from policy_service.core.packing import (
     PairClasses,
+    cell_colocation,
+    cell_partner_count,
     PartnerEntries,
     class_pair_count,
     key_throughputs,
@@ -63,7 +71,13 @@ from policy_service.core.packing import (
 )
 from policy_service.core.problem import Problem
 
-PAIR_VARIABLES = ("auto", "class_pairs", "partner_keys")
+PAIR_VARIABLES = ("auto", "class_pairs", "partner_keys", "generated")
+
+# "auto" generates pair columns (pair_columns.py) instead of materialising them all when the
+# candidate class-pair variables exceed this: ~3 per pair of 100 per-job classes, where the full
+# program still solves in ~0.1 s; jobs grouped by a table's rows (at most 83 classes of
+# Gavel's table) stay below it whatever their number, so the simulator's programs are unchanged.
+GENERATE_ABOVE = 20_000
 
 
 @functools.cache
@@ -81,8 +95,10 @@ class SolveOptions:
         CLARABEL by default, ECOS to get what Gavel got.
     grouping: one set of variables per class of interchangeable jobs (False: per job and per
         job pair, as Gavel).
-    pair_variables: "auto" (the smaller of the two exact forms), "class_pairs" or
-        "partner_keys"; ungrouped always uses per-job pairs.
+    pair_variables: "auto" (the smaller of the two exact forms, generated above
+        GENERATE_ABOVE candidate class-pair variables where the policy can), "class_pairs",
+        "partner_keys" or "generated" (class pairs by column generation where the policy can,
+        all class pairs elsewhere); ungrouped always uses every per-job pair.
     """
 
     solver: str = "CLARABEL"
@@ -120,6 +136,20 @@ def _csr(
 
 
 @dataclass(frozen=True, eq=False)
+class PairPool:
+    """Every candidate class pair of a problem (``packing.pair_classes``) with the types where
+    its column may exist ((P, K) ``allowed``: the gang fits, not dominated), none of them
+    variables yet: column generation (pair_columns.py) prices them all and adds a few."""
+
+    pairs: PairClasses
+    allowed: np.ndarray
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.allowed.sum())
+
+
+@dataclass(frozen=True, eq=False)
 class Space:
     """Variables and constraint matrices of one problem (see the module docstring)."""
 
@@ -139,10 +169,34 @@ class Space:
     no_self: sp.csr_matrix  # (S, V) <= 0
     class_throughputs: np.ndarray  # (C, K) isolated steps/s of each class
     class_scale_factors: np.ndarray  # (C,)
+    # Candidate class pairs not (all) materialised: set when the caller solves by column
+    # generation; ``pairs`` then holds the columns generated so far.
+    pool: PairPool | None = None
+    num_x: int = -1  # variables of x (the first ones); -1: not recorded (no pool)
+    pool_rows: np.ndarray | None = None  # (P,) the pool row of each of ``pairs`` (with a pool)
 
     @property
     def num_classes(self) -> int:
         return self.classes.num_classes
+
+    def with_pairs(self, selected: np.ndarray) -> Space:
+        """The same space with the pool's columns ``selected`` ((P, K) bool, within
+        ``pool.allowed``) as its class-pair variables, after the x variables (same indices)."""
+        assert self.pool is not None, "with_pairs needs a space built with a pair pool"
+        rows = np.flatnonzero(selected.any(axis=1))
+        pairs = PairClasses(self.pool.pairs.pairs[rows], self.pool.pairs.throughputs_steps_per_s[rows])
+        x_budget = tuple(part[:1] for part in self.budget_triplets)
+        x_usage = tuple(part[:1] for part in self.usage_triplets)
+        pair_index, num_vars, budget_parts, usage_parts = _pair_columns(
+            pairs, selected[rows], self.num_x, self.classes.sizes.astype(float), self.class_scale_factors
+        )
+        return replace(
+            self, mode="class_pairs", pairs=pairs, pair_index=pair_index, num_vars=num_vars,
+            budget_triplets=tuple(a + b for a, b in zip(x_budget, budget_parts)),
+            usage_triplets=tuple(a + b for a, b in zip(x_usage, usage_parts)),
+            balance=sp.csr_matrix((0, num_vars)), no_self=sp.csr_matrix((0, num_vars)),
+            pool_rows=rows,
+        )
 
     @functools.cached_property
     def budget(self) -> sp.csr_matrix:
@@ -301,20 +355,37 @@ def build_space(
     packing: bool,
     options: SolveOptions,
     columns: Sequence[np.ndarray] = (),
+    can_generate: bool = False,
 ) -> Space:
     """Group the jobs (by throughputs, scale factor, colocation key and ``columns``), pick and
-    enumerate the pair variables when ``packing``, and build the constraint matrices."""
+    enumerate the pair variables when ``packing``, and build the constraint matrices.
+
+    ``can_generate``: the caller solves by column generation (pair_columns.py) when the space
+    comes back with a ``pool``; other callers always get every pair variable they need."""
     num_jobs, num_types = problem.num_jobs, problem.num_types
     key_columns = [problem.throughputs_steps_per_s, problem.scale_factors, *columns]
     if packing:
         key_columns.append(problem.colocation.key_of_job)
     classes = group_jobs(key_columns, num_jobs, enabled=options.grouping)
     mode = "none"
+    cells = None
     if packing and problem.colocation.num_pairs:
         mode = options.pair_variables if options.grouping else "class_pairs"
+        if options.grouping:
+            cells = cell_colocation(problem)
         if mode == "auto":
             class_pair_vars, partner_vars = class_pair_count(problem, classes)
-            mode = "partner_keys" if partner_vars < class_pair_vars else "class_pairs"
+            if can_generate and class_pair_vars <= partner_vars and class_pair_vars * num_types > GENERATE_ABOVE:
+                # One key per job (its own row): generated job pairs. Measured faster than cell
+                # partners at 256-2,048 jobs for max-min (a simplex re-solve per round against
+                # an interior-point solve whose factorisation fills in); docs/policies.md.
+                mode = "generated"
+            else:
+                if cells is not None:
+                    partner_vars = min(partner_vars, cell_partner_count(problem, classes, cells))
+                mode = "partner_keys" if partner_vars < class_pair_vars else "class_pairs"
+        if mode == "generated" and not can_generate:
+            mode = "class_pairs"
     counts = problem.worker_counts
     reps = classes.representative
     class_tput = problem.throughputs_steps_per_s[reps] if num_jobs else np.zeros((0, num_types))
@@ -340,29 +411,30 @@ def build_space(
     balance = sp.csr_matrix((0, num_x))
     no_self = sp.csr_matrix((0, num_x))
     num_vars = num_x
-    if mode == "class_pairs":
+    pool = None
+    if mode in ("class_pairs", "generated"):
         pairs = pair_classes(problem, classes)
-        allowed = fits[pairs.pairs[:, 0]].reshape(pairs.num_pairs, num_types).copy()
-        if options.prune_dominated and pairs.num_pairs:
-            alone = np.stack([class_tput[pairs.pairs[:, 0]], class_tput[pairs.pairs[:, 1]]], axis=2)
-            allowed &= _normalised_packed_throughput(pairs.throughputs_steps_per_s, alone) > 1.0 + 1e-12
-        pair_index = np.full(allowed.shape, -1, dtype=np.int64)
-        pair_index[allowed] = num_x + np.arange(int(allowed.sum()))
-        num_vars = num_x + int(allowed.sum())
-        p_idx, pk_idx = np.nonzero(allowed)
-        a, b = pairs.pairs[p_idx, 0], pairs.pairs[p_idx, 1]
-        same = a == b
-        cols = pair_index[p_idx, pk_idx]
-        b_rows += [a, b[~same]]
-        b_cols += [cols, cols[~same]]
-        b_vals += [np.where(same, 2.0, 1.0) / sizes[a], 1.0 / sizes[b[~same]]]
-        u_rows.append(pk_idx)
-        u_cols.append(cols)
-        u_vals.append(class_sf[a])
+        allowed = _pair_allowed(pairs, fits, class_tput, options)
+        if mode == "generated":
+            # Only the candidates: the caller's column generation adds pair variables.
+            useful = allowed.any(axis=1)
+            pool = PairPool(PairClasses(pairs.pairs[useful], pairs.throughputs_steps_per_s[useful]), allowed[useful])
+            pairs, allowed = PairClasses.none(num_types), np.zeros((0, num_types), dtype=bool)
+            mode = "class_pairs"
+        pair_index, num_vars, budget_parts, usage_parts = _pair_columns(pairs, allowed, num_x, sizes, class_sf)
+        for target, parts in ((b_rows, budget_parts[0]), (b_cols, budget_parts[1]), (b_vals, budget_parts[2]),
+                              (u_rows, usage_parts[0]), (u_cols, usage_parts[1]), (u_vals, usage_parts[2])):
+            target.extend(parts)
     elif mode == "partner_keys":
-        partners = partner_entries(problem, classes)
+        if cells is not None and cell_partner_count(problem, classes, cells) >= class_pair_count(problem, classes)[1]:
+            cells = None  # rows shared by whole cells: the colocation's own keys are as coarse
+        partners = partner_entries(problem, classes, cells)
         allowed = fits[partners.cls].copy()
-        if options.prune_dominated and partners.num_entries:
+        if cells is not None and options.prune_dominated and partners.num_entries:
+            # Normalised packed throughput of the pair = the sum of the two fractions, whatever
+            # the two rows: dominance is a property of the two cells.
+            allowed &= partners.fractions.sum(axis=2) > 1.0 + 1e-12
+        elif options.prune_dominated and partners.num_entries:
             # Dominance is a property of the two job types: one job of this class against one of the
             # partner key (every class of a key has the key's throughputs).
             key_pairs = problem.colocation.key_pairs[partners.key_pair]
@@ -405,7 +477,35 @@ def build_space(
         no_self=no_self,
         class_throughputs=class_tput,
         class_scale_factors=class_sf,
+        pool=pool,
+        num_x=num_x if pool is not None else -1,
+        pool_rows=np.zeros(0, np.int64) if pool is not None else None,
     )
+
+
+def _pair_allowed(pairs: PairClasses, fits: np.ndarray, class_tput: np.ndarray, options: SolveOptions) -> np.ndarray:
+    """(P, K): where a class pair's column may exist (the gang fits the type; not dominated)."""
+    allowed = fits[pairs.pairs[:, 0]].reshape(pairs.num_pairs, fits.shape[1]).copy()
+    if options.prune_dominated and pairs.num_pairs:
+        alone = np.stack([class_tput[pairs.pairs[:, 0]], class_tput[pairs.pairs[:, 1]]], axis=2)
+        allowed &= _normalised_packed_throughput(pairs.throughputs_steps_per_s, alone) > 1.0 + 1e-12
+    return allowed
+
+
+def _pair_columns(
+    pairs: PairClasses, allowed: np.ndarray, num_x: int, sizes: np.ndarray, class_sf: np.ndarray
+) -> tuple[np.ndarray, int, tuple[list, list, list], tuple[list, list, list]]:
+    """Class-pair variables after the ``num_x`` x variables: (pair_index (P, K), number of
+    variables, budget (rows, cols, values) and usage (rows, cols, values) to append)."""
+    pair_index = np.full(allowed.shape, -1, dtype=np.int64)
+    pair_index[allowed] = num_x + np.arange(int(allowed.sum()))
+    p_idx, pk_idx = np.nonzero(allowed)
+    a, b = pairs.pairs[p_idx, 0], pairs.pairs[p_idx, 1]
+    same = a == b
+    cols = pair_index[p_idx, pk_idx]
+    budget = ([a, b[~same]], [cols, cols[~same]], [np.where(same, 2.0, 1.0) / sizes[a], 1.0 / sizes[b[~same]]])
+    usage = ([pk_idx], [cols], [class_sf[a]])
+    return pair_index, num_x + len(cols), budget, usage
 
 
 def _normalised_packed_throughput(packed: np.ndarray, alone: np.ndarray) -> np.ndarray:

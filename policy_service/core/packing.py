@@ -19,13 +19,14 @@ variables out as class pairs after a solve.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from policy_service.core.grouping import JobClasses
-from policy_service.core.problem import Problem
+from policy_service.core.grouping import JobClasses, group_jobs
+from policy_service.core.problem import ClassPairSpec, Problem
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +85,96 @@ def pair_classes(problem: Problem, classes: JobClasses) -> PairClasses:
     return PairClasses(pairs=pairs[ordering], throughputs_steps_per_s=rows[ordering])
 
 
+# ------------------------------------------------------------------------------ cell keys
+#
+# Class colocations (an estimator's model) give each job its own row and each pair of
+# colocation classes a fraction per type: a job packed with a job of class h keeps
+# ``fraction[own class, h]`` of its own steps/s, whoever that partner is. So what one job gains
+# from its packed time depends on the partner's class, not on the partner's row, and the partner
+# form below is exact with keys = cells (colocation class, scale factor) even when every job has
+# a row of its own: variables O(jobs x classes) where job pairs are O(jobs^2).
+
+
+@dataclass(frozen=True, eq=False)
+class CellColocation:
+    """Packing by cells (colocation class, scale factor).
+
+    cell_of_job (n,): -1 = never packed (the job's colocation key is -1); cell_pairs (Q, 2):
+    unordered cell pairs u <= v whose classes are listed together, same scale factor, a self
+    pair only for a cell of two jobs or more; fractions (Q, K, 2): [q, k, 0] the share of its own
+    steps/s a job of cell_pairs[q, 0] keeps when packed with one of cell_pairs[q, 1] on type k.
+    """
+
+    cell_of_job: np.ndarray
+    cell_pairs: np.ndarray
+    fractions: np.ndarray
+
+
+def class_fraction_table(
+    class_pairs: Sequence[ClassPairSpec], worker_types: tuple[str, ...]
+) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+    """Class colocations -> (class index by name, fraction (C, C, K, 2), listed (C, C) bool):
+    fraction[a, b, k] = (an a-job's fraction, a b-job's) on type k; a type left out cannot host
+    the pair (0); a self pair (c, c) is symmetrised (the mean of its two positions) so that the
+    jobs of one class stay interchangeable."""
+    names = sorted({name for pair in class_pairs for name in pair.classes})
+    class_index = {name: c for c, name in enumerate(names)}
+    num_classes, num_types = len(names), len(worker_types)
+    fraction = np.zeros((num_classes, num_classes, num_types, 2))
+    listed = np.zeros((num_classes, num_classes), dtype=bool)
+    for pair in class_pairs:
+        a, b = class_index[pair.classes[0]], class_index[pair.classes[1]]
+        values = np.zeros((num_types, 2))
+        for name, value in pair.fractions.items():
+            values[worker_types.index(name)] = value
+        if a == b:
+            values[:] = values.mean(axis=1, keepdims=True)
+        fraction[a, b] = values
+        fraction[b, a] = values[:, ::-1]
+        listed[a, b] = listed[b, a] = True
+    return class_index, fraction, listed
+
+
+def cell_colocation(problem: Problem) -> CellColocation | None:
+    """The cells of a problem whose packing comes from class colocations; None otherwise (pairs
+    from a table are already keyed by job type; pairs listed job by job do not factorise)."""
+    if problem.colocation_source != "classes" or not problem.class_colocations or not problem.colocation_classes:
+        return None
+    class_index, fraction, listed = class_fraction_table(problem.class_colocations, problem.worker_types)
+    class_of_job = np.fromiter((class_index.get(name, -1) for name in problem.colocation_classes), np.int64,
+                               problem.num_jobs)
+    packable = np.flatnonzero((class_of_job >= 0) & (problem.colocation.key_of_job >= 0))
+    cell_of_job = np.full(problem.num_jobs, -1, dtype=np.int64)
+    if len(packable) == 0:
+        return CellColocation(cell_of_job, np.zeros((0, 2), np.int64), np.zeros((0, problem.num_types, 2)))
+    cells = group_jobs([class_of_job[packable], problem.scale_factors[packable]], len(packable))
+    cell_of_job[packable] = cells.class_of_job
+    cell_class = class_of_job[packable[cells.representative]]
+    cell_sf = problem.scale_factors[packable[cells.representative]]
+    allowed = (
+        listed[cell_class[:, None], cell_class[None, :]]
+        & (cell_sf[:, None] == cell_sf[None, :])
+        & np.triu(np.ones((cells.num_classes, cells.num_classes), dtype=bool))
+    )
+    np.fill_diagonal(allowed, np.diag(allowed) & (cells.sizes >= 2))
+    u, v = np.nonzero(allowed)  # row-major: sorted by (u, v)
+    return CellColocation(
+        cell_of_job, np.stack([u, v], axis=1).astype(np.int64), fraction[cell_class[u], cell_class[v]]
+    )
+
+
+def cell_partner_count(problem: Problem, classes: JobClasses, cells: CellColocation) -> int:
+    """Partner variables per type with cell keys (before pruning)."""
+    if len(cells.cell_pairs) == 0:
+        return 0
+    size = int(cells.cell_pairs.max()) + 1
+    per_cell = np.bincount(cells.cell_pairs[:, 0], minlength=size) + np.bincount(
+        cells.cell_pairs[:, 1], minlength=size
+    ) - np.bincount(cells.cell_pairs[cells.cell_pairs[:, 0] == cells.cell_pairs[:, 1], 0], minlength=size)
+    cell_of_class = cells.cell_of_job[classes.representative]
+    return int(per_cell[cell_of_class[cell_of_class >= 0]].sum())
+
+
 # --------------------------------------------------------------------------- partner variables
 #
 # When classes are much finer than job types (finish-time fairness and makespan read each job's
@@ -114,23 +205,37 @@ class PartnerEntries:
     side: np.ndarray
     throughputs_steps_per_s: np.ndarray
     partner_throughputs_steps_per_s: np.ndarray
+    # With cell keys (CellColocation): the key pairs ``key_pair`` indexes (None: the problem's
+    # colocation.key_pairs), and the two sides' fractions (E, K, 2), own first.
+    key_pairs: np.ndarray | None = None
+    fractions: np.ndarray | None = None
 
     @property
     def num_entries(self) -> int:
         return len(self.cls)
 
+    def pairs_of(self, problem: Problem) -> np.ndarray:
+        """(Q, 2) the key pairs ``key_pair`` indexes."""
+        return problem.colocation.key_pairs if self.key_pairs is None else self.key_pairs
 
-def partner_entries(problem: Problem, classes: JobClasses) -> PartnerEntries:
-    """Every (class, key pair) entry, built with array operations."""
-    colocation = problem.colocation
+
+def partner_entries(problem: Problem, classes: JobClasses, cells: CellColocation | None = None) -> PartnerEntries:
+    """Every (class, key pair) entry, built with array operations. Keys are the colocation's
+    (job types from a table, or rows), or the ``cells`` (colocation classes) when given: a
+    class's packed steps/s is then its own row times its fraction."""
     num_types = problem.num_types
     empty = PartnerEntries(
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
         np.zeros((0, num_types)), np.zeros((0, num_types)),
+        None if cells is None else cells.cell_pairs, None if cells is None else np.zeros((0, num_types, 2)),
     )
-    if colocation.num_pairs == 0 or classes.num_classes == 0:
+    if cells is not None:
+        key_of_job, pairs, pair_table = cells.cell_of_job, cells.cell_pairs, cells.fractions
+    else:
+        key_of_job = problem.colocation.key_of_job
+        pairs, pair_table = problem.colocation.key_pairs, problem.colocation.throughputs_steps_per_s
+    if len(pairs) == 0 or classes.num_classes == 0:
         return empty
-    pairs = colocation.key_pairs
     count = len(pairs)
     key = np.concatenate([pairs[:, 0], pairs[:, 1]])
     pair_index = np.concatenate([np.arange(count), np.arange(count)])
@@ -139,7 +244,7 @@ def partner_entries(problem: Problem, classes: JobClasses) -> PartnerEntries:
     key, pair_index, side = key[keep], pair_index[keep], side[keep]
     order = np.argsort(key, kind="stable")
     key, pair_index, side = key[order], pair_index[order], side[order]
-    key_of_class = colocation.key_of_job[classes.representative]
+    key_of_class = key_of_job[classes.representative]
     start = np.searchsorted(key, key_of_class, "left")
     stop = np.searchsorted(key, key_of_class, "right")
     per_class = np.where(key_of_class >= 0, stop - start, 0)
@@ -149,15 +254,23 @@ def partner_entries(problem: Problem, classes: JobClasses) -> PartnerEntries:
     offset = np.arange(len(cls)) - np.repeat(np.cumsum(per_class) - per_class, per_class)
     slot = np.repeat(start, per_class) + offset
     entry_pair, entry_side = pair_index[slot], side[slot]
-    table = colocation.throughputs_steps_per_s[entry_pair]  # (E, K, 2)
+    table = pair_table[entry_pair]  # (E, K, 2)
     own = np.where(entry_side[:, None] == 0, table[:, :, 0], table[:, :, 1])
     partner = np.where(entry_side[:, None] == 0, table[:, :, 1], table[:, :, 0])
+    fractions = None
+    if cells is not None:  # fractions of the two sides; own steps/s = the class's row x fraction
+        fractions = np.stack([own, partner], axis=2)
+        own = problem.throughputs_steps_per_s[classes.representative[cls]] * own
+        partner = np.zeros_like(own)  # partners differ job by job: see ``fractions``
     # A self key needs a second job of that key somewhere.
     jobs_of_key = np.bincount(key_of_class[key_of_class >= 0], weights=classes.sizes[key_of_class >= 0],
                               minlength=int(key_of_class.max()) + 1)
     self_pair = pairs[entry_pair, 0] == pairs[entry_pair, 1]
     usable = ~self_pair | (jobs_of_key[key_of_class[cls]] >= 2)
-    return PartnerEntries(cls[usable], entry_pair[usable], entry_side[usable], own[usable], partner[usable])
+    return PartnerEntries(
+        cls[usable], entry_pair[usable], entry_side[usable], own[usable], partner[usable],
+        None if cells is None else pairs, None if fractions is None else fractions[usable],
+    )
 
 
 def class_pair_count(problem: Problem, classes: JobClasses) -> tuple[int, int]:
@@ -198,7 +311,7 @@ def partner_rows(
     """Balance rows (one per job-type pair g != h and type) and no-self-pairing rows (one per
     single-job class and type of a self pair), the latter through one auxiliary variable per
     self pair and type holding the pair's total: total == sum Z, 2 Z[c] - total <= 0."""
-    key_pairs = problem.colocation.key_pairs
+    key_pairs = partners.pairs_of(problem)
     pair = partners.key_pair[e_idx]
     self_pair = key_pairs[pair, 0] == key_pairs[pair, 1]
     num_types = problem.num_types
@@ -247,7 +360,7 @@ def partners_to_class_pairs(
     found_w: list[np.ndarray] = []
     found_k: list[np.ndarray] = []
     order = np.lexsort((partners.cls, partners.side, partners.key_pair))
-    key_pairs = problem.colocation.key_pairs
+    key_pairs = partners.pairs_of(problem)
     boundaries = np.flatnonzero(np.diff(partners.key_pair[order])) + 1
     for block in np.split(order, boundaries):
         if len(block) == 0:

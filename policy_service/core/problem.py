@@ -213,7 +213,8 @@ class Problem:
     colocation_source: str = "none"
     # (n,) each job's colocation class ("" = none); () when no job has one. With the class
     # colocations as given (validated; None: not given) they let the JSON writer round-trip the
-    # input; the policies read only ``colocation``.
+    # input, and the packed programs key partners by colocation class (packing.cell_colocation)
+    # when every job has its own row; ``colocation`` stays the one source of pair throughputs.
     colocation_classes: tuple[str, ...] = ()
     class_colocations: tuple[ClassPairSpec, ...] | None = None
     # (K,) the largest gang each type can host. None: worker_counts. A POP part holds a share

@@ -24,6 +24,7 @@ from common.errors import ProblemError
 from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
 from policy_service.core.grouping import group_jobs
+from policy_service.core.packing import class_fraction_table
 from policy_service.core.problem import (
     ENTITY_POLICIES,
     AllocationEntry,
@@ -413,23 +414,8 @@ def _colocation_from_classes(
     or job pairs.
     """
     num_jobs, num_types = throughputs.shape
-    names = sorted({name for pair in class_pairs for name in pair.classes})
-    class_index = {name: c for c, name in enumerate(names)}
-    num_classes = len(names)
     # fraction[a, b, k] = (an a-job's fraction, a b-job's fraction) when they share a GPU of type k
-    fraction = np.zeros((num_classes, num_classes, num_types, 2))
-    listed = np.zeros((num_classes, num_classes), dtype=bool)
-    for pair in class_pairs:
-        a, b = class_index[pair.classes[0]], class_index[pair.classes[1]]
-        values = np.zeros((num_types, 2))  # types left out: the pair cannot share them
-        for name, value in pair.fractions.items():
-            values[worker_types.index(name)] = value
-        if a == b:
-            values[:] = values.mean(axis=1, keepdims=True)
-        fraction[a, b] = values
-        fraction[b, a] = values[:, ::-1]
-        listed[a, b] = listed[b, a] = True
-
+    class_index, fraction, listed = class_fraction_table(class_pairs, worker_types)
     class_of_job = np.fromiter((class_index.get(name, -1) for name in colocation_classes), np.int64, num_jobs)
     packable = np.flatnonzero(class_of_job >= 0)
     if len(packable) == 0:

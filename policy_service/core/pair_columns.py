@@ -1,0 +1,186 @@
+"""The optimum of a packed program without every pair variable: column generation.
+
+When every job has its own throughput row, classes are single jobs and the class pairs are the
+job pairs: O(n^2) pair variables (1.1 M x 3 types at 2,048 jobs), almost all of them zero at the
+optimum (a job packs with a handful of partners). Column generation solves the same program:
+
+1. solve the *restricted* program: every x variable, only the pair columns generated so far
+   (none at first, or the pairs of the previous allocation: a warm start across rounds);
+2. from its dual prices, compute every candidate column's reduced gain in one vectorised pass
+   (below); a column whose gain exceeds its cost would raise the objective if added;
+3. add the most improving ones (a few per class), solve again; stop when none improves.
+
+Pair variables enter every program linearly (a job's steps/s, a job's time, a type's GPUs), so
+for the convex programs here (LPs, and FTF's inv_pos rows) the KKT conditions of the restricted
+optimum, extended by zeros, are those of the full program exactly when no column has a positive
+reduced gain: the answer is the full program's optimum, not an approximation (POP is the
+approximate option). With a relative tolerance ``eps`` on "improves", the objective is within
+``eps`` (relative) of the full program's: scaling the budget and GPU prices by 1 + eps gives
+a dual-feasible point of the full program whose bound is (1 + eps) times the restricted value.
+
+Reduced gain of column (p, k) packing classes a and b on type k, from the policy's prices:
+
+    gain = pi_a * T'[p, k, a] * m_a + pi_b * T'[p, k, b] * m_b    (objective per unit time)
+    cost = beta_a * m_a + beta_b * m_b + gamma_k * s_p
+    m_c = 1 / |c| (2 / |a| for a self pair (a, a), no b term)
+
+pi_c: what one more steps/s of one job of class c is worth to the objective (d objective / d
+throughput: the fairness row's dual times the fairness coefficient for max-min; for FTF the
+dual times the derivative of inv_pos at the solution); beta_c: the dual of class c's time row;
+gamma_k: the dual of type k's GPUs; s_p: the pair's gang (GPUs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from policy_service.core.allocation import Status
+from policy_service.core.formulation import Space
+
+# A column improves when gain > cost * (1 + RELATIVE_TOLERANCE): the objective is then within
+# this relative distance of the full program's optimum (module docstring); the solver's own
+# accuracy (CLARABEL: 1e-8) is the floor below which the prices say nothing.
+RELATIVE_TOLERANCE = 1e-7
+# Columns added per class and round (as either member of the pair): a job packs with few
+# partners at the optimum; more per round means fewer rounds but larger restricted programs.
+COLUMNS_PER_CLASS = 2
+MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class Prices:
+    """The restricted program's dual prices, in the objective's sense (larger gain = better).
+
+    throughput (C,): objective per steps/s of one job of class c; budget (C,): per unit of one
+    job's time; usage (K,): per GPU of type k. All >= 0 at an optimum."""
+
+    throughput: np.ndarray
+    budget: np.ndarray
+    usage: np.ndarray
+
+
+@dataclass(frozen=True)
+class Restricted:
+    """One solve of a restricted program: the variable values, the objective, and the prices
+    (None when the solve did not reach an optimum)."""
+
+    values: np.ndarray | None
+    objective: float | None
+    status: Status
+    reason: str
+    timings: Mapping[str, float]
+    prices: Prices | None
+
+
+def reduced_gains(space: Space, prices: Prices) -> np.ndarray:
+    """(P, K) gain - (1 + RELATIVE_TOLERANCE) cost of every pool column; -inf where no column
+    may exist. Positive: adding the column would improve the objective."""
+    pool = space.pool
+    assert pool is not None
+    a, b = pool.pairs.pairs[:, 0], pool.pairs.pairs[:, 1]
+    sizes = space.classes.sizes.astype(float)
+    same = a == b
+    m_a = np.where(same, 2.0, 1.0) / sizes[a]
+    m_b = np.where(same, 0.0, 1.0 / sizes[b])
+    packed = pool.pairs.throughputs_steps_per_s  # (P, K, 2)
+    gain = (prices.throughput[a] * m_a)[:, None] * packed[:, :, 0]
+    gain += (prices.throughput[b] * m_b)[:, None] * packed[:, :, 1]
+    cost = (prices.budget[a] * m_a + prices.budget[b] * m_b)[:, None] + prices.usage[None, :] * space.class_scale_factors[a][:, None]
+    gain -= (1.0 + RELATIVE_TOLERANCE) * cost
+    gain[~pool.allowed] = -np.inf
+    return gain
+
+
+def choose_columns(space: Space, gains: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """(P, K) bool: the improving columns not yet present, at most COLUMNS_PER_CLASS per class
+    as each member (the best first), so every class with an improving partner gets one."""
+    improving = np.flatnonzero((gains > 0).reshape(-1) & ~present.reshape(-1))
+    chosen = np.zeros(gains.size, dtype=bool)
+    if len(improving) == 0:
+        return chosen.reshape(gains.shape)
+    value = gains.reshape(-1)[improving]
+    by_value = improving[np.argsort(-value, kind="stable")]
+    num_types = gains.shape[1]
+    pairs = space.pool.pairs.pairs  # type: ignore[union-attr]
+    for side in (0, 1):
+        member = pairs[by_value // num_types, side]
+        order = np.argsort(member, kind="stable")  # by class, best first within each class
+        grouped = member[order]
+        rank = np.arange(len(order)) - np.searchsorted(grouped, grouped, "left")
+        chosen[by_value[order[rank < COLUMNS_PER_CLASS]]] = True
+    return chosen.reshape(gains.shape)
+
+
+def previous_columns(space: Space) -> np.ndarray:
+    """(P, K) bool: the pool columns the previous allocation used (a warm start), if any."""
+    pool = space.pool
+    assert pool is not None
+    seed = np.zeros(pool.allowed.shape, dtype=bool)
+    previous = space.problem.previous
+    if previous is None or len(previous.pair_jobs) == 0 or pool.pairs.num_pairs == 0:
+        return seed
+    cls = space.classes.class_of_job[previous.pair_jobs]  # (m, 2)
+    low, high = cls.min(axis=1), cls.max(axis=1)
+    base = space.num_classes + 1
+    codes = pool.pairs.pairs[:, 0] * base + pool.pairs.pairs[:, 1]  # sorted (pair_classes)
+    wanted = low * base + high
+    position = np.clip(np.searchsorted(codes, wanted), 0, len(codes) - 1)
+    found = codes[position] == wanted
+    used = previous.pair_fractions[found] > 0
+    rows = np.repeat(position[found], used.shape[1])[used.reshape(-1)]
+    types = np.tile(np.arange(used.shape[1]), int(found.sum()))[used.reshape(-1)]
+    seed[rows, types] = True
+    return seed & pool.allowed
+
+
+def column_codes(space: Space) -> np.ndarray:
+    """(V,) a name for each variable of a restricted space that stays the same across rounds:
+    x variables by index, the pool column (r, k) as num_x + r * K + k."""
+    assert space.pool is not None and space.pool_rows is not None
+    codes = np.arange(space.num_vars, dtype=np.int64)
+    p_idx, k_idx = np.nonzero(space.pair_index >= 0)
+    codes[space.pair_index[p_idx, k_idx]] = space.num_x + space.pool_rows[p_idx] * space.problem.num_types + k_idx
+    return codes
+
+
+def solve_by_columns(
+    space: Space, restricted: Callable[[Space], Restricted]
+) -> tuple[Space, Restricted, dict[str, float]]:
+    """Column generation (module docstring) from the previous allocation's columns: the final
+    restricted space, its solve, and timings (rounds, columns, pricing time summed)."""
+    assert space.pool is not None
+    present = previous_columns(space)
+    current = space.with_pairs(present)
+    pricing_s, solver_s = 0.0, 0.0
+    converged = False
+    result = restricted(current)
+    for rounds in range(1, MAX_ROUNDS + 1):
+        solver_s += float(result.timings.get("solve_call_s", 0.0))
+        if result.prices is None:  # no optimum: report what the solver said
+            break
+        started = time.perf_counter()
+        gains = reduced_gains(current, result.prices)
+        chosen = choose_columns(current, gains, present)
+        pricing_s += time.perf_counter() - started
+        if not chosen.any():
+            converged = True
+            break
+        present |= chosen
+        current = space.with_pairs(present)
+        result = restricted(current)
+    timings = {
+        **dict(result.timings),
+        "solve_call_s": solver_s,
+        "pricing_s": pricing_s,
+        "iterations": float(rounds),
+        "pair_columns": float(present.sum()),
+        "candidate_columns": float(space.pool.num_columns),
+    }
+    if result.prices is not None and not converged:
+        reason = f"column generation stopped after {MAX_ROUNDS} rounds with improving columns left"
+        result = Restricted(result.values, result.objective, Status.OPTIMAL_INACCURATE, reason, timings, result.prices)
+    return current, result, timings
