@@ -9,7 +9,6 @@ make the same schedule (tests/sim/test_equivalence.py); the second is a few time
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import math
@@ -27,7 +26,6 @@ from policy_service.answer import SolveContext
 from policy_service.core.catalog import policy_names
 from policy_service.service import shipped_context
 from services.cli.common import CommandFailed
-from sim.driver import simulate_services
 from sim.fastpath import Progress, RunConfig, simulate
 from sim.learning import EstimationConfig
 from sim.metrics import Summary, isolated_throughputs_from_table, summarize
@@ -360,6 +358,10 @@ def run_policy(
     """Simulate one policy on the scenario's engine and summarise the run."""
     config = scenario.config(policy)
     if scenario.engine == "services":
+        import asyncio  # the services engine's runtime: the fast path (the default) never loads it
+
+        from sim.driver import simulate_services
+
         result = asyncio.run(simulate_services(scenario.trace, config, context, progress=progress))
     else:
         result = simulate(scenario.trace, config, context, progress=progress)
