@@ -4,7 +4,15 @@ Starts from Gavel's mechanism (preset gavel) and changes one setting at a time, 
 (preset default), on Gavel's two calibration traces. Prints a table (and --json) for
 docs/mechanism.md. Each row is one deterministic run (no medians needed: the simulator is exact).
 
-Usage: python bench/preset_differences.py [--json]
+`--migration` measures instead what the default preset does about moves (docs/mechanism.md,
+"What a move costs"): from the default preset as it was before migration-aware rounds (20 s
+restores, every round decided afresh) it switches each piece on in turn, beside Gavel's
+mechanism (which pays nothing for a move), on the continuous calibration trace and on a generated
+trace at Gavel's paper scale (36:36:36, 4 jobs/h, Gavel's generator with seed 0, 3,000 jobs, jobs
+1000-1499 measured), and prints average JCT, the worst finish-time-fairness ratio and the share
+of leases that move (every lease that is not an extension pays the restore).
+
+Usage: python bench/preset_differences.py [--json] [--migration [--traces continuous,paper] [--policies A,B]]
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mechanism_service.core.settings import DEFAULT_RESTORE_S, gavel_preset, preset  # noqa: E402
 from policy_service.service import shipped_context  # noqa: E402
 from sim.fastpath import RunConfig, simulate  # noqa: E402
-from sim.metrics import summarize  # noqa: E402
-from sim.traces import read_trace  # noqa: E402
+from sim.metrics import isolated_throughputs_from_table, summarize  # noqa: E402
+from sim.traces import TraceSpec, TraceStreams, generate_trace, read_trace  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "gavel-reference"
 RUNS = [  # trace, cluster, window, seed
@@ -42,11 +50,75 @@ def variants(policy: str):
     yield "default (all of the above)", preset("default", policy)
 
 
+MIGRATION_POLICIES = ["max_min_fairness_perf", "max_min_fairness_packed"]
+
+
+def migration_traces(context, names):
+    """(name, trace, cluster, window, seed) for --migration."""
+    if "continuous" in names:
+        trace = read_trace(REFERENCE / "continuous_rate1.4_n1200_seed1.trace")
+        yield "continuous 8:8:8", trace, {"v100": 8, "p100": 8, "k80": 8}, (100, 300), 1
+    if "paper" in names:
+        trace = generate_trace(TraceSpec(num_jobs=3000, jobs_per_hour=4.0), context.table, TraceStreams.gavel(0))
+        yield "paper scale 36:36:36", trace, {"v100": 36, "p100": 36, "k80": 36}, (1000, 1500), 0
+
+
+def migration_variants(policy: str):
+    default = preset("default", policy)
+    before = dataclasses.replace(default, extensions_first=False, charge_moves=False, move_overhead_share=None)
+    yield "gavel (no cost for a move)", preset("gavel", policy)
+    yield "default before (20 s restores)", before
+    yield "+ extensions before fresh placements", dataclasses.replace(before, extensions_first=True)
+    yield "+ moves charged in the priorities", dataclasses.replace(before, extensions_first=True, charge_moves=True)
+    yield "+ holds until a move is paid (default)", default
+    yield "  holds at 0.5% overhead", dataclasses.replace(default, move_overhead_share=0.005)
+    yield "  holds overshooting 30 moves", dataclasses.replace(default, move_overshoot_moves=30.0)
+    yield "  default without a restore cost", dataclasses.replace(before, restore_s=0.0)
+
+
+def migration(context, traces: list[str], policies: list[str], as_json: bool) -> int:
+    rows = []
+    for name, trace, cluster, window, seed in migration_traces(context, traces):
+        for policy in policies:
+            for label, settings in migration_variants(policy):
+                result = simulate(trace, RunConfig(policy, cluster, settings, seed=seed, window=window), context)
+                s = summarize(result, context.prices_per_hour or {}, isolated_throughputs_from_table(result, context.table))
+                leases = sum(r.leases for r in result.rounds)
+                moved = leases - sum(r.leases_extended for r in result.rounds)
+                rows.append({
+                    "trace": name, "policy": policy, "variant": label, "avg_jct_s": s.avg_jct_s,
+                    "rho_worst": s.rho_worst, "leases": leases, "moved_share": moved / leases if leases else None,
+                    "wall_s": result.wall_s,
+                })
+                r = rows[-1]
+                print(f"  {name:22} {policy:26} {label:40} {r['avg_jct_s']:9.0f} s {r['rho_worst']:6.3f}"
+                      f" {100 * r['moved_share']:5.1f}% {r['wall_s']:6.1f} s", file=sys.stderr, flush=True)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for name in dict.fromkeys(r["trace"] for r in rows):
+        for policy in policies:
+            mine = [r for r in rows if r["trace"] == name and r["policy"] == policy]
+            if not mine:
+                continue
+            gavel = mine[0]["avg_jct_s"]
+            print(f"\n{name}, {policy}: avg JCT (s, vs Gavel's mechanism), worst FTF ratio, leases that move")
+            for r in mine:
+                print(f"{r['variant']:42} {r['avg_jct_s']:9.0f} ({100 * (r['avg_jct_s'] / gavel - 1):+5.1f}%)"
+                      f" {r['rho_worst']:7.3f} {100 * r['moved_share']:6.1f}%")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--migration", action="store_true", help="what the default preset does about moves")
+    parser.add_argument("--traces", default="continuous,paper", help="--migration: continuous, paper or both")
+    parser.add_argument("--policies", default=",".join(MIGRATION_POLICIES), help="--migration: the policies")
     args = parser.parse_args()
     context = shipped_context()
+    if args.migration:
+        return migration(context, args.traces.split(","), args.policies.split(","), args.json)
     rows = []
     for trace_name, cluster, window, seed in RUNS:
         trace = read_trace(REFERENCE / trace_name)

@@ -82,7 +82,7 @@ from mechanism_service.core.model import Entry, JobState, MechanismState, Placem
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
 from mechanism_service.core.estimates import EstimateBook
 from mechanism_service.core.learning import take_estimate
-from mechanism_service.core.model import ProfilingState
+from mechanism_service.core.migration import note_move_cost
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import (
@@ -185,8 +185,11 @@ def _upgraded(memory: Memory) -> Memory:
                 default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
                 setattr(holder, f.name, default)
     vars(memory).pop("estimates", None)  # provenance only, before the estimate book
-    if memory.state is not None and "profiling" not in _slots_set(memory.state):
-        memory.state.profiling = ProfilingState()
+    if memory.state is not None:
+        present = _slots_set(memory.state)
+        for f in dataclasses.fields(MechanismState):
+            if f.name not in present and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                setattr(memory.state, f.name, f.default_factory())  # type: ignore[misc]
     legacy_known = vars(memory).pop("known_jobs", None)  # a set of ids, before specs were kept
     if legacy_known:
         memory.intake.known.update(dict.fromkeys(legacy_known))
@@ -1118,6 +1121,7 @@ class MechanismService:
         results = []
         failing = []
         attempts = memory.observations.attempts
+        kept = memory.running[1].kept if memory.running is not None else frozenset()
         for lease_id, lease in memory.expected.items():
             by_job = {r.job_id: r for r in memory.reports.pop(lease_id, [])}
             members = [memory.state.jobs.get(i) for i in lease.entry]
@@ -1138,6 +1142,8 @@ class MechanismService:
                 if member is None:
                     continue
                 report = by_job.get(member.job_id)
+                if report is not None and lease.entry not in kept:  # a fresh start: what it cost
+                    note_move_cost(memory.state, member.job_type, report.startup_s + report.restore_s)
                 label = attempts_core.ended_label(report, worker_lost=lost)
                 in_a_row = attempts_core.end_lease(attempts, member.job_id, label, done, report)
                 if in_a_row >= self._settings.max_failed_attempts:

@@ -250,6 +250,7 @@ def round_record(report: RoundReport) -> RoundRecord:
         leases_extended=report.leases_extended,
         lease_opportunities=report.lease_opportunities,
         reset=report.reset,
+        leases=report.leases,
     )
 
 

@@ -44,6 +44,7 @@ class RoundRecord:
     leases_extended: int
     lease_opportunities: int  # leases of the previous round whose jobs were still active
     reset: bool  # the allocation was recomputed at this round's start
+    leases: int = 0  # leases dispatched; those not extended paid a restore (a move or a first start)
 
 
 @dataclass(frozen=True, slots=True)

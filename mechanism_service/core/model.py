@@ -44,6 +44,11 @@ class JobState:
     def steps_remaining(self) -> int:
         return self.total_steps - self.steps_done
 
+    def __reduce__(self) -> tuple[type[JobState], tuple[object, ...]]:
+        # Pickled (the journal's snapshot) as its values in field order: a fifth of the default
+        # form's bytes, which names every slot. Snapshots written in the default form still load.
+        return JobState, tuple(getattr(self, name) for name in JobState.__slots__)
+
 
 @dataclass(slots=True)
 class EntryLedger:
@@ -53,6 +58,9 @@ class EntryLedger:
     throughputs: dict[str, tuple[float, ...]]  # type -> one value per member
     received_s: dict[str, float]
     deficit_s: dict[str, float]
+
+    def __reduce__(self) -> tuple[type[EntryLedger], tuple[object, ...]]:
+        return EntryLedger, (self.throughputs, self.received_s, self.deficit_s)  # as JobState's
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,11 @@ class MechanismState:
     leases_extended: int = 0
     lease_opportunities: int = 0
     profiling: ProfilingState = field(default_factory=ProfilingState)
+    # Migration (core/migration.py): rounds each entry of last round has run on its GPUs without
+    # a move, and what a move cost each job type as real workers measured it (start-up and
+    # restore, seconds summed, and how many moves).
+    stretch_rounds: dict[Entry, int] = field(default_factory=dict)
+    move_costs_by_job_type: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def accelerator_types(self) -> tuple[str, ...]:

@@ -126,14 +126,19 @@ def place(
         servers = [list(s) for s in state.servers[w]]
         cursor = 0
         used: set[int] = set()
-        for scale_factor in sorted({s for _, s in entries}, reverse=True):
-            group = [e for e, s in entries if s == scale_factor]
-            for entry in group:  # pass 1: extensions
+        sizes = sorted({s for _, s in entries}, reverse=True)
+        if settings.extensions_first:
+            # Every size extended before any fresh placement: no continuing entry is moved off
+            # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
+            _place_extensions_first(state, w, entries, servers, assignment, settings, forced)
+            continue
+        for extend_sizes, fresh_sizes in [([s], [s]) for s in sizes]:
+            for entry, _ in (p for p in entries if p[1] in extend_sizes):  # pass 1: extensions
                 previous = state.previous_assignment.get(entry)
                 if previous is not None and previous.accelerator_type == w and not used & set(previous.worker_ids):
                     assignment[entry] = previous
                     used.update(previous.worker_ids)
-            for entry in group:  # pass 2: fresh placements
+            for entry, scale_factor in (p for p in entries if p[1] in fresh_sizes):  # pass 2: fresh placements
                 if entry in assignment:
                     continue
                 if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
@@ -152,6 +157,48 @@ def place(
                 assignment[entry] = Placement(w, tuple(workers))
                 used.update(workers)
     return assignment
+
+
+def _place_extensions_first(
+    state: MechanismState,
+    w: str,
+    entries: list[tuple[Entry, int]],
+    servers: list[list[int]],
+    assignment: dict[Entry, Placement],
+    settings: MechanismSettings,
+    forced: frozenset[Entry],
+) -> None:
+    """``place`` for one type with every extension first; then each fresh entry, largest first,
+    takes the first server with room for its whole gang (so the GPUs extensions keep do not split
+    a gang that would fit on one server), else the lowest free workers."""
+    used: set[int] = set()
+    for entry, _ in entries:
+        previous = state.previous_assignment.get(entry)
+        if previous is not None and previous.accelerator_type == w and used.isdisjoint(previous.worker_ids):
+            assignment[entry] = previous
+            used.update(previous.worker_ids)
+    free = [[g for g in server if g not in used] for server in servers]
+    first = 0  # servers before this one are full
+    for entry, scale_factor in entries:
+        if entry in assignment:
+            continue
+        if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
+            continue
+        while first < len(free) and not free[first]:
+            first += 1
+        room = next((k for k in range(first, len(free)) if len(free[k]) >= scale_factor), None) if scale_factor > 1 else first
+        workers: list[int] = []
+        if room is not None and room < len(free):
+            workers, free[room] = free[room][:scale_factor], free[room][scale_factor:]
+        k = first
+        while len(workers) < scale_factor:
+            if k >= len(free):
+                raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+            take = free[k][: scale_factor - len(workers)]
+            free[k] = free[k][len(take):]
+            workers += take
+            k += 1
+        assignment[entry] = Placement(w, tuple(workers))
 
 
 def count_extensions(state: MechanismState, assignment: dict[Entry, Placement]) -> tuple[int, int]:

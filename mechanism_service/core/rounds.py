@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanism_service.core.migration import charge_moves, fit_held, held_entries, next_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import count_extensions, pick, place, priority_rows, type_order
 from mechanism_service.core.policy_input import advance_isolated_time
@@ -150,6 +151,7 @@ class RoundReport:
     leases_extended: int
     lease_opportunities: int
     reset: bool
+    leases: int = 0  # leases dispatched (kept ones included): the moves are leases - extended
 
 
 def round_report(
@@ -166,7 +168,8 @@ def round_report(
         end_s = max(end_s, lease.finish_s)
         running += len(lease.entry)
     return RoundReport(
-        round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset
+        round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset,
+        len(plan.assignment),
     )
 
 
@@ -179,13 +182,18 @@ def open_round(
     if settings.shuffle_type_order:
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
-    picked = pick(state, priority_rows(state), order, settings, reserved=reserved)
     profiled = frozenset(entry for entry, _ in reserved)
+    reserved += fit_held(state, held_entries(state, now_s, settings), reserved)  # moves not yet paid for
+    rows = priority_rows(state)
+    if settings.charge_moves:
+        rows = charge_moves(state, rows, settings)
+    picked = pick(state, rows, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
     extended, opportunities = count_extensions(state, assignment)
     kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
     state.leases_extended += extended
     state.lease_opportunities += opportunities
+    state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)
     state.previous_assignment = assignment
     record_first_runs(state, assignment, now_s)
     running = sum(len(e) for e in assignment)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from common.errors import ConfigError
+
 # Gavel visits accelerator types fastest first for heterogeneity-aware policies.
 GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 
@@ -56,6 +58,20 @@ class MechanismSettings:
     run_unallocated: bool = False
     # Checkpoint/restore cost charged to a job that starts on GPUs it did not hold last round.
     restore_s: float = 0.0
+    # Migration-aware rounds (core/migration.py, docs/mechanism.md "What a move costs"), both off
+    # in Gavel's mechanism. Placement: every continuing entry keeps its GPUs before any fresh
+    # placement, whatever its gang size (Gavel places gang sizes in turn, so a larger gang placed
+    # afresh could take a smaller continuing entry's GPUs and make it move).
+    extensions_first: bool = False
+    # Priorities: a move is charged its cost: an entry that would start afresh on a type ranks
+    # by the share of the round it would work, and its deficit counts net of the cost.
+    charge_moves: bool = False
+    # Holds: an entry that moved keeps its GPUs (ahead of the greedy pass) while the restore it
+    # paid is more than this share of the time it has run there since, and its allocation there
+    # is not overshot by more than move_overshoot_moves moves' cost; None: every round is decided
+    # afresh from the priorities alone (Gavel).
+    move_overhead_share: float | None = None
+    move_overshoot_moves: float = 10.0
     max_gang_failures: int = 5
     # Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"). A job whose process
     # crashed in this many leases in a row fails (Gavel's limit, 5, as for gang failures).
@@ -75,6 +91,12 @@ class MechanismSettings:
     # entry present at the reset counts as allocated.
     zero_fill_allocation: bool = True
     type_order: tuple[str, ...] = GAVEL_TYPE_ORDER
+
+    def __post_init__(self) -> None:
+        if self.move_overhead_share is not None and not 0.0 < self.move_overhead_share <= 1.0:
+            raise ConfigError(f"move_overhead_share must be in (0, 1], got {self.move_overhead_share}")
+        if self.move_overshoot_moves < 0.0:
+            raise ConfigError(f"move_overshoot_moves must be >= 0, got {self.move_overshoot_moves}")
 
     @property
     def seed_s(self) -> float:
@@ -108,12 +130,19 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
         reset_quirk_at_zero=False,
         run_unallocated=True,
         restore_s=DEFAULT_RESTORE_S,
+        extensions_first=True,
+        charge_moves=True,
+        move_overhead_share=DEFAULT_MOVE_OVERHEAD_SHARE,
     ).for_policy(policy)
 
 
 # A checkpoint restore when a job lands on other GPUs: reading a few hundred MB of state and
 # warming up the input pipeline; tens of seconds for the models in Gavel's table.
 DEFAULT_RESTORE_S = 20.0
+# A moved entry runs until its restore is at most 1% of its stretch (20 s restores: up to 2,000 s,
+# 6 rounds of 360 s), unless that overshoots its allocation on the type by more than 10 moves'
+# cost (200 s); bench/preset_differences.py measures the alternatives.
+DEFAULT_MOVE_OVERHEAD_SHARE = 0.01
 
 PRESETS = {"default": default_preset, "gavel": gavel_preset}
 

@@ -53,7 +53,7 @@ def test_the_gavel_preset_is_gavels_mechanism():
     )
 
 
-def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_restore():
+def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_restore_it_avoids():
     assert default_preset("max_min_fairness_perf", gpus_per_server=2) == MechanismSettings(
         preset="default",
         gpus_per_server=2,
@@ -62,6 +62,10 @@ def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_re
         run_unallocated=True,
         restore_s=20.0,
         round_start_from_previous_end=False,
+        extensions_first=True,
+        charge_moves=True,
+        move_overhead_share=0.01,
+        move_overshoot_moves=10.0,
     )
 
 

@@ -1,0 +1,136 @@
+"""What moving a job costs, and which running entries keep their GPUs because of it
+(docs/mechanism.md, "What a move costs").
+
+A lease that is not an extension starts its job afresh: the process starts and restores its
+checkpoint before its first step. That time is lost to the job (the simulated hardware charges
+``settings.restore_s``; real workers report how long it took). Priorities alone re-decide every
+round, and under heterogeneity-aware LAS about half of all leases move: the job that just ran
+has received the most, so it gives way next round, and pays the restore again when it comes
+back. Here a move is charged against what it buys: an entry that moved keeps its GPUs, ahead of
+the greedy pass, until the restore it paid is at most ``move_overhead_share`` of the time it has
+run there since (1%: 20 s restores buy stretches of at least 2,000 s). Fairness is not given up,
+only its grain: the time-sharing is the same, in longer stretches, and the ledgers charge the
+held rounds to the entry like any other, so its priority pays them back afterwards.
+
+Pure: reads a MechanismState; ``note_move_cost`` and ``next_stretches`` are the only writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mechanism_service.core.model import Entry, MechanismState, Placement
+from mechanism_service.core.settings import MechanismSettings
+
+
+def note_move_cost(state: MechanismState, job_type: str, seconds: float) -> None:
+    """A real worker measured what a fresh start of a job of this type cost (start-up and
+    restore): kept as a sum and a count, so the cost used is the mean of every move measured."""
+    if seconds <= 0.0:
+        return
+    total_s, count = state.move_costs_by_job_type.get(job_type, (0.0, 0))
+    state.move_costs_by_job_type[job_type] = (total_s + seconds, count + 1)
+
+
+def move_cost_s(state: MechanismState, entry: Entry, settings: MechanismSettings) -> float:
+    """What moving the entry costs: the slowest member's measured mean for its job type, or
+    ``settings.restore_s`` for a type never measured (the simulator measures none)."""
+    costs = state.move_costs_by_job_type
+    worst = 0.0
+    for i in entry:
+        measured = costs.get(state.jobs[i].job_type)
+        worst = max(worst, measured[0] / measured[1] if measured else settings.restore_s)
+    return worst
+
+
+def held_entries(state: MechanismState, now_s: float, settings: MechanismSettings) -> list[tuple[Entry, str]]:
+    """Last round's entries that keep their type this round, in last round's order: the entry
+    is still schedulable (no member left), it runs on that type, its stretch there has not yet
+    paid for its move, and the allocation still owes it time there: its deficit on the type
+    (the folded deficit, plus its share of the time since the reset, less what it received since)
+    may go below zero by ``move_overshoot_moves`` moves' cost, never more, so a job is not kept on
+    a type far past its share there (a short job on its slower type loses the most)."""
+    share_limit = settings.move_overhead_share
+    if share_limit is None:
+        return []
+    held = []
+    allocation, entries, stretches = state.allocation, state.entries, state.stretch_rounds
+    since_reset_s = now_s - state.last_reset_s
+    for entry, placement in state.previous_assignment.items():
+        ledger = entries.get(entry)
+        if ledger is None:
+            continue
+        w = placement.accelerator_type
+        share = allocation.get(entry, {}).get(w, 0.0)
+        if share <= 0.0 or min(ledger.throughputs[w]) <= 0.0:
+            continue
+        cost_s = move_cost_s(state, entry, settings)
+        if stretches.get(entry, 1) * settings.round_s * share_limit >= cost_s:
+            continue
+        owed_s = ledger.deficit_s[w] + share * since_reset_s - (ledger.received_s[w] - settings.seed_s)
+        if owed_s + cost_s * settings.move_overshoot_moves > 0.0:
+            held.append((entry, w))
+    return held
+
+
+def charge_moves(
+    state: MechanismState, rows: dict[str, list[tuple[Entry, float, float, float]]], settings: MechanismSettings
+) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    """The planner's queues with each move charged what it costs: an entry that would start
+    afresh on a type (it did not run there last round) has its priority scaled by the share of the
+    round it would work (round - cost) / round, and its deficit, the tie-break, reduced by the
+    cost (the deficit a move repairs is net of the time it loses). Entries that continue where
+    they ran are left as they are."""
+    ran_on = {entry: p.accelerator_type for entry, p in state.previous_assignment.items()}
+    cost_of: dict[Entry, float] = {}
+    round_s = settings.round_s
+    charged = {}
+    for w, type_rows in rows.items():
+        out = []
+        append = out.append
+        for row in type_rows:
+            entry = row[0]
+            if ran_on.get(entry) == w or row[1] == 0.0:
+                append(row)
+                continue
+            cost_s = cost_of.get(entry)
+            if cost_s is None:
+                cost_s = cost_of[entry] = move_cost_s(state, entry, settings)
+            append((entry, row[1] * max(0.0, round_s - cost_s) / round_s, row[2] - cost_s, row[3]))
+        charged[w] = out
+    return charged
+
+
+def fit_held(
+    state: MechanismState, held: Sequence[tuple[Entry, str]], reserved: Sequence[tuple[Entry, str]]
+) -> list[tuple[Entry, str]]:
+    """The held entries that still fit after the ``reserved`` ones (profiling runs come first):
+    no member already reserved, and GPUs of its type left (a lost worker may have taken some)
+    after the jobs that never ran: a hold never keeps a newcomer waiting, its first lease pays a
+    restore anyway, and a short job waiting rounds for a stretch to end would lose the most."""
+    left = dict(state.gpus)
+    for newcomer in state.jobs.values():
+        if newcomer.first_run_s is None:
+            for w, share in state.allocation.get((newcomer.index,), {}).items():
+                if share > 0.0 and w in left:
+                    left[w] -= newcomer.scale_factor
+    taken: set[int] = set()
+    for entry, w in reserved:
+        left[w] -= state.jobs[entry[0]].scale_factor
+        taken.update(entry)
+    fitting = []
+    for entry, w in held:
+        scale_factor = state.jobs[entry[0]].scale_factor
+        if taken.isdisjoint(entry) and left.get(w, 0) >= scale_factor:
+            left[w] -= scale_factor
+            taken.update(entry)
+            fitting.append((entry, w))
+    return fitting
+
+
+def next_stretches(
+    previous: Mapping[Entry, int], assignment: Mapping[Entry, Placement], kept: frozenset[Entry]
+) -> dict[Entry, int]:
+    """Rounds each entry of this round will have run on its GPUs: one more for an extension, 1
+    for a fresh start."""
+    return {entry: previous.get(entry, 0) + 1 if entry in kept else 1 for entry in assignment}
