@@ -10,6 +10,15 @@ s with probability 0.8, else 60 x 10^U(3,4) s), time since arrival U(0, 10^4) s,
 weight 1. Cluster: max(8, n/4) GPUs of each of v100, p100, k80 (n/4 each: 1,536 GPUs for 2,048
 jobs). Water filling: 4 entities, weights 1, 2, 3, 4, policy "fairness", jobs dealt round-robin.
 
+Per-job rows (issue 12; ``--per-job`` runs only these): every job's row is the table's times a
+seeded factor U(0.9, 1.1), drawn independently per job and per type, so no two jobs share a row
+and classes of interchangeable jobs are single jobs; packing comes as an estimator sends it,
+fractions per pair of colocation classes (the table's pair / alone; class = job type and scale
+factor), so every job pair has steps/s of its own (each job's own row times its fraction). The
+same problems are solved with the full pair program (``pair_variables="class_pairs"``: every job
+pair a variable) at the sizes where it still fits (``--full-up-to``, 256 jobs by default:
+227 s and 783 MB at 512), printed beside with the ratio.
+
 Each case runs in a fresh process (so peak RSS is the case's own): one untimed warm-up solve of
 the same problem (first-call costs: solver library load, cvxpy caches; reported as cold_s),
 then ``--runs`` timed calls of ``policy.allocate(problem)``; the table shows the median and
@@ -42,6 +51,7 @@ class Case:
     fifo_entities: int = 0
     label: str = ""
     note: str = ""
+    per_job_rows: bool = False
 
     @property
     def title(self) -> str:
@@ -60,6 +70,24 @@ CASES = [
     Case("min_total_duration_perf", 2048),
     Case("finish_time_fairness_perf", 2048),
 ]
+
+PER_JOB_NOTE = "per-job rows"
+PER_JOB = [
+    Case("max_min_fairness_packed", n, target, per_job_rows=True, label="max_min_fairness_packed [per-job rows]")
+    for n, target in ((64, None), (128, None), (256, None), (512, 2.0), (2048, 10.0))
+] + [
+    Case(policy, 512, per_job_rows=True, label=f"{policy} [per-job rows]")
+    for policy in ("finish_time_fairness_packed", "min_total_duration_packed")
+]
+
+
+def full_program(case: Case) -> Case:
+    """The same per-job-row case solved with every job pair a variable."""
+    return Case(
+        case.policy, case.jobs, params={**case.params, "pair_variables": "class_pairs"}, per_job_rows=True,
+        label=case.title.replace("[per-job rows]", "[per-job rows, full pair program]"),
+    )
+
 
 EXTRAS = [
     Case("max_min_fairness_perf", 2048, params={"solver": "ECOS"}, label="max_min_fairness_perf [ECOS]"),
@@ -106,7 +134,46 @@ def make_problem(case: Case, seed: int = 0):
         for e, name in enumerate(names)
     ]
     count = max(8, case.jobs // 4)
-    return build_problem({"v100": count, "p100": count, "k80": count}, jobs, table=table, entities=entities)
+    counts = {"v100": count, "p100": count, "k80": count}
+    if case.per_job_rows:
+        jobs, colocations = _own_rows(jobs, table, tuple(counts), np.random.default_rng(seed + 1))
+        return build_problem(counts, jobs, table=table, entities=entities, colocations=colocations)
+    return build_problem(counts, jobs, table=table, entities=entities)
+
+
+def _own_rows(jobs, table, types, rng):  # noqa: ANN001, ANN202
+    """Each job its own row (the table's times U(0.9, 1.1) per type) and its colocation class;
+    the class colocations the table implies (pair / alone per pair of classes and type)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from common.throughputs import format_job_key
+    from policy_service.core import ClassPairSpec
+
+    factors = rng.uniform(0.9, 1.1, size=(len(jobs), len(types)))
+    own = []
+    for job, factor in zip(jobs, factors):
+        row = np.array([table.isolated(job.job_type, job.scale_factor, k) for k in types]) * factor
+        own.append(replace(
+            job, throughputs_steps_per_s=dict(zip(types, row.tolist())),
+            colocation_class=format_job_key(job.job_type, job.scale_factor),
+        ))
+    present = sorted({(job.job_type, job.scale_factor) for job in jobs})
+    colocations = []
+    for x, (type_a, sf) in enumerate(present):
+        for type_b, sf_b in present[x:]:
+            if sf_b != sf:
+                continue
+            fractions = {}
+            for k in types:
+                packed = table.pair(type_a, type_b, sf, k)
+                if packed is not None:
+                    alone = (table.isolated(type_a, sf, k), table.isolated(type_b, sf, k))
+                    fractions[k] = tuple(min(1.0, p / a) if a > 0 else 0.0 for p, a in zip(packed, alone))
+            if fractions:
+                colocations.append(ClassPairSpec((format_job_key(type_a, sf), format_job_key(type_b, sf)), fractions))
+    return own, colocations
 
 
 def run_case(case: Case, runs: int, queue) -> None:
@@ -147,6 +214,8 @@ def run_case(case: Case, runs: int, queue) -> None:
         "compile_s": median_of("compile_s"),
         "solver_s": median_of("solver_s"),
         "lp_solves": median_of("iterations") or (1.0 if median_of("solver_s") is not None else 0.0),
+        "pair_columns": median_of("pair_columns"),
+        "candidate_columns": median_of("candidate_columns"),
         "status": str(first.status),
         "objective": first.objective,
         "concrete_pairs": int(len(pair_jobs)),
@@ -205,8 +274,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="run cases whose name contains this")
     parser.add_argument("--extras", action="store_true", help="also run the comparison cases")
+    parser.add_argument("--per-job", action="store_true", help="run only the per-job-row cases")
+    parser.add_argument("--full-up-to", type=int, default=256,
+                        help="solve per-job-row cases up to this many jobs with the full pair program too")
     args = parser.parse_args()
-    cases = CASES + (EXTRAS if args.extras else [])
+    per_job = []
+    for case in PER_JOB:
+        per_job.append(case)
+        if case.jobs <= args.full_up_to:
+            per_job.append(full_program(case))
+    cases = per_job if args.per_job else CASES + per_job + (EXTRAS if args.extras else [])
     cases = [c for c in cases if args.only in c.title]
     context = multiprocessing.get_context("spawn")
     rows = []
@@ -224,7 +301,28 @@ def main() -> int:
         print(json.dumps({"baseline_rss_mb": baseline, "cases": rows}, indent=2))
     else:
         print_table(rows, baseline)
+        print_beside(rows)
     return 0
+
+
+def print_beside(rows: list[dict]) -> None:
+    """Per-job-row cases: the fast form beside the full pair program (same problem, same jobs)."""
+    full = {(r["policy"], r["jobs"]): r for r in rows if "full pair program" in r["case"]}
+    fast = [r for r in rows if "[per-job rows]" in r["case"]]
+    if not fast:
+        return
+    print("\nper-job rows: fast form vs the full pair program (median s, peak RSS MB, objective gap)")
+    for row in fast:
+        other = full.get((row["policy"], row["jobs"]))
+        line = (f"  {row['policy']:32s} {row['jobs']:5d}  {_fmt(row['median_s'], 3):>8s} s {row['peak_rss_mb']:6.0f} MB"
+                f"  columns {int(row['pair_columns'] or 0)} of {int(row['candidate_columns'] or 0)}")
+        if other is not None:
+            gap = abs(row["objective"] - other["objective"]) / max(1.0, abs(other["objective"]))
+            line += (f"  | full {_fmt(other['median_s'], 3):>8s} s {other['peak_rss_mb']:6.0f} MB"
+                     f"  {other['median_s'] / row['median_s']:5.1f}x  gap {gap:.1e}")
+        else:
+            line += "  | full: not run (beyond --full-up-to)"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ Heterogeneity-agnostic: T taken as all ones (time shares, Gavel's MaxMinFairness
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cvxpy as cp
 import numpy as np
@@ -26,7 +26,9 @@ from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
 from policy_service.core.compiled import MaxMinColumns, solve_max_min
-from policy_service.core.pair_columns import Prices, Restricted, column_codes, solve_by_columns
+from policy_service.core.allocation import expand_pairs
+from policy_service.core.packing import cell_average_problem, cell_colocation
+from policy_service.core.pair_columns import Prices, Restricted, column_codes, job_pair_columns, solve_by_columns
 from policy_service.core.solving import STATUS_OF, solve
 from policy_service.core.problem import Problem
 
@@ -74,7 +76,9 @@ class MaxMinFairness:
         if space.pool is not None:  # one row per job: pair columns by generation (pair_columns.py)
             build_s = time.perf_counter() - started
             master = MaxMinColumns(space.num_classes, space.problem.worker_counts) if self.options.solver == "CLARABEL" else None
-            final, result, timings = solve_by_columns(space, lambda s: self._restricted(s, class_coefficients, master=master))
+            final, result, timings = solve_by_columns(
+                space, lambda s: self._restricted(s, class_coefficients, master=master), seed=self._seed(space)
+            )
             return final.allocation(
                 result.values, policy=self.name, status=result.status, objective=result.objective,
                 started_s=started, reason=result.reason, timings={**timings, "build_s": build_s},
@@ -84,6 +88,20 @@ class MaxMinFairness:
             result.values, policy=self.name, status=result.status, objective=result.objective,
             started_s=started, reason=result.reason, timings=result.timings,
         )
+
+    def _seed(self, space) -> np.ndarray | None:  # noqa: ANN001
+        """First columns from the same problem with each colocation class at its mean row
+        (packing.cell_average_problem: classes collapse, one small grouped solve): the job pairs
+        that answer packs, laid out job by job."""
+        cells = cell_colocation(space.problem)
+        if cells is None:
+            return None
+        grouped = replace(self, options=replace(self.options, pair_variables="class_pairs"))
+        answer = grouped.allocate(cell_average_problem(space.problem, cells))
+        if not answer.status.startswith("optimal"):
+            return None
+        pair_jobs, fractions = expand_pairs(answer.pairs)
+        return job_pair_columns(space, pair_jobs, fractions)
 
     def _restricted(
         self, space, class_coefficients: np.ndarray, started: float | None = None,  # noqa: ANN001

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from policy_service.core.grouping import JobClasses, group_jobs
-from policy_service.core.problem import ClassPairSpec, Problem
+from policy_service.core.problem import ClassPairSpec, Colocation, Problem
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,6 +173,34 @@ def cell_partner_count(problem: Problem, classes: JobClasses, cells: CellColocat
     ) - np.bincount(cells.cell_pairs[cells.cell_pairs[:, 0] == cells.cell_pairs[:, 1], 0], minlength=size)
     cell_of_class = cells.cell_of_job[classes.representative]
     return int(per_cell[cell_of_class[cell_of_class >= 0]].sum())
+
+
+def cell_average_problem(problem: Problem, cells: CellColocation) -> Problem:
+    """The problem with every job of a cell at the cell's mean row, packed as the cell pair's
+    fractions of those rows: classes collapse to cells again, so its (grouped) program is tiny,
+    and with rows within a few % of the mean its packed pairs are a good first guess for the
+    per-job program's columns (pair_columns.solve_by_columns ``seed``). Jobs of no cell keep
+    their rows."""
+    from dataclasses import replace
+
+    cell = cells.cell_of_job
+    rows = np.array(problem.throughputs_steps_per_s, dtype=float)
+    in_cell = cell >= 0
+    if in_cell.any():
+        count = np.bincount(cell[in_cell])
+        mean = np.zeros((len(count), problem.num_types))
+        np.add.at(mean, cell[in_cell], rows[in_cell])
+        mean /= np.maximum(count, 1)[:, None]
+        rows[in_cell] = mean[cell[in_cell]]
+    else:
+        mean = np.zeros((0, problem.num_types))
+    u, v = cells.cell_pairs[:, 0], cells.cell_pairs[:, 1]
+    packed = np.stack([mean[u] * cells.fractions[:, :, 0], mean[v] * cells.fractions[:, :, 1]], axis=2)
+    colocation = Colocation(cell.copy(), cells.cell_pairs.copy(), packed)
+    for array in (colocation.key_of_job, colocation.key_pairs, colocation.throughputs_steps_per_s, rows):
+        array.setflags(write=False)
+    # "table": keys are cells already (no second cell keying of this problem).
+    return replace(problem, throughputs_steps_per_s=rows, colocation=colocation, colocation_source="table")
 
 
 # --------------------------------------------------------------------------- partner variables

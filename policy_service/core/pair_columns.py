@@ -117,20 +117,27 @@ def choose_columns(space: Space, gains: np.ndarray, present: np.ndarray) -> np.n
 
 def previous_columns(space: Space) -> np.ndarray:
     """(P, K) bool: the pool columns the previous allocation used (a warm start), if any."""
+    previous = space.problem.previous
+    if previous is None:
+        return np.zeros(space.pool.allowed.shape, dtype=bool)  # type: ignore[union-attr]
+    return job_pair_columns(space, previous.pair_jobs, previous.pair_fractions)
+
+
+def job_pair_columns(space: Space, pair_jobs: np.ndarray, pair_fractions: np.ndarray) -> np.ndarray:
+    """(P, K) bool: the pool columns of job pairs (m, 2) used on the types where (m, K) > 0."""
     pool = space.pool
     assert pool is not None
     seed = np.zeros(pool.allowed.shape, dtype=bool)
-    previous = space.problem.previous
-    if previous is None or len(previous.pair_jobs) == 0 or pool.pairs.num_pairs == 0:
+    if len(pair_jobs) == 0 or pool.pairs.num_pairs == 0:
         return seed
-    cls = space.classes.class_of_job[previous.pair_jobs]  # (m, 2)
+    cls = space.classes.class_of_job[np.asarray(pair_jobs, dtype=np.int64)]  # (m, 2)
     low, high = cls.min(axis=1), cls.max(axis=1)
     base = space.num_classes + 1
     codes = pool.pairs.pairs[:, 0] * base + pool.pairs.pairs[:, 1]  # sorted (pair_classes)
     wanted = low * base + high
     position = np.clip(np.searchsorted(codes, wanted), 0, len(codes) - 1)
     found = codes[position] == wanted
-    used = previous.pair_fractions[found] > 0
+    used = np.asarray(pair_fractions)[found] > 0
     rows = np.repeat(position[found], used.shape[1])[used.reshape(-1)]
     types = np.tile(np.arange(used.shape[1]), int(found.sum()))[used.reshape(-1)]
     seed[rows, types] = True
@@ -148,12 +155,15 @@ def column_codes(space: Space) -> np.ndarray:
 
 
 def solve_by_columns(
-    space: Space, restricted: Callable[[Space], Restricted]
+    space: Space, restricted: Callable[[Space], Restricted], seed: np.ndarray | None = None
 ) -> tuple[Space, Restricted, dict[str, float]]:
-    """Column generation (module docstring) from the previous allocation's columns: the final
-    restricted space, its solve, and timings (rounds, columns, pricing time summed)."""
+    """Column generation (module docstring) from the previous allocation's columns and ``seed``
+    ((P, K) bool, e.g. job_pair_columns of a related problem's answer): the final restricted
+    space, its solve, and timings (rounds, columns, pricing time summed)."""
     assert space.pool is not None
     present = previous_columns(space)
+    if seed is not None:
+        present |= seed & space.pool.allowed
     current = space.with_pairs(present)
     pricing_s, solver_s = 0.0, 0.0
     converged = False
