@@ -8,7 +8,8 @@ round, and under heterogeneity-aware LAS about half of all leases move: the job 
 has received the most, so it gives way next round, and pays the restore again when it comes
 back. Here a move is charged against what it buys: an entry that moved keeps its GPUs, ahead of
 the greedy pass, until the restore it paid is at most ``move_overhead_share`` of the time it has
-run there since (1%: 20 s restores buy stretches of at least 2,000 s). Fairness is not given up,
+run there since (1%: 20 s restores buy stretches of at least 2,000 s), unless it would overshoot
+its allocation there or finish before the stretch pays. Fairness is not given up,
 only its grain: the time-sharing is the same, in longer stretches, and the ledgers charge the
 held rounds to the entry like any other, so its priority pays them back afterwards.
 
@@ -46,7 +47,9 @@ def move_cost_s(state: MechanismState, entry: Entry, settings: MechanismSettings
 def held_entries(state: MechanismState, now_s: float, settings: MechanismSettings) -> list[tuple[Entry, str]]:
     """Last round's entries that keep their type this round, in last round's order: the entry
     is still schedulable (no member left), it runs on that type, its stretch there has not yet
-    paid for its move, and the allocation still owes it time there: its deficit on the type
+    paid for its move, it will not finish before a stretch would (its first member to finish,
+    at its rate there: holding a short job on its slower type costs its finish time most, and
+    saves no move), and the allocation still owes it time there: its deficit on the type
     (the folded deficit, plus its share of the time since the reset, less what it received since)
     may go below zero by ``move_overshoot_moves`` moves' cost, never more, so a job is not kept on
     a type far past its share there (a short job on its slower type loses the most)."""
@@ -67,6 +70,8 @@ def held_entries(state: MechanismState, now_s: float, settings: MechanismSetting
         cost_s = move_cost_s(state, entry, settings)
         if stretches.get(entry, 1) * settings.round_s * share_limit >= cost_s:
             continue
+        if _finishes_within_s(state, entry, ledger.throughputs[w]) * share_limit < cost_s:
+            continue  # it ends before a stretch would pay for the move: nothing to amortise
         owed_s = ledger.deficit_s[w] + share * since_reset_s - (ledger.received_s[w] - settings.seed_s)
         if owed_s + cost_s * settings.move_overshoot_moves > 0.0:
             held.append((entry, w))
@@ -99,6 +104,11 @@ def charge_moves(
             append((entry, row[1] * max(0.0, round_s - cost_s) / round_s, row[2] - cost_s, row[3]))
         charged[w] = out
     return charged
+
+
+def _finishes_within_s(state: MechanismState, entry: Entry, throughputs: Sequence[float]) -> float:
+    """Seconds until the entry's first member finishes, alone at these rates."""
+    return min(state.jobs[i].steps_remaining / t for i, t in zip(entry, throughputs, strict=True))
 
 
 def fit_held(

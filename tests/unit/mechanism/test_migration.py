@@ -53,12 +53,12 @@ def test_a_pair_costs_what_its_slower_member_costs():
     assert move_cost_s(s, (0, 1), DEFAULT) == 45.0
 
 
-def held_state(stretch_rounds: int = 1, share: float = 0.5, received_s: float = 180.0 + 360.0):
+def held_state(stretch_rounds: int = 1, share: float = 0.5, received_s: float = 180.0 + 360.0, steps: int = 10**6):
     """Job 0 ran on k80 (worker 0) last round; the allocation gives it ``share`` of k80 and of
-    v100; one reset 360 s ago (seed 180 s, then the round it ran)."""
+    v100; one reset 360 s ago (seed 180 s, then the round it ran). Type a: 1 step/s on k80."""
     return (
         state(k80=1, v100=1)
-        .jobs(2)
+        .jobs(2, steps=steps)
         .allocate((0,), k80=share, v100=share)
         .allocate((1,), k80=0.5, v100=0.5)
         .received((0,), k80=received_s)
@@ -90,6 +90,14 @@ def test_a_running_entry_is_held_until_its_move_is_paid_for_and_while_it_is_owed
     assert held_entries(s, 360.0, HOLDS) == ([((0,), "k80")] if held else [])
 
 
+@pytest.mark.parametrize(("steps", "held"), [(2001, True), (1999, False)])
+def test_a_job_that_finishes_before_a_stretch_would_pay_is_not_held(steps, held):
+    """1% of its remaining time at 1 step/s must reach the 20 s restore."""
+    s, _ = held_state(steps=steps)
+
+    assert held_entries(s, 360.0, HOLDS) == ([((0,), "k80")] if held else [])
+
+
 def test_gavels_mechanism_holds_nothing():
     s, _ = held_state()
 
@@ -98,7 +106,7 @@ def test_gavels_mechanism_holds_nothing():
 
 def test_a_job_type_with_a_dearer_move_is_held_longer():
     s, _ = held_state()
-    s.stretch_rounds = {(0,): 6}
+    s.stretch_rounds = {(0,): 6}  # 2,160 s: paid at 20 s
     assert held_entries(s, 360.0, HOLDS) == []
 
     note_move_cost(s, "a", 30.0)  # 2,160 s x 1% < 30 s
@@ -149,7 +157,7 @@ def test_with_holds_a_job_stays_on_its_slower_type_instead_of_moving():
     def build():
         return (
             state(k80=1, v100=1)
-            .jobs(2)
+            .jobs(2, steps=10**6)
             .allocate((0,), k80=0.5, v100=0.5)
             .allocate((1,), k80=0.5, v100=0.5)
             .type_time(k80=720.0, v100=720.0)
