@@ -157,3 +157,12 @@ def test_solving_prints_nothing(capfd) -> None:
     make_policy("max_min_fairness_packed", pair_variables="generated").allocate(per_job_rows(20, seed=6))
     out, _ = capfd.readouterr()
     assert out == ""
+
+
+def test_another_solver_generates_through_cvxpy_with_its_duals() -> None:
+    problem = per_job_rows(40, seed=7)
+    generated = make_policy("max_min_fairness_packed", solver="ECOS", pair_variables="generated").allocate(problem)
+    full = make_policy("max_min_fairness_packed", pair_variables="class_pairs").allocate(problem)
+    assert generated.status == "optimal" and generated.timings["iterations"] >= 1
+    assert _relative_gap(generated.objective, full.objective) < 1e-6
+    assert_feasible(problem, generated)
