@@ -399,6 +399,20 @@ async def test_crashes_that_are_not_in_a_row_never_fail_the_job() -> None:
     await w.mechanism.stop()
 
 
+async def test_what_a_fresh_start_took_on_a_real_worker_is_what_a_move_of_its_job_type_costs() -> None:
+    """Start-up and restore (4 s + 1 s a report here) of the fresh start only: the extensions that
+    follow measured no move (core/migration.py)."""
+    w = await world()
+    a = await w.worker("a", "v100")
+    a.answer = lambda command: {"steps": 100}
+    await w.submit(JobSpec("j", RESNET, 300))  # 3 leases: a start, 2 extensions
+
+    await w.events.wait_until(lambda: bool(w.events.messages))
+    assert (len(a.of(RunJobs)), len(a.of(ExtendLease))) == (1, 2)
+    assert w.mechanism.state.move_costs_by_job_type == {RESNET: (5.0, 1)}  # type: ignore[union-attr]
+    await w.mechanism.stop()
+
+
 # -- cancel ------------------------------------------------------------------------------------
 
 
@@ -500,6 +514,18 @@ def test_a_snapshot_from_before_real_workers_is_upgraded_on_load() -> None:
     memory = _upgraded(pickle.loads(pickle.dumps(old)))
     assert (memory.epoch, memory.launch, memory.lost_workers, memory.ended_leases, memory.resolve_now) == (0, {}, {}, {}, False)
     assert memory.observations.attempts == {} and memory.observations.measured == {}
+
+
+def test_a_snapshot_from_before_migration_aware_rounds_is_upgraded_on_load() -> None:
+    from mechanism_service.core.model import new_state
+    from mechanism_service.service import Memory, _upgraded
+
+    state = new_state({"v100": 2})
+    del state.stretch_rounds, state.move_costs_by_job_type, state.profiling
+    memory = _upgraded(pickle.loads(pickle.dumps(Memory(state=state))))
+    assert memory.state is not None
+    assert (memory.state.stretch_rounds, memory.state.move_costs_by_job_type) == ({}, {})
+    assert memory.state.profiling.leases == 0
 
 
 # -- the command line ------------------------------------------------------------------------
