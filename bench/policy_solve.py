@@ -76,8 +76,9 @@ PER_JOB = [
     Case("max_min_fairness_packed", n, target, per_job_rows=True, label="max_min_fairness_packed [per-job rows]")
     for n, target in ((64, None), (128, None), (256, None), (512, 2.0), (2048, 10.0))
 ] + [
-    Case(policy, 512, per_job_rows=True, label=f"{policy} [per-job rows]")
+    Case(policy, n, per_job_rows=True, label=f"{policy} [per-job rows]")
     for policy in ("finish_time_fairness_packed", "min_total_duration_packed")
+    for n in (256, 512)
 ]
 
 
