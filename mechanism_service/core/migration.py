@@ -87,21 +87,29 @@ def charge_moves(
     cost (the deficit a move repairs is net of the time it loses). Entries that continue where
     they ran are left as they are."""
     ran_on = {entry: p.accelerator_type for entry, p in state.previous_assignment.items()}
-    cost_of: dict[Entry, float] = {}
     round_s = settings.round_s
+    # (cost, priority factor) per entry; one for all while no job type was measured (the
+    # simulator, and a cluster of simulated workers): the hot loop of a simulation
+    uniform = (settings.restore_s, max(0.0, round_s - settings.restore_s) / round_s)
+    charge_of: dict[Entry, tuple[float, float]] = {}
+    measured = bool(state.move_costs_by_job_type)
     charged = {}
     for w, type_rows in rows.items():
         out = []
         append = out.append
         for row in type_rows:
             entry = row[0]
-            if ran_on.get(entry) == w or row[1] == 0.0:
+            if row[1] == 0.0 or ran_on.get(entry) == w:
                 append(row)
                 continue
-            cost_s = cost_of.get(entry)
-            if cost_s is None:
-                cost_s = cost_of[entry] = move_cost_s(state, entry, settings)
-            append((entry, row[1] * max(0.0, round_s - cost_s) / round_s, row[2] - cost_s, row[3]))
+            if measured:
+                charge = charge_of.get(entry)
+                if charge is None:
+                    cost_s = move_cost_s(state, entry, settings)
+                    charge = charge_of[entry] = (cost_s, max(0.0, round_s - cost_s) / round_s)
+            else:
+                charge = uniform
+            append((entry, row[1] * charge[1], row[2] - charge[0], row[3]))
         charged[w] = out
     return charged
 

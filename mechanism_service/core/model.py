@@ -14,6 +14,7 @@ and the decisions (``priorities``, ``planning``, ``placement``) only read it.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 Entry = tuple[int, ...]  # (j,) or (lo, hi), job indices in admission order, lo < hi
@@ -45,9 +46,13 @@ class JobState:
         return self.total_steps - self.steps_done
 
     def __reduce__(self) -> tuple[type[JobState], tuple[object, ...]]:
-        # Pickled (the journal's snapshot) as its values in field order: a fifth of the default
-        # form's bytes, which names every slot. Snapshots written in the default form still load.
-        return JobState, tuple(getattr(self, name) for name in JobState.__slots__)
+        # Pickled (the journal's snapshot) as its values in field order, gathered in C: a quarter
+        # fewer bytes than the default form, which names every slot. Snapshots written in the
+        # default form still load.
+        return JobState, _JOB_FIELDS(self)
+
+
+_JOB_FIELDS = operator.attrgetter(*JobState.__slots__)
 
 
 @dataclass(slots=True)

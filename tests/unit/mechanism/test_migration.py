@@ -149,6 +149,10 @@ def test_a_move_is_charged_against_its_priority_and_its_deficit():
     assert charged["v100"][0] == ((0,), rows["v100"][0][1] * scale, 80.0, 0.5)
     assert charged["k80"][1] == ((1,), rows["k80"][1][1] * scale, 80.0, 0.5)
 
+    note_move_cost(s, "a", 40.0)  # measured: the job type's own cost
+    measured = charge_moves(s, rows, DEFAULT)
+    assert measured["k80"][1] == ((1,), rows["k80"][1][1] * (360.0 - 40.0) / 360.0, 60.0, 0.5)
+
 
 def test_with_holds_a_job_stays_on_its_slower_type_instead_of_moving():
     """Job 0 ran on k80; its priority on v100 (visited first) is the highest. Gavel moves it to
