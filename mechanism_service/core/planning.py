@@ -38,14 +38,35 @@ def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
 
 def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
     """``priorities`` as plain (entry, priority, deficit_s, allocation) tuples: the hot loop of a
-    simulation (every type x every entry x every round), so plain locals and tuples."""
+    simulation (every type x every entry x every round), so one pass over the entries filling
+    every type's queue, plain locals and tuples (the same arithmetic, in the same order, as
+    ``reference_priority_rows``: the schedule does not change by a bit)."""
+    allocation = state.allocation
+    types = state.accelerator_types
+    rows: dict[str, list[tuple[Entry, float, float, float]]] = {w: [] for w in types}
+    per_type = [(w, rows[w].append, state.type_time_s[w]) for w in types]
+    for entry, ledger in state.entries.items():
+        shares = allocation.get(entry)
+        throughputs, received_s, deficit_s = ledger.throughputs, ledger.received_s, ledger.deficit_s
+        for w, append, total_s in per_type:
+            share = shares.get(w, 0.0) if shares is not None else 0.0
+            if share == 0.0 or min(throughputs[w]) <= 0.0:
+                append((entry, 0.0, deficit_s[w], share))
+                continue
+            received = received_s[w] / total_s if total_s > 0 else 0.0
+            append((entry, share / received if received > 0 else share * UNSERVED_FACTOR, deficit_s[w], share))
+    return rows
+
+
+def reference_priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    """``priority_rows`` written plainly, type by type: the definition the fast form is tested
+    against (tests/unit/mechanism/test_planning_fast.py)."""
     rows: dict[str, list[tuple[Entry, float, float, float]]] = {}
     allocation = state.allocation
     empty: dict[str, float] = {}
     for w in state.accelerator_types:
         total_s = state.type_time_s[w]
         type_rows = []
-        append = type_rows.append
         for entry, ledger in state.entries.items():
             share = allocation.get(entry, empty).get(w, 0.0)
             if share == 0.0 or min(ledger.throughputs[w]) <= 0.0:
@@ -53,7 +74,7 @@ def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, f
             else:
                 received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
                 priority = share / received if received > 0 else share * UNSERVED_FACTOR
-            append((entry, priority, ledger.deficit_s[w], share))
+            type_rows.append((entry, priority, ledger.deficit_s[w], share))
         rows[w] = type_rows
     return rows
 
