@@ -40,7 +40,8 @@ def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, f
     """``priorities`` as plain (entry, priority, deficit_s, allocation) tuples: the hot loop of a
     simulation (every type x every entry x every round), so one pass over the entries filling
     every type's queue, plain locals and tuples (the same arithmetic, in the same order, as
-    ``reference_priority_rows``: the schedule does not change by a bit)."""
+    the plain type-by-type definition in tests/unit/mechanism/test_planning_fast.py: the schedule
+    does not change by a bit)."""
     allocation = state.allocation
     types = state.accelerator_types
     rows: dict[str, list[tuple[Entry, float, float, float]]] = {w: [] for w in types}
@@ -55,27 +56,6 @@ def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, f
                 continue
             received = received_s[w] / total_s if total_s > 0 else 0.0
             append((entry, share / received if received > 0 else share * UNSERVED_FACTOR, deficit_s[w], share))
-    return rows
-
-
-def reference_priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
-    """``priority_rows`` written plainly, type by type: the definition the fast form is tested
-    against (tests/unit/mechanism/test_planning_fast.py)."""
-    rows: dict[str, list[tuple[Entry, float, float, float]]] = {}
-    allocation = state.allocation
-    empty: dict[str, float] = {}
-    for w in state.accelerator_types:
-        total_s = state.type_time_s[w]
-        type_rows = []
-        for entry, ledger in state.entries.items():
-            share = allocation.get(entry, empty).get(w, 0.0)
-            if share == 0.0 or min(ledger.throughputs[w]) <= 0.0:
-                priority = 0.0
-            else:
-                received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
-                priority = share / received if received > 0 else share * UNSERVED_FACTOR
-            type_rows.append((entry, priority, ledger.deficit_s[w], share))
-        rows[w] = type_rows
     return rows
 
 
@@ -153,13 +133,13 @@ def place(
             # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
             _place_extensions_first(state, w, entries, servers, assignment, settings, forced)
             continue
-        for extend_sizes, fresh_sizes in [([s], [s]) for s in sizes]:
-            for entry, _ in (p for p in entries if p[1] in extend_sizes):  # pass 1: extensions
+        for size in sizes:  # Gavel: each size extended, then placed afresh, largest first
+            for entry, _ in (p for p in entries if p[1] == size):  # pass 1: extensions
                 previous = state.previous_assignment.get(entry)
                 if previous is not None and previous.accelerator_type == w and not used & set(previous.worker_ids):
                     assignment[entry] = previous
                     used.update(previous.worker_ids)
-            for entry, scale_factor in (p for p in entries if p[1] in fresh_sizes):  # pass 2: fresh placements
+            for entry, scale_factor in (p for p in entries if p[1] == size):  # pass 2: fresh placements
                 if entry in assignment:
                     continue
                 if entry not in state.allocation and not settings.run_unallocated and entry not in forced:

@@ -7,11 +7,32 @@ from __future__ import annotations
 import random
 
 from mechanism_service.core.migration import charge_moves, held_entries, note_move_cost
-from mechanism_service.core.model import MechanismState, Placement
-from mechanism_service.core.planning import priority_rows, reference_priority_rows
+from mechanism_service.core.model import Entry, MechanismState, Placement
+from mechanism_service.core.planning import UNSERVED_FACTOR, priority_rows
 from tests.unit.mechanism.builders import DEFAULT, state
 
 SEEDS = range(200)
+
+
+def reference_priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    """``priority_rows`` written plainly, type by type, as it was before it was made fast: the
+    definition the fast form is held to."""
+    rows: dict[str, list[tuple[Entry, float, float, float]]] = {}
+    allocation = state.allocation
+    empty: dict[str, float] = {}
+    for w in state.accelerator_types:
+        total_s = state.type_time_s[w]
+        type_rows = []
+        for entry, ledger in state.entries.items():
+            share = allocation.get(entry, empty).get(w, 0.0)
+            if share == 0.0 or min(ledger.throughputs[w]) <= 0.0:
+                priority = 0.0
+            else:
+                received = ledger.received_s[w] / total_s if total_s > 0 else 0.0
+                priority = share / received if received > 0 else share * UNSERVED_FACTOR
+            type_rows.append((entry, priority, ledger.deficit_s[w], share))
+        rows[w] = type_rows
+    return rows
 
 
 def random_state(seed: int) -> MechanismState:
