@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -31,6 +31,9 @@ from policy_service.core.packing import cell_average_problem, cell_colocation
 from policy_service.core.pair_columns import Prices, Restricted, column_codes, job_pair_columns, solve_by_columns
 from policy_service.core.solving import STATUS_OF, solve
 from policy_service.core.problem import Problem
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 
 def fairness_view(problem: Problem, heterogeneity_aware: bool) -> Problem:
@@ -108,6 +111,7 @@ class MaxMinFairness:
         master: MaxMinColumns | None = None,
     ) -> Restricted:
         """The program over the space's variables, with the prices of its pair columns."""
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter() if started is None else started
         level_matrix = sp.diags(class_coefficients) @ space.throughput()
         # Generated columns with the default solver: one warm-started HiGHS simplex model over

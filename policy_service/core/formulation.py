@@ -44,13 +44,12 @@ Space with no pair variable yet and the candidate pairs kept aside as a ``PairPo
 from __future__ import annotations
 
 import functools
-
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -71,6 +70,9 @@ from policy_service.core.packing import (
 )
 from policy_service.core.problem import Problem
 
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
+
 PAIR_VARIABLES = ("auto", "class_pairs", "partner_keys", "generated")
 
 # "auto" generates pair columns (pair_columns.py) instead of materialising them all when the
@@ -86,6 +88,7 @@ GENERATE_ABOVE = 10_000
 def installed_solvers() -> tuple[str, ...]:
     """cvxpy's installed solvers, looked up once (each lookup costs about 1.5 ms, and policies
     are built per request)."""
+    import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
     return tuple(cp.installed_solvers())
 
 
@@ -114,11 +117,14 @@ class SolveOptions:
     def __post_init__(self) -> None:
         # Checked here, where every convex policy gets its options: cvxpy only refuses an
         # unknown solver inside solve(), which a policy turns into status "failed" and which
-        # reads as "no feasible allocation" rather than the bad parameter it is.
-        installed = installed_solvers()
-        if not isinstance(self.solver, str) or self.solver.upper() not in installed:
+        # reads as "no feasible allocation" rather than the bad parameter it is. CLARABEL, the
+        # default, is a dependency of this package: asking cvxpy would load it (~1.7 s) for
+        # programs that go to CLARABEL without it (compiled.py).
+        if not isinstance(self.solver, str) or (
+            self.solver.upper() != "CLARABEL" and self.solver.upper() not in installed_solvers()
+        ):
             raise PolicyParameterError(
-                f"unknown solver {self.solver!r}; installed cvxpy solvers: {', '.join(installed)}"
+                f"unknown solver {self.solver!r}; installed cvxpy solvers: {', '.join(installed_solvers())}"
             )
         # cvxpy takes any case; one spelling keeps comparisons such as the compiled max-min
         # path's (solver == "CLARABEL") true for "clarabel" too.

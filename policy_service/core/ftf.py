@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -39,6 +39,9 @@ from policy_service.core.fairness import check_variant
 from policy_service.core.formulation import SolveOptions, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import Problem
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 
 def isolated_finish_time_s(problem: Problem) -> np.ndarray:
@@ -72,6 +75,7 @@ class FinishTimeFairness:
         return isolated_throughputs(view)
 
     def allocate(self, problem: Problem) -> Allocation:
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter()
         if problem.num_jobs == 0:
             return empty_allocation(self.name, problem.job_ids, problem.worker_types)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -39,6 +39,9 @@ from policy_service.core.fairness import check_variant
 from policy_service.core.formulation import SolveOptions, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import Problem
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 # Gavel's search bracket (seconds) and stopping ratio.
 _GAVEL_MIN_M_S = 100.0
@@ -56,6 +59,7 @@ class MinTotalDuration:
     name: str = "min_total_duration_perf"
 
     def allocate(self, problem: Problem) -> Allocation:
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter()
         if problem.num_jobs == 0:
             return empty_allocation(self.name, problem.job_ids, problem.worker_types)
@@ -75,6 +79,7 @@ class MinTotalDuration:
         the longest job's time alone on its best type (reference_s). (The equivalent form
         "maximize theta = 1 / M" is degenerate enough that ECOS stalls on it.)
         """
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         best = np.maximum(space.class_throughputs.max(axis=1), 1e-300)
         alone_s = steps / best
         reference_s = float(alone_s.max()) if alone_s.max() > 0 else 1.0
@@ -111,6 +116,7 @@ class MinTotalDuration:
         cluster constraints in its order, then the makespan rows. With ECOS this reproduces
         Gavel's allocations; any other form moved average JCTs by ~5% in the gavel preset.
         """
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         inverse_m = cp.Parameter(nonneg=True)
         gavel_form = not self.options.grouping and not self.space_sharing and bool((space.x_index >= 0).all())
         if gavel_form:

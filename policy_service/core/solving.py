@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import cvxpy as cp
+from typing import TYPE_CHECKING
 
 from policy_service.core.allocation import Status
 from policy_service.core.formulation import SolveOptions
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 
 @dataclass(frozen=True)
@@ -25,16 +27,19 @@ class Outcome:
     timings: Mapping[str, float]
 
 
+# cvxpy's status strings (cp.OPTIMAL, ...), written out so that importing this module does not
+# load cvxpy (tests/unit/policy/test_solving_imports.py holds them to cvxpy's).
 STATUS_OF = {
-    cp.OPTIMAL: Status.OPTIMAL,
-    cp.OPTIMAL_INACCURATE: Status.OPTIMAL_INACCURATE,
-    cp.INFEASIBLE: Status.INFEASIBLE,
-    cp.INFEASIBLE_INACCURATE: Status.INFEASIBLE,
+    "optimal": Status.OPTIMAL,
+    "optimal_inaccurate": Status.OPTIMAL_INACCURATE,
+    "infeasible": Status.INFEASIBLE,
+    "infeasible_inaccurate": Status.INFEASIBLE,
 }
 
 
 def solve(program: cp.Problem, options: SolveOptions, *, build_s: float = 0.0) -> Outcome:
     """Solve with the configured solver; never raises for solver trouble (status failed)."""
+    import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
     kwargs = dict(options.solver_options)
     if options.canon_backend is not None:
         kwargs["canon_backend"] = options.canon_backend

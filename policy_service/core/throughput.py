@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 
 from common.errors import PolicyParameterError, ProblemError
@@ -31,6 +31,9 @@ from policy_service.core.fairness import check_variant
 from policy_service.core.formulation import SolveOptions, Space, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import Problem
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 _ON_INFEASIBLE = ("report", "drop")
 
@@ -45,6 +48,7 @@ class MaxSumThroughput:
     name: str = "max_sum_throughput_perf"
 
     def allocate(self, problem: Problem) -> Allocation:
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter()
         if problem.num_jobs == 0:
             return empty_allocation(self.name, problem.job_ids, problem.worker_types)

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -51,6 +51,9 @@ from policy_service.core.fairness import check_variant, fairness_view
 from policy_service.core.formulation import SolveOptions, Space, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import FIFO, Problem
+
+if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
+    import cvxpy as cp
 
 # A class is bottlenecked when its share of the LP's dual weight (the multipliers of the level
 # constraints times their gains sum to 1) exceeds this, and its constraint is tight. Interior-
@@ -132,6 +135,7 @@ class WaterFilling:
     name: str = "max_min_fairness_water_filling_perf"
 
     def allocate(self, problem: Problem) -> Allocation:
+        import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter()
         if problem.num_jobs == 0:
             return empty_allocation(self.name, problem.job_ids, problem.worker_types)
