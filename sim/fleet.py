@@ -130,7 +130,8 @@ class SimulatedFleet:
     async def _crash(self, gang: _Gang, accelerator_type: str, missing: tuple[str, ...]) -> None:
         """A lease with a member the table cannot simulate: that member's process "fails at once",
         with why (the mechanism counts it as a failed attempt, and after a few sets the job aside
-        with this reason); a packed partner does nothing in that lease and loses no attempt."""
+        with this reason). A packed partner is stopped with it ("killed"): it loses that lease but
+        no attempt, and the estimator reads nothing into its zero steps (it could run)."""
         command = gang.command
         assert self._bus is not None
         lead = min(gang.workers)
@@ -139,12 +140,13 @@ class SimulatedFleet:
             report = JobProgress(
                 job_id=job_id, worker_id=lead, lease_id=command.lease_id, round_id=command.round_id,
                 steps_done=0, elapsed_s=0.0, throughput_steps_per_s=0.0,
-                outcome="crashed" if crashed else "lease_end",
+                outcome="crashed" if crashed else "killed",
                 error=(
                     f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
                     f"{accelerator_type} in its table, so it cannot run it"
                 ) if crashed else "",
                 accelerator_type=accelerator_type,
+                packed_with=tuple(other for other in command.job_ids if other != job_id),
             )
             self._reported[command.lease_id].append(report)
             await self._bus.publish(report)

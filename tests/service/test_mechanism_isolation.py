@@ -18,9 +18,11 @@ from common.messages import (
     CancelJob,
     JobCancelled,
     JobFailed,
+    JobProgress,
     JobRejected,
     JobSpec,
     JobSubmitted,
+    RunJobs,
     WorkerRegistered,
 )
 from mechanism_service.core.rounds import type_shuffler
@@ -155,6 +157,27 @@ async def test_a_job_the_simulated_fleet_cannot_run_fails_with_why_and_the_rest_
     assert failed.reason.startswith(f"failed {attempts} times in a row; last: "), failed.reason
     assert "the simulated fleet has no throughput for 'MyNet' on 1 GPU(s) of " in failed.reason
     assert w.job_ids(JobRejected) == []
+
+
+async def test_the_simulated_fleet_crashes_only_the_member_it_cannot_run() -> None:
+    """A packed lease of a job its table lacks with one it knows: the unknown one crashes with why;
+    its partner is stopped ("killed": no attempt lost, and the estimator ignores a killed lease,
+    so its zero steps do not read as a type it cannot run on)."""
+    broker = InMemoryBroker(serialize=True)
+    clock = VirtualClock(broker)
+    bus = InMemoryBus(broker, clock=clock, source="test")
+    await bus.start()
+    reports = Collector()
+    await bus.subscribe("test.progress", [JobProgress.ROUTING_KEY], reports, durable=False)
+    await SimulatedFleet(clock=clock, table=TABLE, cluster={"v100": 1}).start(bus)
+    await bus.publish(RunJobs("v100-0", 0, "lease-1", 0, ("mine", "a"), (0,), 360.0, (100, 100), ("MyNet", "A3C")))
+    await clock.run_until(lambda: len(reports.messages) == 2, max_time_s=1_000.0)
+
+    by_job = {m.job_id: m for m in reports.messages}  # type: ignore[attr-defined]
+    assert by_job["mine"].outcome == "crashed" and by_job["mine"].error == (
+        "the simulated fleet has no throughput for 'MyNet' on 1 GPU(s) of v100 in its table, so it cannot run it"
+    )
+    assert (by_job["a"].outcome, by_job["a"].steps_done, by_job["a"].packed_with) == ("killed", 0, ("mine",))
 
 
 async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
