@@ -244,7 +244,10 @@ async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(clus
     assert "ValueError" in observer.failed["broken"].reason
     report = cluster.answer("job", "broken")
     attempts = report["attempts"]  # type: ignore[index]
-    assert [a["ended"] for a in attempts][-3:] == ["crashed (exit 1)"] * 3, attempts
+    # A loss of the k80 worker during one of its attempts neither counts nor resets the count
+    # (mechanism_service/core/attempts.py): the three crashes are the last three that say something.
+    telling = [a["ended"] for a in attempts if a["ended"] not in ("worker lost", "no report")]
+    assert telling[-3:] == ["crashed (exit 1)"] * 3 and attempts[-1]["ended"] == "crashed (exit 1)", attempts
     assert "the learning rate is not a number" in str(report)
     fixed = cluster.answer("job", "fixed")
     ends = [a["ended"] for a in fixed["attempts"]]  # type: ignore[index]
