@@ -42,9 +42,16 @@ from common.throughputs import ThroughputTable  # noqa: E402
 from mechanism_service.core import attempts as attempts_core  # noqa: E402
 from mechanism_service.core import status as status_core  # noqa: E402
 from mechanism_service.core.intake import fingerprint  # noqa: E402
-from mechanism_service.core.migration import charge_moves, fit_held, held_entries, next_stretches  # noqa: E402
+from mechanism_service.core.migration import fit_held, held_entries, next_stretches  # noqa: E402
 from mechanism_service.core.model import EntryLedger, JobState, MechanismState, new_state  # noqa: E402
-from mechanism_service.core.planning import count_extensions, pick, place, priority_rows, type_order  # noqa: E402
+from mechanism_service.core.planning import (  # noqa: E402
+    charge_move_columns,
+    count_extensions,
+    pick_columns,
+    place,
+    priority_columns,
+    type_order,
+)
 from mechanism_service.core.rates import TableRates  # noqa: E402
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation, record_first_runs  # noqa: E402
 from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset, close_round, open_round  # noqa: E402
@@ -160,10 +167,10 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     order = type_order(state, settings)
     # open_round's steps (mechanism_service/core/rounds.py), timed apart
     reserved = fit_held(state, held_entries(state, now_s, settings), [])
-    rows = priority_rows(state)
+    queues = priority_columns(state)
     if settings.charge_moves:
-        rows = charge_moves(state, rows, settings)
-    picked = pick(state, rows, order, settings, reserved=reserved)
+        queues = charge_move_columns(state, queues, settings)
+    picked = pick_columns(state, queues, order, settings, reserved=reserved)
     t3 = time.perf_counter()
     assignment = place(state, picked, order, settings)
     extended, opportunities = count_extensions(state, assignment)

@@ -3,6 +3,13 @@
 1. ``priorities``: per type, each entry's allocation / share of the type's time it received;
 2. ``pick``: a greedy pass over the per-type queues, fastest type first, gangs whole;
 3. ``place``: concrete workers per picked entry, keeping a continuing entry on its GPUs.
+
+The rounds run the columnar forms (``priority_columns``, ``charge_move_columns``,
+``pick_columns``): the same arithmetic as the row forms, one numpy operation a type over the
+ledgers' columns (model.Ledgers) instead of a walk over every entry and type, then one greedy
+pass over each type's sorted candidates. The row forms (``priority_rows``, migration.charge_moves,
+``pick``) are their definitions: tests/unit/mechanism/test_planning_fast.py holds each columnar
+form to them, exactly.
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
+from mechanism_service.core.migration import move_cost_s
 from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.settings import MechanismSettings
 
@@ -57,6 +67,117 @@ def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, f
             received = received_s[w] / total_s if total_s > 0 else 0.0
             append((entry, share / received if received > 0 else share * UNSERVED_FACTOR, deficit_s[w], share))
     return rows
+
+
+class Queues(NamedTuple):
+    """Every type's queue as columns (one row a ledger row, one column a ledger type): what
+    ``priority_rows`` lists, for the rows where ``live`` (the others are removed entries)."""
+
+    keys: list[Entry | None]  # row -> entry
+    live: np.ndarray  # rows
+    priority: np.ndarray  # rows x types
+    deficit_s: np.ndarray  # rows x types
+    allocation: np.ndarray  # rows x types
+    runs: np.ndarray  # rows x types: every member runs there (throughput > 0)
+
+
+def priority_columns(state: MechanismState) -> Queues:
+    """``priority_rows`` as columns: per type, share / (received / the type's time), or share x
+    UNSERVED_FACTOR when it received nothing, 0 where the entry has no share or cannot run."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    allocation = ledgers.allocation_matrix(state.allocation)
+    throughputs = ledgers.throughputs[:rows]
+    runs = np.minimum(throughputs[:, :, 0], throughputs[:, :, 1]) > 0.0
+    received_s = ledgers.received_s[:rows]
+    priority = np.zeros((rows, len(ledgers.types)))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for w, k in ledgers.column_of.items():
+            share = allocation[:, k]
+            total_s = state.type_time_s[w]
+            received = received_s[:, k] / total_s if total_s > 0 else np.zeros(rows)
+            value = np.where(received > 0, share / received, share * UNSERVED_FACTOR)
+            priority[:, k] = np.where((share == 0.0) | ~runs[:, k], 0.0, value)
+    return Queues(ledgers.keys, ledgers.live[:rows], priority, ledgers.deficit_s[:rows], allocation, runs)
+
+
+def charge_move_columns(state: MechanismState, queues: Queues, settings: MechanismSettings) -> Queues:
+    """migration.charge_moves on columns: where an entry would start afresh on a type (it did
+    not run there last round) and has a priority, the priority times (round - cost) / round and
+    the deficit less the cost; the cost is migration.move_cost_s's (one for all while no job type
+    was measured)."""
+    ledgers = state.entries
+    rows = len(queues.live)
+    ran_on = np.full(rows, -1)
+    row_of, column_of = ledgers.row_of, ledgers.column_of
+    for entry, placement in state.previous_assignment.items():
+        row = row_of.get(entry)
+        if row is not None:
+            ran_on[row] = column_of.get(placement.accelerator_type, -1)
+    moving = (queues.priority != 0.0) & (ran_on[:, None] != np.arange(len(ledgers.types))[None, :])
+    round_s = settings.round_s
+    if state.move_costs_by_job_type:
+        cost_s = np.zeros(rows)
+        factor = np.ones(rows)
+        keys = queues.keys
+        for row in np.flatnonzero(moving.any(axis=1) & queues.live).tolist():  # removed entries' rows: no cost
+            cost = move_cost_s(state, keys[row], settings)  # type: ignore[arg-type]
+            cost_s[row], factor[row] = cost, max(0.0, round_s - cost) / round_s
+        cost_s, factor = cost_s[:, None], factor[:, None]
+    else:
+        cost_s, factor = settings.restore_s, max(0.0, round_s - settings.restore_s) / round_s
+    priority = np.where(moving, queues.priority * factor, queues.priority)
+    deficit_s = np.where(moving, queues.deficit_s - cost_s, queues.deficit_s)
+    return queues._replace(priority=priority, deficit_s=deficit_s)
+
+
+def pick_columns(
+    state: MechanismState,
+    queues: Queues,
+    order: Sequence[str],
+    settings: MechanismSettings,
+    *,
+    reserved: Sequence[tuple[Entry, str]] = (),
+) -> dict[str, list[tuple[Entry, int]]]:
+    """``pick`` on columns: each type's candidates (live, every member runs there, and a
+    priority under FIFO) sorted by (priority, deficit, allocation), highest first, ties in
+    admission order (a stable lexsort of the negated keys is Python's stable reverse sort), then
+    the same greedy pass."""
+    left = dict(state.gpus)
+    taken: set[int] = set()
+    jobs = state.jobs
+    for entry, w in reserved:
+        left[w] -= jobs[entry[0]].scale_factor
+        taken.update(entry)
+    picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
+    column_of, keys = state.entries.column_of, queues.keys
+    for w in order:
+        free = left[w]
+        if free == 0:
+            continue
+        k = column_of[w]
+        candidates = queues.live & queues.runs[:, k]
+        if settings.only_allocated_run:
+            candidates &= queues.priority[:, k] > 0.0
+        rows = np.flatnonzero(candidates)
+        ranked = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
+        chosen = picked[w]
+        for row in ranked.tolist():
+            entry: Entry = keys[row]  # type: ignore[assignment]
+            if entry[0] in taken or (len(entry) > 1 and entry[1] in taken):
+                continue
+            scale_factor = jobs[entry[0]].scale_factor
+            if scale_factor > free:
+                continue
+            free -= scale_factor
+            taken.update(entry)
+            chosen.append((entry, scale_factor))
+            if free == 0:
+                break
+        left[w] = free
+    for entry, w in reserved:
+        picked.setdefault(w, []).append((entry, jobs[entry[0]].scale_factor))
+    return picked
 
 
 def type_order(state: MechanismState, settings: MechanismSettings) -> list[str]:

@@ -9,9 +9,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from common.errors import JobFieldError
 from common.job_checks import check_job
-from mechanism_service.core.model import Entry, EntryLedger, JobState, MechanismState, Placement
+from mechanism_service.core.model import Entry, EntryLedger, FrozenAllocation, JobState, MechanismState, Placement
 from mechanism_service.core.rates import Rates
 from mechanism_service.core.settings import MechanismSettings
 
@@ -104,10 +106,9 @@ def add_server(state: MechanismState, accelerator_type: str, gpus: int, settings
         state.gpus[accelerator_type] = 0
         state.servers[accelerator_type] = []
         state.type_time_s[accelerator_type] = settings.seed_s * len(state.entries)
+        state.entries.add_type(accelerator_type, settings.seed_s)  # seeded, no deficit
         for entry, ledger in state.entries.items():
             ledger.throughputs[accelerator_type] = entry_throughputs(state, entry, accelerator_type, rates)
-            ledger.received_s[accelerator_type] = settings.seed_s
-            ledger.deficit_s[accelerator_type] = 0.0
         for job in state.jobs.values():
             job.gpu_seconds_by_type.setdefault(accelerator_type, 0.0)
     state.gpus[accelerator_type] += gpus
@@ -213,7 +214,7 @@ def withdraw_job(state: MechanismState, index: int) -> JobState:
     """The job leaves the cluster without completing or failing (cancelled, or set aside because
     the policy refuses to solve with it): its entries go, the allocation is recomputed."""
     record = state.jobs.pop(index)
-    for entry in [e for e in state.entries if index in e]:
+    for entry in state.entries.entries_of(index):
         del state.entries[entry]
     state.needs_allocation = True
     return record
@@ -237,17 +238,25 @@ def reset_ledgers(state: MechanismState, now_s: float, settings: MechanismSettin
     re-seed every entry (and each type's total) for the new allocation."""
     elapsed_s = now_s - state.last_reset_s
     seed = settings.seed_s
+    ledgers = state.entries
+    rows = ledgers.rows  # removed entries' rows too: nothing reads them
+    # per cell, as the plain loop did: deficit += allocation x elapsed - (received - seed)
+    target_s = ledgers.allocation_matrix(state.allocation) * elapsed_s
+    ledgers.deficit_s[:rows] += target_s - (ledgers.received_s[:rows] - seed)
+    ledgers.received_s[:rows] = seed
+    total = _seeds_summed(seed, len(ledgers))
     for w in state.accelerator_types:
-        total = 0.0
-        for entry, ledger in state.entries.items():
-            received = ledger.received_s[w] - seed
-            target = state.allocation[entry].get(w, 0.0) * elapsed_s if entry in state.allocation else 0.0
-            ledger.deficit_s[w] += target - received
-            ledger.received_s[w] = seed
-            total += seed
         state.type_time_s[w] = total
     state.last_reset_s = now_s
     state.resets += 1
+
+
+def _seeds_summed(seed_s: float, count: int) -> float:
+    """``seed_s`` added ``count`` times from 0.0, one addition after another (as the ledgers'
+    reset always summed them: the same float, not ``seed_s * count``)."""
+    if count == 0:
+        return 0.0
+    return float(np.add.accumulate(np.full(count, seed_s))[-1])
 
 
 def apply_allocation(
@@ -263,17 +272,32 @@ def apply_allocation(
     allocation: dict[Entry, dict[str, float]] = {}
     for job_ids, by_type in fractions.items():
         if all(job_id in index_of for job_id in job_ids):
-            entry = tuple(sorted(index_of[job_id] for job_id in job_ids))
+            entry = (index_of[job_ids[0]],) if len(job_ids) == 1 else tuple(sorted(index_of[j] for j in job_ids))
             allocation[entry] = dict(by_type)
     if settings.zero_fill_allocation:
         # An LP policy returns a row for every entry it was given, zeros included.
         for entry in state.entries:
             allocation.setdefault(entry, {})
-    state.allocation = allocation
+    state.allocation = _install(state, allocation)
     state.policy_state = policy_state
     state.needs_allocation = False
     for job in state.jobs.values():
         job.isolated_throughput_at_last_solve = isolated_throughputs.get(job.job_id)
+
+
+def _install(state: MechanismState, allocation: dict[Entry, dict[str, float]]) -> FrozenAllocation:
+    """The allocation as the state keeps it (never changed in place), with its columnar copy in
+    the ledgers for the planner's passes."""
+    installed = FrozenAllocation(allocation)
+    row_of, types = state.entries.row_of, state.entries.types
+    rows, shares = [], []
+    for entry, by_type in allocation.items():
+        row = row_of.get(entry)
+        if row is not None and by_type:
+            rows.append(row)
+            shares.append([by_type.get(w, 0.0) for w in types])
+    state.entries.set_allocation(installed, rows, np.array(shares, dtype=float).reshape(len(rows), len(types)))
+    return installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,9 +367,10 @@ def _credit(
         job = state.jobs[i]
         job.steps_done += steps
         job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
-    ledger = state.entries.get(result.entry)
-    if ledger is not None:
-        ledger.received_s[w] += exec_s
+    ledgers = state.entries
+    row = ledgers.row_of.get(result.entry)
+    if row is not None:
+        ledgers.received_s[row, ledgers.column_of[w]] += exec_s
         state.type_time_s[w] += exec_s
     for i, _ in members:
         if state.jobs[i].steps_remaining <= 0:

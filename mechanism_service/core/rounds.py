@@ -18,9 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanism_service.core.migration import charge_moves, fit_held, held_entries, next_stretches
+from mechanism_service.core.migration import fit_held, held_entries, next_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
-from mechanism_service.core.planning import count_extensions, pick, place, priority_rows, type_order
+from mechanism_service.core.planning import (
+    charge_move_columns,
+    count_extensions,
+    pick_columns,
+    place,
+    priority_columns,
+    type_order,
+)
 from mechanism_service.core.policy_input import advance_isolated_time
 from mechanism_service.core.profiling import ProfilingPick
 from mechanism_service.core.rates import Rates
@@ -184,10 +191,10 @@ def open_round(
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
     profiled = frozenset(entry for entry, _ in reserved)
     reserved += fit_held(state, held_entries(state, now_s, settings), reserved)  # moves not yet paid for
-    rows = priority_rows(state)
+    queues = priority_columns(state)
     if settings.charge_moves:
-        rows = charge_moves(state, rows, settings)
-    picked = pick(state, rows, order, settings, reserved=reserved)
+        queues = charge_move_columns(state, queues, settings)
+    picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
     extended, opportunities = count_extensions(state, assignment)
     kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)

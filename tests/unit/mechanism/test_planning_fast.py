@@ -1,14 +1,24 @@
 """The planner's fast forms against their plain definitions on random states (core/planning.py,
-core/migration.py): the schedule must not change by a bit, so every comparison is exact.
-About 0.5 s for the 200 random states."""
+core/migration.py), and the columnar forms the rounds run against the row forms: the schedule
+must not change by a bit, so every comparison is exact. About 1 s for the 200 random states."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from mechanism_service.core.migration import charge_moves, held_entries, note_move_cost
+from mechanism_service.core.migration import charge_moves, fit_held, held_entries, note_move_cost
 from mechanism_service.core.model import Entry, MechanismState, Placement
-from mechanism_service.core.planning import UNSERVED_FACTOR, priority_rows
+from mechanism_service.core.planning import (
+    UNSERVED_FACTOR,
+    Queues,
+    charge_move_columns,
+    pick,
+    pick_columns,
+    priority_columns,
+    priority_rows,
+)
+from mechanism_service.core.reducers import apply_allocation, withdraw_job
 from tests.unit.mechanism.builders import DEFAULT, state
 
 SEEDS = range(200)
@@ -94,3 +104,70 @@ def test_holds_alike_whether_the_cost_is_uniform_or_looked_up_per_entry():
         assert fast == held_entries(measured_at_restore(random_state(seed)), now_s, DEFAULT), seed
         held_any += bool(fast)
     assert held_any > 0  # the random states exercise holds, not only their absence
+
+
+# The columnar forms the rounds run (planning.priority_columns, charge_move_columns,
+# pick_columns) against the row forms above, on the same random states with some jobs removed
+# (the ledgers' rows then have holes) and, for half of them, the allocation installed by
+# apply_allocation (its columnar copy kept) instead of set by hand.
+
+
+def columnar_state(seed: int) -> MechanismState:
+    s = random_state(seed)
+    rng = random.Random(seed + 1000)
+    if rng.random() < 0.5:
+        answer = {s.job_ids_of(e): shares for e, shares in s.allocation.items()}
+        apply_allocation(s, answer, {}, DEFAULT)
+    for index in list(s.jobs):
+        if len(s.jobs) > 1 and rng.random() < 0.3:
+            withdraw_job(s, index)
+    return s
+
+
+def as_rows(s: MechanismState, queues: Queues) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    k = s.entries.column_of
+    return {
+        w: [
+            (entry, float(queues.priority[r, k[w]]), float(queues.deficit_s[r, k[w]]), float(queues.allocation[r, k[w]]))
+            for r, entry in enumerate(queues.keys)
+            if entry is not None and queues.live[r]
+        ]
+        for w in s.accelerator_types
+    }
+
+
+def test_priority_columns_equal_the_row_form_exactly():
+    holes = 0
+    for seed in SEEDS:
+        s = columnar_state(seed)
+        holes += len(s.entries) < s.entries.rows
+        assert as_rows(s, priority_columns(s)) == priority_rows(s), seed
+    assert holes > 0  # removed entries' rows were skipped, not only absent
+
+
+def test_moves_charged_on_columns_as_on_rows_measured_or_not():
+    for seed in SEEDS:
+        s = columnar_state(seed)
+        if seed % 2:
+            rng = random.Random(seed)
+            for job in s.jobs.values():
+                note_move_cost(s, job.job_type, rng.uniform(1.0, 400.0))
+        charged = as_rows(s, charge_move_columns(s, priority_columns(s), DEFAULT))
+        assert charged == charge_moves(s, priority_rows(s), DEFAULT), seed
+
+
+def test_pick_on_columns_picks_what_pick_picks():
+    picked_any = 0
+    for seed in SEEDS:
+        s = columnar_state(seed)
+        rng = random.Random(seed)
+        settings = replace(DEFAULT, only_allocated_run=rng.random() < 0.5)
+        order = list(s.gpus)
+        rng.shuffle(order)
+        now_s = s.last_reset_s + 360.0
+        reserved = fit_held(s, held_entries(s, now_s, settings), [])
+        columns = pick_columns(s, charge_move_columns(s, priority_columns(s), settings), order, settings, reserved=reserved)
+        rows = pick(s, charge_moves(s, priority_rows(s), settings), order, settings, reserved=reserved)
+        assert columns == rows, seed
+        picked_any += sum(len(p) for p in rows.values())
+    assert picked_any > 0
