@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from common.errors import ProblemError
 from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
@@ -90,7 +89,7 @@ def _first_jobs(problem: Problem, jobs: np.ndarray, free: np.ndarray) -> dict[in
         position = np.repeat(np.arange(1, depth + 1), num_workers)
         column_type = np.tile(worker_type, depth)
         cost = processing_s[:, column_type] * position[None, :]
-        rows, cols = linear_sum_assignment(cost)
+        rows, cols = _linear_sum_assignment(cost)
         deepest = position[cols].max()
         if deepest < depth or depth == num_jobs:
             break
@@ -108,3 +107,11 @@ def _first_jobs(problem: Problem, jobs: np.ndarray, free: np.ndarray) -> dict[in
 
 def allox(*, alpha: float = 1.0) -> AlloX:
     return AlloX(alpha)
+
+
+def _linear_sum_assignment(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # scipy.optimize is imported here, when AlloX assigns, not with the policy library: it costs
+    # ~0.3-0.5 s (scipy.special, scipy.linalg), which every `gavel simulate` of another policy paid.
+    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415
+
+    return linear_sum_assignment(cost)

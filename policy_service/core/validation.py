@@ -84,6 +84,8 @@ def build_problem(
     isolated_time = np.zeros(num_jobs)
     entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
     seen: dict[str, int] = {}
+    table_rows: dict[tuple[str, int], tuple[float, ...]] = {}  # the table looked up once per job key
+    count_list = counts.tolist()
     for i, job in enumerate(jobs):
         path = f"jobs[{i}]"
         try:
@@ -100,8 +102,9 @@ def build_problem(
             if job.entity is not None:
                 entity_of_job[i] = entity_index[job.entity]
             _check_colocation_class(job, path, class_pairs is not None)
-            throughputs[i] = _job_throughputs(job, path, worker_types, table)
-            _check_runnable(path, job, int(scale_factors[i]), throughputs[i], worker_types, counts)
+            row = _job_throughputs(job, path, worker_types, table, table_rows)
+            throughputs[i] = row
+            _check_runnable(path, job, int(scale_factors[i]), row, count_list)
         except ProblemError as e:
             # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
             raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
@@ -211,10 +214,15 @@ def _check_colocation_class(job: JobSpec, path: str, colocations_given: bool) ->
 
 
 def _job_throughputs(
-    job: JobSpec, path: str, worker_types: tuple[str, ...], table: ThroughputTable | None
-) -> np.ndarray:
+    job: JobSpec, path: str, worker_types: tuple[str, ...], table: ThroughputTable | None,
+    table_rows: dict[tuple[str, int], tuple[float, ...]],
+) -> tuple[float, ...]:
+    """The job's steps/s per worker type: its own, or the table's row (kept in ``table_rows`` by
+    (job type, scale factor), so that the jobs of one key look the table up once)."""
     # The table is consulted only for a job without its own throughputs: a job that brings them
     # may be of a type (or a scale factor) the table has never seen, e.g. a user's own script.
+    if job.throughputs_steps_per_s is None and (job.job_type, job.scale_factor) in table_rows:
+        return table_rows[job.job_type, job.scale_factor]  # type: ignore[index]  # checked when stored
     if table is not None and job.throughputs_steps_per_s is None:
         if job.job_type is None:
             raise ProblemError(f"{path}.job_type: required when a throughput table is given")
@@ -230,8 +238,10 @@ def _job_throughputs(
         if table is None:
             raise ProblemError(f"{path}.throughputs: required (no throughput table given)")
         job_type = str(job.job_type)
-        row = [table.isolated(job_type, int(job.scale_factor), name) for name in worker_types]
-        return np.asarray(row, dtype=float)
+        row = tuple(float(table.isolated(job_type, int(job.scale_factor), name)) for name in worker_types)
+        if isinstance(job.job_type, str) and type(job.scale_factor) is int:  # the key of a later hit
+            table_rows[job.job_type, job.scale_factor] = row
+        return row
     if not isinstance(given, Mapping):
         raise ProblemError(f"{path}.throughputs: expected an object of worker type -> steps/s")
     for name in given:
@@ -241,21 +251,22 @@ def _job_throughputs(
     for name in worker_types:
         if name not in given:
             raise ProblemError(f"{path}.throughputs: missing worker type {name!r}")
-        row.append(check_number(given[name], f"{path}.throughputs.{name}"))
-    return np.asarray(row, dtype=float)
+        row.append(float(check_number(given[name], f"{path}.throughputs.{name}")))
+    return tuple(row)
 
 
 def _check_runnable(
-    path: str, job: JobSpec, scale_factor: int, throughputs: np.ndarray,
-    worker_types: tuple[str, ...], counts: np.ndarray,
+    path: str, job: JobSpec, scale_factor: int, throughputs: tuple[float, ...], counts: list[float]
 ) -> None:
-    fits = counts >= scale_factor
-    if not fits.any():
+    # In Python, not numpy: two small array reductions per job cost more than the job's other
+    # checks together (tens of jobs a problem, hundreds of problems a simulation).
+    fits = [k for k, count in enumerate(counts) if count >= scale_factor]
+    if not fits:
         raise ProblemError(
             f"{path}.scale_factor: {scale_factor} GPUs is more than any worker type has "
-            f"(largest: {int(counts.max())})"
+            f"(largest: {int(max(counts))})"
         )
-    if not (throughputs[fits] > 0).any():
+    if not any(throughputs[k] > 0 for k in fits):
         raise ProblemError(
             f"{path}.throughputs: job {job.id!r} has zero throughput on every worker type "
             f"with at least {scale_factor} GPUs, so it can never run"
@@ -484,27 +495,33 @@ def _previous_allocation(
     if entries is None:
         return None
     num_types = len(worker_types)
-    singles = np.zeros((len(index), num_types))
+    type_index = {name: k for k, name in enumerate(worker_types)}
+    # Python floats, not numpy rows: the same additions in the same order, without a small
+    # array per entry (an entry per job, hundreds of problems a simulation).
+    singles = [[0.0] * num_types for _ in range(len(index))]
     pair_jobs: list[tuple[int, int]] = []
-    pair_fractions: list[np.ndarray] = []
+    pair_fractions: list[list[float]] = []
     for e, entry in enumerate(entries):
         path = f"previous_allocation[{e}]"
         if len(entry.job_ids) not in (1, 2):
             raise ProblemError(f"{path}.jobs: expected one or two job ids")
         if not all(job_id in index for job_id in entry.job_ids):
             continue  # a job that finished since: nothing to remember
-        fractions = np.zeros(num_types)
+        fractions = [0.0] * num_types
         for name, value in entry.fractions.items():
-            if name not in worker_types:
+            k = type_index.get(name) if isinstance(name, str) else None
+            if k is None:
                 raise ProblemError(f"{path}.fractions.{name}: not a worker type of this cluster")
-            fractions[worker_types.index(name)] = check_number(value, f"{path}.fractions.{name}")
+            fractions[k] = float(check_number(value, f"{path}.fractions.{name}"))
         if len(entry.job_ids) == 1:
-            singles[index[entry.job_ids[0]]] += fractions
+            row = singles[index[entry.job_ids[0]]]
+            for k in range(num_types):
+                row[k] += fractions[k]
         else:
             pair_jobs.append((index[entry.job_ids[0]], index[entry.job_ids[1]]))
             pair_fractions.append(fractions)
     return PreviousAllocation(
-        job_fractions=_readonly(singles),
+        job_fractions=_readonly(np.asarray(singles, dtype=float).reshape(len(index), num_types)),
         pair_jobs=_readonly(np.asarray(pair_jobs, dtype=np.int64).reshape(-1, 2)),
         pair_fractions=_readonly(np.asarray(pair_fractions, dtype=float).reshape(-1, num_types)),
     )
