@@ -16,6 +16,8 @@ Files:
 
 ``plots=False`` writes the numbers only. sim/plots.py (matplotlib) is imported when a plot is
 drawn, not with this module: a run without plots never pays for the plotting stack's import.
+``plotter``: a child process that draws them (sim/plot_process.py; `gavel simulate` starts one
+before its runs, so that matplotlib's import overlaps the simulation).
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ import json
 import os
 import pathlib
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from sim.metrics import Summary, SweepRow, compare, render_comparison
 from sim.results import SimulationResult
+
+if TYPE_CHECKING:
+    from sim.plot_process import PlotProcess
 
 JOB_COLUMNS = (
     "job_id",
@@ -61,30 +67,37 @@ def run_record(result: SimulationResult, summary: Summary) -> dict[str, object]:
 
 
 def write_run(
-    result: SimulationResult, summary: Summary, out_dir: str | os.PathLike[str], *, plots: bool = True
+    result: SimulationResult, summary: Summary, out_dir: str | os.PathLike[str], *, plots: bool = True,
+    plotter: PlotProcess | None = None,
 ) -> tuple[pathlib.Path, ...]:
     """Write summary.json, jobs.csv and (with ``plots``) the run's three plots into out_dir
-    (created if needed); returns the paths in that order."""
+    (created if needed); returns the paths in that order. With a ``plotter`` the plots are
+    queued on it (sim/plot_process.py) and exist once its ``finish`` has returned."""
     out = _directory(out_dir)
     written: tuple[pathlib.Path, ...] = (
         _write_json(out / "summary.json", run_record(result, summary)),
         write_jobs_csv(result, out / "jobs.csv"),
     )
     if plots:
-        from sim.plots import plot_jct_cdf, plot_queue, plot_utilization
-
         written += (
-            plot_jct_cdf(result, out / "jct_cdf.png"),
-            plot_utilization(result, out / "utilization.png"),
-            plot_queue(result, out / "queue.png"),
+            _plot(plotter, "plot_jct_cdf", result, out / "jct_cdf.png"),
+            _plot(plotter, "plot_utilization", result, out / "utilization.png"),
+            _plot(plotter, "plot_queue", result, out / "queue.png"),
         )
     if result.estimation:  # a learned estimator: its error over time, as numbers and as a plot
         written += (write_estimation_csv(result, out / "estimation.csv"),)
         if plots:
-            from sim.plots import plot_estimation_error
-
-            written += (plot_estimation_error(result, out / "estimation_error.png"),)
+            written += (_plot(plotter, "plot_estimation_error", result, out / "estimation_error.png"),)
     return written
+
+
+def _plot(plotter: PlotProcess | None, name: str, *args: object) -> pathlib.Path:
+    """sim.plots.<name>(*args): queued on the plotter, or drawn now."""
+    if plotter is not None:
+        return plotter.add(name, *args)
+    import sim.plots as plots  # noqa: PLC0415 - matplotlib only where plots are drawn
+
+    return getattr(plots, name)(*args)
 
 
 def write_estimation_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:
@@ -105,10 +118,11 @@ def write_comparison(
     out_dir: str | os.PathLike[str],
     *,
     plots: bool = True,
+    plotter: PlotProcess | None = None,
 ) -> tuple[pathlib.Path, ...]:
     """Write comparison.json, comparison.txt and (with ``plots``) the two overlay plots into
     out_dir for runs keyed by label (usually the policy name; the same keys in both mappings);
-    returns the paths."""
+    returns the paths. ``plotter``: as write_run's."""
     if list(results) != list(summaries):
         raise ValueError(f"results and summaries have different keys: {list(results)} vs {list(summaries)}")
     out = _directory(out_dir)
@@ -122,12 +136,10 @@ def write_comparison(
     written = (_write_json(out / "comparison.json", record), text_path)
     if not plots:
         return written
-    from sim.plots import plot_jct_cdf_overlay, plot_utilization_overlay
-
     return (
         *written,
-        plot_jct_cdf_overlay(results, out / "comparison_jct_cdf.png"),
-        plot_utilization_overlay(results, out / "comparison_utilization.png"),
+        _plot(plotter, "plot_jct_cdf_overlay", dict(results), out / "comparison_jct_cdf.png"),
+        _plot(plotter, "plot_utilization_overlay", dict(results), out / "comparison_utilization.png"),
     )
 
 

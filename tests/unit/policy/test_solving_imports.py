@@ -27,6 +27,7 @@ def test_importing_the_policy_core_and_solving_a_compiled_program_does_not_load_
 import sys
 import policy_service.core, policy_service.answer, sim.fastpath
 assert "cvxpy" not in sys.modules, "imported"
+assert "scipy.optimize" not in sys.modules, "scipy.optimize imported (AlloX loads it when it assigns)"
 from policy_service.core import JobSpec, build_problem, make_policy
 from policy_service.service import shipped_context
 types = ["A3C", "ResNet-18 (batch size 64)", "LM (batch size 20)"]

@@ -1,0 +1,130 @@
+"""The plots of a run drawn by a child process that starts before the simulation (issue 12).
+
+Importing matplotlib costs ~0.5 s of CPU and drawing a run's three plots ~0.3-0.4 s, a quarter of
+what `gavel simulate` of Gavel's calibration trace takes as a whole process. The simulation
+runs on one core; a child process started first imports the plotting stack on the other core
+meanwhile, then draws what it is handed once the run is over while the parent writes the
+numbers. The wall time is what the user waits for and what improves; the CPU time does not
+(the child pays for its own interpreter and numpy, ~0.2 s), so on a machine whose cores are
+all busy the gain shrinks. docs/mechanism.md, "As a user runs it (issue 12)", has the figures.
+
+    plotter = PlotProcess.start()          # first: the child imports sim.plots (matplotlib)
+    ...                                    # the simulation
+    plotter.add("plot_jct_cdf", result, path)
+    plotter.finish()                       # hands the work over, waits for the files
+
+The work goes over the child's stdin as one pickle: (name of a ``plot_*`` function of
+sim/plots.py, its arguments) pairs; the child inherits stderr, so a warning or a traceback of
+matplotlib reaches the user as it would in process. If the child cannot be started or fails,
+``finish`` draws the same plots in this process, so the files are the same either way (and a
+real error is raised from here, as before). A parent that leaves without ``finish`` closes the
+child's stdin: the child sees end of file and exits without drawing.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+from collections.abc import Sequence
+
+# The package root the child must import sim from: this checkout's, whatever the current
+# directory (a bench runs a baseline checkout's `gavel simulate` from elsewhere).
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class PlotProcess:
+    """A child process that draws plots with sim/plots.py (see the module docstring)."""
+
+    def __init__(self, child: subprocess.Popen[bytes] | None) -> None:
+        self._child = child
+        self._work: list[tuple[str, tuple[object, ...]]] = []
+
+    @classmethod
+    def start(cls) -> PlotProcess:
+        """Start the child now; it imports the plotting stack while the caller works."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "sim.plot_process"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+            )
+        except OSError:
+            child = None  # no child: finish() draws in this process
+        return cls(child)
+
+    def add(self, name: str, *args: object) -> pathlib.Path:
+        """Queue ``sim.plots.<name>(*args)`` (a ``plot_*`` function, its path argument last);
+        returns that path, which exists once ``finish`` has returned."""
+        if not name.startswith("plot_"):
+            raise ValueError(f"{name!r} is not a plot_* function of sim/plots.py")
+        self._work.append((name, args))
+        return pathlib.Path(args[-1])  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        """Hand the queued plots to the child and wait for them; draw them here if it failed."""
+        work, self._work = self._work, []
+        child, self._child = self._child, None
+        if child is not None and _handed_over(child, work):
+            return
+        draw(work)
+
+    def close(self) -> None:
+        """Leave without drawing (an error, or nothing to plot): the child exits at end of file."""
+        child, self._child = self._child, None
+        if child is not None:
+            _close(child)
+            child.wait()
+
+    def __enter__(self) -> PlotProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _handed_over(child: subprocess.Popen[bytes], work: Sequence[tuple[str, tuple[object, ...]]]) -> bool:
+    """Send the work, wait for the child: True when it drew everything."""
+    try:
+        assert child.stdin is not None
+        child.stdin.write(pickle.dumps(list(work), protocol=pickle.HIGHEST_PROTOCOL))
+    except (BrokenPipeError, OSError):
+        pass  # the child is gone: its exit code says so
+    _close(child)
+    return child.wait() == 0
+
+
+def _close(child: subprocess.Popen[bytes]) -> None:
+    try:
+        if child.stdin is not None:
+            child.stdin.close()
+    except OSError:
+        pass
+
+
+def draw(work: Sequence[tuple[str, tuple[object, ...]]]) -> None:
+    """Draw each (plot function's name, arguments) with sim/plots.py, in this process."""
+    if not work:
+        return
+    import sim.plots as plots  # noqa: PLC0415 - matplotlib only where plots are drawn
+
+    for name, args in work:
+        getattr(plots, name)(*args)
+
+
+def main() -> int:
+    """The child: import the plotting stack, then draw what stdin hands over (nothing at EOF)."""
+    import sim.plots  # noqa: F401, PLC0415 - the point: imported before the work arrives
+
+    try:
+        work = pickle.load(sys.stdin.buffer)
+    except EOFError:
+        return 0  # the parent left without plots
+    draw(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""sim/plot_process.py: the plots a child process draws are the files drawing them in process
+writes, byte for byte; a child that fails leaves the drawing to the parent; a parent that leaves
+without handing work over stops the child with nothing drawn."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sim.output import write_comparison, write_run
+from sim.metrics import summarize
+from sim.plot_process import PlotProcess
+from tests.sim.test_plots import PRICES, toy_run
+
+RUN_PLOTS = ("jct_cdf.png", "utilization.png", "queue.png")
+
+
+def test_the_child_draws_the_same_files_as_this_process(tmp_path) -> None:
+    result = toy_run()
+    summary = summarize(result, PRICES)
+    write_run(result, summary, tmp_path / "here")
+    with PlotProcess.start() as plotter:
+        written = write_run(result, summary, tmp_path / "child", plotter=plotter)
+        assert not (tmp_path / "child" / "queue.png").exists()  # queued, not drawn yet
+        plotter.finish()
+    assert [p.name for p in written] == ["summary.json", "jobs.csv", *RUN_PLOTS]
+    for name in ("summary.json", "jobs.csv", *RUN_PLOTS):
+        assert (tmp_path / "child" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
+def test_a_comparisons_overlays_go_to_the_child_too(tmp_path) -> None:
+    results = {p: toy_run(p) for p in ("las_aware", "fifo_aware")}
+    summaries = {p: summarize(r, PRICES) for p, r in results.items()}
+    write_comparison(results, summaries, tmp_path / "here")
+    with PlotProcess.start() as plotter:
+        write_comparison(results, summaries, tmp_path / "child", plotter=plotter)
+        plotter.finish()
+    for name in ("comparison_jct_cdf.png", "comparison_utilization.png"):
+        assert (tmp_path / "child" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
+def test_a_child_that_failed_leaves_the_plots_to_this_process(tmp_path) -> None:
+    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE)
+    plotter = PlotProcess(failing)
+    result = toy_run()
+    write_run(result, summarize(result, PRICES), tmp_path, plotter=plotter)
+    plotter.finish()
+    assert failing.returncode == 3
+    for name in RUN_PLOTS:
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_leaving_without_finishing_draws_nothing_and_ends_the_child(tmp_path) -> None:
+    result = toy_run()
+    with PlotProcess.start() as plotter:
+        child = plotter._child
+        write_run(result, summarize(result, PRICES), tmp_path, plotter=plotter)
+    assert child is not None and child.returncode == 0  # end of file: exits without drawing
+    assert not any((tmp_path / name).exists() for name in RUN_PLOTS)
+
+
+def test_only_plot_functions_are_queued() -> None:
+    with PlotProcess(None) as plotter, pytest.raises(ValueError, match="not a plot_"):
+        plotter.add("jct_cdf_figure", object(), "x.png")
