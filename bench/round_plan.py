@@ -42,11 +42,12 @@ from common.throughputs import ThroughputTable  # noqa: E402
 from mechanism_service.core import attempts as attempts_core  # noqa: E402
 from mechanism_service.core import status as status_core  # noqa: E402
 from mechanism_service.core.intake import fingerprint  # noqa: E402
-from mechanism_service.core.migration import fit_held, held_entries, next_stretches  # noqa: E402
+from mechanism_service.core.migration import fit_held, next_stretches  # noqa: E402
 from mechanism_service.core.model import EntryLedger, JobState, MechanismState, new_state  # noqa: E402
 from mechanism_service.core.planning import (  # noqa: E402
     charge_move_columns,
     count_extensions,
+    held_columns,
     pick_columns,
     place,
     priority_columns,
@@ -166,7 +167,7 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     apply_allocation(state, answer, {}, settings)
     order = type_order(state, settings)
     # open_round's steps (mechanism_service/core/rounds.py), timed apart
-    reserved = fit_held(state, held_entries(state, now_s, settings), [])
+    reserved = fit_held(state, held_columns(state, now_s, settings), [])
     queues = priority_columns(state)
     if settings.charge_moves:
         queues = charge_move_columns(state, queues, settings)

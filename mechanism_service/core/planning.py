@@ -4,11 +4,11 @@
 2. ``pick``: a greedy pass over the per-type queues, fastest type first, gangs whole;
 3. ``place``: concrete workers per picked entry, keeping a continuing entry on its GPUs.
 
-The rounds run the columnar forms (``priority_columns``, ``charge_move_columns``,
+The rounds run the columnar forms (``held_columns``, ``priority_columns``, ``charge_move_columns``,
 ``pick_columns``): the same arithmetic as the row forms, one numpy operation a type over the
 ledgers' columns (model.Ledgers) instead of a walk over every entry and type, then one greedy
-pass over each type's sorted candidates. The row forms (``priority_rows``, migration.charge_moves,
-``pick``) are their definitions: tests/unit/mechanism/test_planning_fast.py holds each columnar
+pass over each type's sorted candidates. The row forms (migration.held_entries, ``priority_rows``,
+migration.charge_moves, ``pick``) are their definitions: tests/unit/mechanism/test_planning_fast.py holds each columnar
 form to them, exactly.
 """
 
@@ -129,6 +129,47 @@ def charge_move_columns(state: MechanismState, queues: Queues, settings: Mechani
     priority = np.where(moving, queues.priority * factor, queues.priority)
     deficit_s = np.where(moving, queues.deficit_s - cost_s, queues.deficit_s)
     return queues._replace(priority=priority, deficit_s=deficit_s)
+
+
+def held_columns(state: MechanismState, now_s: float, settings: MechanismSettings) -> list[tuple[Entry, str]]:
+    """migration.held_entries on columns: last round's entries that keep their type this round
+    (its docstring says which), decided for all of them at once; the same arithmetic in the same
+    order, the cost migration.move_cost_s's (one for all while no job type was measured)."""
+    share_limit = settings.move_overhead_share
+    previous = state.previous_assignment
+    if share_limit is None or not previous:
+        return []
+    ledgers, jobs = state.entries, state.jobs
+    entries = list(previous)
+    count = len(entries)
+    row_of, column_of = ledgers.row_of, ledgers.column_of
+    rows = np.fromiter(map(row_of.get, entries, [-1] * count), int, count)
+    columns = np.fromiter((column_of[p.accelerator_type] for p in previous.values()), int, count)
+    present = rows >= 0  # an entry with a member gone has no ledger
+    rows = np.where(present, rows, 0)
+    share = ledgers.allocation_matrix(state.allocation)[rows, columns]
+    rates = ledgers.throughputs[rows, columns]  # count x 2 (a single's value twice)
+    candidate = present & (share > 0.0) & (np.minimum(rates[:, 0], rates[:, 1]) > 0.0)
+    if state.move_costs_by_job_type:
+        cost_s = np.zeros(count)
+        for i in np.flatnonzero(candidate).tolist():
+            cost_s[i] = move_cost_s(state, entries[i], settings)
+    else:
+        cost_s = np.full(count, max(0.0, settings.restore_s))
+    stretches = state.stretch_rounds
+    stretch = np.fromiter(map(stretches.get, entries, [1] * count), float, count)
+    candidate &= ~(stretch * settings.round_s * share_limit >= cost_s)
+    # seconds until the first member finishes at its rate there
+    first = np.fromiter((jobs[e[0]].steps_remaining if e[0] in jobs else 0 for e in entries), float, count)
+    second = np.fromiter((jobs[e[-1]].steps_remaining if e[-1] in jobs else 0 for e in entries), float, count)
+    pairs = np.fromiter(map(len, entries), int, count) == 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        finishes_s = np.where(pairs, np.minimum(first / rates[:, 0], second / rates[:, 1]), first / rates[:, 0])
+    candidate &= ~(finishes_s * share_limit < cost_s)
+    since_reset_s = now_s - state.last_reset_s
+    owed_s = ledgers.deficit_s[rows, columns] + share * since_reset_s - (ledgers.received_s[rows, columns] - settings.seed_s)
+    held = candidate & (owed_s + cost_s * settings.move_overshoot_moves > 0.0)
+    return [(entries[i], previous[entries[i]].accelerator_type) for i in np.flatnonzero(held).tolist()]
 
 
 def pick_columns(

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanism_service.core.migration import fit_held, held_entries, next_stretches
+from mechanism_service.core.migration import fit_held, next_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import (
     charge_move_columns,
     count_extensions,
+    held_columns,
     pick_columns,
     place,
     priority_columns,
@@ -190,7 +191,7 @@ def open_round(
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
     profiled = frozenset(entry for entry, _ in reserved)
-    reserved += fit_held(state, held_entries(state, now_s, settings), reserved)  # moves not yet paid for
+    reserved += fit_held(state, held_columns(state, now_s, settings), reserved)  # moves not yet paid for
     queues = priority_columns(state)
     if settings.charge_moves:
         queues = charge_move_columns(state, queues, settings)

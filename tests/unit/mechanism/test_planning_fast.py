@@ -13,6 +13,7 @@ from mechanism_service.core.planning import (
     UNSERVED_FACTOR,
     Queues,
     charge_move_columns,
+    held_columns,
     pick,
     pick_columns,
     priority_columns,
@@ -118,6 +119,9 @@ def columnar_state(seed: int) -> MechanismState:
     if rng.random() < 0.5:
         answer = {s.job_ids_of(e): shares for e, shares in s.allocation.items()}
         apply_allocation(s, answer, {}, DEFAULT)
+    for entry, ledger in s.entries.items():  # pairs where one member cannot run
+        if len(entry) == 2 and rng.random() < 0.2:
+            ledger.throughputs[rng.choice(list(s.gpus))] = rng.choice(((0.0, 1.0), (1.0, 0.0)))
     for index in list(s.jobs):
         if len(s.jobs) > 1 and rng.random() < 0.3:
             withdraw_job(s, index)
@@ -171,3 +175,21 @@ def test_pick_on_columns_picks_what_pick_picks():
         assert columns == rows, seed
         picked_any += sum(len(p) for p in rows.values())
     assert picked_any > 0
+
+
+def test_holds_on_columns_are_the_row_form_s_measured_or_not():
+    held_any = 0
+    for seed in SEEDS:
+        s = columnar_state(seed)
+        rng = random.Random(seed)
+        if seed % 3 == 0:
+            for job in s.jobs.values():
+                note_move_cost(s, job.job_type, rng.uniform(1.0, 400.0))
+        settings = replace(DEFAULT, move_overshoot_moves=rng.choice((0.0, 1.0, 10.0)))
+        for job in s.jobs.values():
+            job.steps_done = rng.randint(0, job.total_steps)
+        now_s = s.last_reset_s + rng.uniform(0.0, 3600.0)
+        rows = held_entries(s, now_s, settings)
+        assert held_columns(s, now_s, settings) == rows, seed
+        held_any += bool(rows)
+    assert held_any > 20
