@@ -58,15 +58,18 @@ def test_many_removals_compact_by_themselves():
     assert s.entries[(199,)].throughputs == {"k80": (1.0,)}
 
 
-def test_pickle_and_deepcopy_keep_the_live_rows_and_the_allocation_copy():
-    s = random_state(7)
+@pytest.mark.parametrize("seed", range(20))
+def test_pickle_and_deepcopy_keep_the_live_rows_and_the_allocation_copy(seed):
+    s = random_state(seed)
     apply_allocation(s, {s.job_ids_of(e): shares for e, shares in s.allocation.items()}, {}, DEFAULT)
     withdraw_job(s, next(iter(s.jobs)))
-    for copied in (pickle.loads(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)), copy.deepcopy(s)):
+    kept = copy.deepcopy(s)
+    loaded = pickle.loads(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))
+    assert kept.entries.allocation_of is kept.allocation  # the copy's matrix is the copy's allocation's
+    assert loaded.entries.allocation_of is None  # a snapshot does not carry it: gathered again
+    for copied in (kept, loaded):
         assert plain(copied) == plain(s) and list(copied.entries) == list(s.entries)
         assert copied.allocation == s.allocation
-        # the copy's matrix belongs to the copy's allocation, kept without a gather
-        assert copied.entries.allocation_of is copied.allocation
         matrix = copied.entries.allocation_matrix(copied.allocation)
         fresh = Ledgers(copied.entries.types)
         for e, ledger in copied.entries.items():
@@ -121,3 +124,18 @@ def test_the_reset_is_the_plain_loop_to_the_bit(settings):
         assert {(e, w): ledger.deficit_s[w] for e, ledger in s.entries.items() for w in s.gpus} == deficits, seed
         assert all(ledger.received_s == dict.fromkeys(s.gpus, settings.seed_s) for ledger in s.entries.values())
         assert s.type_time_s == totals
+
+
+def test_a_state_pickles_its_jobs_as_columns_and_loads_them_as_they_were():
+    s = state(k80=2, v100=1).packing().jobs(3).job("b", scale_factor=2).done(1, 40, failures=1, first_run_s=5.0).build()
+    s.jobs[2].gpu_seconds_by_type["v100"] = 12.5
+    s.completed.append(withdraw_job(s, 0))
+    body = pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"JobColumns" in body and b"JobState" not in body  # no job pickled as an object
+    for copied in (pickle.loads(body), copy.deepcopy(s)):
+        assert list(copied.jobs.items()) == list(s.jobs.items()) and copied.completed == s.completed
+        assert plain(copied) == plain(s)
+        copied.jobs[1].steps_done += 1  # its own objects
+        assert s.jobs[1].steps_done == 40
+    empty = pickle.loads(pickle.dumps(state(k80=1).build()))
+    assert (empty.jobs, empty.completed, len(empty.entries)) == ({}, [], 0)
