@@ -5,8 +5,9 @@ with the default preset, the run `gavel simulate` makes.
 The run is simulated once (the bus-free path) and every AllocationRequested it sends is kept, with
 the time the mechanism took to build it (mechanism_service/core/policy_input.py). Then the
 requests are answered again, --runs times, stage by stage as policy_service/answer.py does:
-the policy object (policy_for), the message to the core's Problem (problem_from_message, most of
-it validation), the policy's allocate (of which: the solver's own call, CLARABEL's solve, timed
+the policy object (policy_for), the message to the core's Problem (problem_from_message, as the
+simulator builds it: the jobs' own fields were checked at admission; the service's, with every
+field checked, is timed beside it), the policy's allocate (of which: the solver's own call, CLARABEL's solve, timed
 by a wrapper, and the grouping into classes, formulation.build_space), the reply
 (computed_message) and the isolated baseline. Medians over the runs of the per-answer mean, in
 ms; the share that is not the solver is the point.
@@ -59,9 +60,9 @@ def record_requests() -> tuple[list, float, float]:
     original_request, original_answer = fastpath.allocation_request, fastpath.answer
     fastpath.allocation_request = building.wrap(original_request)
 
-    def keep(request, ctx):  # noqa: ANN001, ANN202
+    def keep(request, ctx, **kwargs):  # noqa: ANN001, ANN003, ANN202
         requests.append(request)
-        return original_answer(request, ctx)
+        return original_answer(request, ctx, **kwargs)
 
     fastpath.answer = keep
     try:
@@ -74,7 +75,11 @@ def record_requests() -> tuple[list, float, float]:
 
 
 def stages_once(requests: list) -> dict[str, float]:
-    """Seconds per stage over all requests, answered as policy_service/answer.py does."""
+    """Seconds per stage over all requests, answered as policy_service/answer.py does for the
+    simulator (admitted jobs: their own fields not checked again), with the problem as the
+    policy service builds it from the bus (every field checked) timed beside it."""
+    import inspect
+
     import clarabel
 
     import policy_service.core.compiled as compiled
@@ -84,6 +89,8 @@ def stages_once(requests: list) -> dict[str, float]:
 
     context = shipped_context()
     solver, grouping = _Timer(), _Timer()
+    # A baseline checkout from before the admitted problems checks every field in both.
+    admitted = {"admitted": True} if "admitted" in inspect.signature(answering.problem_from_message).parameters else {}
 
     class TimedSolver:
         def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
@@ -105,12 +112,16 @@ def stages_once(requests: list) -> dict[str, float]:
     for module, name, value in patched:
         setattr(module, name, value)
     totals = dict.fromkeys(("policy_for", "problem_from_message", "allocate", "computed_message", "isolated_baseline"), 0.0)
+    checked = 0.0
     try:
         for request in requests:
+            c0 = time.perf_counter()
+            answering.problem_from_message(request.problem, context, request.policy_state)
+            checked += time.perf_counter() - c0
             t0 = time.perf_counter()
             policy = answering.policy_for(request)
             t1 = time.perf_counter()
-            problem = answering.problem_from_message(request.problem, context, request.policy_state)
+            problem = answering.problem_from_message(request.problem, context, request.policy_state, **admitted)
             t2 = time.perf_counter()
             allocation = policy.allocate(problem)
             t3 = time.perf_counter()
@@ -125,6 +136,7 @@ def stages_once(requests: list) -> dict[str, float]:
             setattr(module, name, value)
     totals["allocate: solver (CLARABEL solve)"] = solver.s
     totals["allocate: grouping (build_space)"] = grouping.s
+    totals["problem_from_message, all checked (service)"] = checked
     return totals
 
 

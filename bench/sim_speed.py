@@ -92,6 +92,8 @@ def whole_process(runs: int, baseline: Path | None) -> dict[str, dict[str, objec
         f"{label}{'' if plots else ' --no-plots'}": {
             "median_s": statistics.median(w for w, _ in t),
             "median_cpu_s": statistics.median(c for _, c in t),
+            # the least disturbed run: on a shared machine, closer to what the command costs
+            "min_s": min(w for w, _ in t),
             "runs_s": [w for w, _ in t],
         }
         for (label, plots), t in times.items()
@@ -104,13 +106,14 @@ def print_whole_process(report: dict[str, dict[str, object]], runs: int) -> None
         f"--policy max_min_fairness_perf (default preset), median of {runs} "
         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
     )
-    print(f"{'':26} {'wall s':>8} {'CPU s':>7} {'Gavel driver / this':>20}")
-    print(f"{'Gavel driver (recorded)':26} {GAVEL_DRIVER_WALL_S:8.2f} {'':>7} {1.0:20.2f}")
-    print(f"{'Gavel in-simulator':26} {GAVEL_WALL_S:8.2f} {'':>7} {GAVEL_DRIVER_WALL_S / GAVEL_WALL_S:20.2f}")
+    print(f"{'':26} {'wall s':>8} {'min s':>7} {'CPU s':>7} {'Gavel driver / this':>20}")
+    print(f"{'Gavel driver (recorded)':26} {GAVEL_DRIVER_WALL_S:8.2f} {'':>7} {'':>7} {1.0:20.2f}")
+    print(f"{'Gavel in-simulator':26} {GAVEL_WALL_S:8.2f} {'':>7} {'':>7} {GAVEL_DRIVER_WALL_S / GAVEL_WALL_S:20.2f}")
     for label, r in report.items():
         median = float(r["median_s"])  # type: ignore[arg-type]
         cpu = float(r["median_cpu_s"])  # type: ignore[arg-type]
-        print(f"{label:26} {median:8.2f} {cpu:7.2f} {GAVEL_DRIVER_WALL_S / median:20.2f}")
+        print(f"{label:26} {median:8.2f} {float(r['min_s']):7.2f} {cpu:7.2f} {GAVEL_DRIVER_WALL_S / median:20.2f}")  # type: ignore[arg-type]
+    print("CPU: the command's and its children's (the plots' process), user + system")
     this = float(report["this"]["median_s"])  # type: ignore[arg-type]
     met = "met" if this <= WHOLE_PROCESS_TARGET_S else "NOT met"
     print(f"target: plots on <= {WHOLE_PROCESS_TARGET_S} s (a tenth of Gavel's driver): {met}")

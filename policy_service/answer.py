@@ -69,8 +69,12 @@ class SolveContext:
     prices_per_hour: Mapping[str, float] | None = None
 
 
-def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_state: str = "") -> Problem:
-    """The core's Problem for a wire snapshot. ProblemError names the offending field."""
+def problem_from_message(
+    problem: PolicyProblem, context: SolveContext, policy_state: str = "", *, admitted: bool = False
+) -> Problem:
+    """The core's Problem for a wire snapshot. ProblemError names the offending field.
+    ``admitted``: build_problem's (the jobs' own fields were checked when the caller admitted
+    them, in this process)."""
     jobs = [
         JobSpec(
             id=j.job_id,
@@ -110,6 +114,7 @@ def problem_from_message(problem: PolicyProblem, context: SolveContext, policy_s
         previous=[CoreEntry(e.job_ids, e.fractions) for e in problem.previous] or None,
         policy_state=policy_state or None,
         colocations=colocations,
+        admitted=admitted,
     )
 
 
@@ -178,10 +183,15 @@ def computed_message(request_id: str, allocation: Allocation) -> AllocationCompu
     )
 
 
-def answer(request: AllocationRequested, context: SolveContext) -> AllocationComputed | AllocationFailed:
+def answer(
+    request: AllocationRequested, context: SolveContext, *, admitted: bool = False
+) -> AllocationComputed | AllocationFailed:
+    """``admitted``: the request comes from a mechanism in this process (the simulator's fast
+    path), whose jobs passed the same field checks at admission; the service, which reads
+    requests off the bus, never sets it (validation.build_problem)."""
     try:
         policy = policy_for(request)
-        problem = problem_from_message(request.problem, context, request.policy_state)
+        problem = problem_from_message(request.problem, context, request.policy_state, admitted=admitted)
         allocation = policy.allocate(problem)
         return dataclasses.replace(
             computed_message(request.request_id, allocation),

@@ -214,7 +214,9 @@ def _reallocate(
     )
     if learning is not None:
         learning.observe(request, now_s)
-    reply = answer(request, context)
+    # admitted: the jobs' own fields were checked when this loop's mechanism admitted them, with
+    # the check the policy makes; the services engine's policy service validates in full.
+    reply = answer(request, context, admitted=True)
     if not isinstance(reply, AllocationComputed):
         # Degraded mode, as the service does: keep the last allocation and say why later.
         state.needs_allocation = False

@@ -56,6 +56,7 @@ def build_problem(
     previous: Sequence[AllocationEntry] | None = None,
     policy_state: str | None = None,
     colocations: Sequence[ClassPairSpec] | None = None,
+    admitted: bool = False,
 ) -> Problem:
     """Validate and assemble a Problem.
 
@@ -67,6 +68,15 @@ def build_problem(
     of jobs with the same scale factor whose job types the table lists together (Gavel's
     behaviour), else none. ``previous`` entries naming jobs not in the problem (finished since)
     are ignored.
+
+    ``admitted``: the jobs come from a caller in this process that admitted them itself (the
+    simulator's mechanism): each job's own fields passed common/job_checks.py at admission, the
+    check made here, and cannot change since, so they are not checked again
+    (``_admitted_columns``). Everything else still is: the computed values (steps left, times)
+    and whether each job can run, vectorised; on any doubt, and for any input but the
+    simulator's (throughputs of the jobs' own, entities, class colocations), the checks below
+    run job by job, so an error is the one they raise. The problem is the same either way
+    (tests/unit/policy/test_admitted_problem.py).
     """
     worker_types, counts = _validate_worker_types(worker_counts, table)
     num_types = len(worker_types)
@@ -75,40 +85,12 @@ def build_problem(
     entity_index = {entity.name: e for e, entity in enumerate(entity_list)}
 
     num_jobs = len(jobs)
-    throughputs = np.zeros((num_jobs, num_types))
-    scale_factors = np.zeros(num_jobs, dtype=np.int64)
-    weights = np.zeros(num_jobs)
-    steps = np.zeros(num_jobs)
-    waited = np.zeros(num_jobs)
-    slo = np.full(num_jobs, np.nan)
-    isolated_time = np.zeros(num_jobs)
-    entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
-    seen: dict[str, int] = {}
-    table_rows: dict[tuple[str, int], tuple[float, ...]] = {}  # the table looked up once per job key
-    count_list = counts.tolist()
-    for i, job in enumerate(jobs):
-        path = f"jobs[{i}]"
-        try:
-            _check_job(job, path, entity_index)
-            if job.id in seen:
-                raise ProblemError(f"{path}.id: duplicate job id {job.id!r} (also jobs[{seen[job.id]}])")
-            scale_factors[i] = int(job.scale_factor)
-            weights[i] = float(job.priority_weight)
-            steps[i] = check_number(job.steps_remaining, f"{path}.steps_remaining", maximum=MAX_TOTAL_STEPS)
-            waited[i] = check_number(job.time_since_arrival_s, f"{path}.time_since_arrival_s", maximum=MAX_TIME_S)
-            isolated_time[i] = check_number(job.isolated_time_s, f"{path}.isolated_time_s", maximum=MAX_TIME_S)
-            if job.slo_s is not None:
-                slo[i] = float(job.slo_s)
-            if job.entity is not None:
-                entity_of_job[i] = entity_index[job.entity]
-            _check_colocation_class(job, path, class_pairs is not None)
-            row = _job_throughputs(job, path, worker_types, table, table_rows)
-            throughputs[i] = row
-            _check_runnable(path, job, int(scale_factors[i]), row, count_list)
-        except ProblemError as e:
-            # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
-            raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
-        seen[job.id] = i
+    columns = None
+    if admitted and class_pairs is None and not entity_list and table is not None:
+        columns = _admitted_columns(jobs, worker_types, counts, table)
+    if columns is None:
+        columns = _checked_columns(jobs, worker_types, counts, table, entity_index, class_pairs is not None)
+    throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen = columns
 
     job_ids = tuple(job.id for job in jobs)
     job_types = tuple(job.job_type for job in jobs)
@@ -147,6 +129,96 @@ def build_problem(
         policy_state=policy_state,
         colocation_classes=colocation_classes if any(colocation_classes) else (),
         class_colocations=class_pairs,
+    )
+
+
+# (throughputs, scale factors, weights, steps, waited, SLOs, isolated times, entities, job id -> row)
+_Columns = tuple
+
+
+def _checked_columns(
+    jobs: Sequence[JobSpec], worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable | None,
+    entity_index: Mapping[str, int], colocations_given: bool,
+) -> _Columns:
+    """The per-job arrays, every field of every job checked in order: the first error is the
+    first job's first bad field."""
+    num_jobs, num_types = len(jobs), len(worker_types)
+    throughputs = np.zeros((num_jobs, num_types))
+    scale_factors = np.zeros(num_jobs, dtype=np.int64)
+    weights = np.zeros(num_jobs)
+    steps = np.zeros(num_jobs)
+    waited = np.zeros(num_jobs)
+    slo = np.full(num_jobs, np.nan)
+    isolated_time = np.zeros(num_jobs)
+    entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
+    seen: dict[str, int] = {}
+    table_rows: dict[tuple[str, int], tuple[float, ...]] = {}  # the table looked up once per job key
+    count_list = counts.tolist()
+    for i, job in enumerate(jobs):
+        path = f"jobs[{i}]"
+        try:
+            _check_job(job, path, entity_index)
+            if job.id in seen:
+                raise ProblemError(f"{path}.id: duplicate job id {job.id!r} (also jobs[{seen[job.id]}])")
+            scale_factors[i] = int(job.scale_factor)
+            weights[i] = float(job.priority_weight)
+            steps[i] = check_number(job.steps_remaining, f"{path}.steps_remaining", maximum=MAX_TOTAL_STEPS)
+            waited[i] = check_number(job.time_since_arrival_s, f"{path}.time_since_arrival_s", maximum=MAX_TIME_S)
+            isolated_time[i] = check_number(job.isolated_time_s, f"{path}.isolated_time_s", maximum=MAX_TIME_S)
+            if job.slo_s is not None:
+                slo[i] = float(job.slo_s)
+            if job.entity is not None:
+                entity_of_job[i] = entity_index[job.entity]
+            _check_colocation_class(job, path, colocations_given)
+            row = _job_throughputs(job, path, worker_types, table, table_rows)
+            throughputs[i] = row
+            _check_runnable(path, job, int(scale_factors[i]), row, count_list)
+        except ProblemError as e:
+            # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
+            raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
+        seen[job.id] = i
+    return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen
+
+
+def _admitted_columns(
+    jobs: Sequence[JobSpec], worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable,
+) -> _Columns | None:
+    """The per-job arrays of admitted jobs (build_problem's ``admitted``), or None when anything
+    needs the job-by-job checks: a job with throughputs, an entity or a class of its own, a
+    repeated id, a key the table lacks, a value out of range, a job that cannot run."""
+    num_jobs, num_types = len(jobs), len(worker_types)
+    table_rows: dict[tuple[str, int], tuple[float, ...]] = {}
+    rows, seen = [], {}
+    for i, job in enumerate(jobs):
+        if type(job.id) is not str or job.throughputs_steps_per_s is not None or job.entity is not None or job.colocation_class != "":
+            return None
+        key = (job.job_type, job.scale_factor)
+        row = table_rows.get(key)  # type: ignore[arg-type]
+        if row is None:
+            if type(job.job_type) is not str or type(job.scale_factor) is not int or not table.has_job(*key):  # type: ignore[arg-type]
+                return None
+            row = table_rows[key] = tuple(float(table.isolated(job.job_type, job.scale_factor, w)) for w in worker_types)  # type: ignore[arg-type]
+        rows.append(row)
+        seen[job.id] = i
+    if len(seen) != num_jobs:
+        return None
+    numbers = [(job.steps_remaining, job.time_since_arrival_s, job.isolated_time_s) for job in jobs]
+    if any(type(v) not in (int, float) for triple in numbers for v in triple):
+        return None
+    values = np.array(numbers, dtype=float).reshape(num_jobs, 3)
+    limits = np.array([MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S])
+    if not (np.isfinite(values).all() and (values >= 0).all() and (values <= limits).all()):
+        return None
+    throughputs = np.array(rows, dtype=float).reshape(num_jobs, num_types)
+    scale_factors = np.array([job.scale_factor for job in jobs], dtype=np.int64)
+    fits = counts[None, :] >= scale_factors[:, None]
+    if not (fits & (throughputs > 0)).any(axis=1).all():
+        return None
+    slo = np.array([np.nan if job.slo_s is None else float(job.slo_s) for job in jobs], dtype=float)
+    weights = np.array([float(job.priority_weight) for job in jobs], dtype=float)
+    return (
+        throughputs, scale_factors, weights, values[:, 0].copy(), values[:, 1].copy(), slo, values[:, 2].copy(),
+        np.full(num_jobs, -1, dtype=np.int64), seen,
     )
 
 
