@@ -192,7 +192,7 @@ def pick_columns(
         taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
     column_of, keys = state.entries.column_of, queues.keys
-    for w in order:
+    for allocated, w in _passes(order, settings):
         free = left[w]
         if free == 0:
             continue
@@ -200,6 +200,8 @@ def pick_columns(
         candidates = queues.live & queues.runs[:, k]
         if settings.only_allocated_run:
             candidates &= queues.priority[:, k] > 0.0
+        if allocated is not None:
+            candidates &= (queues.priority[:, k] > 0.0) == allocated
         rows = np.flatnonzero(candidates)
         ranked = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
         chosen = picked[w]
@@ -219,6 +221,16 @@ def pick_columns(
     for entry, w in reserved:
         picked.setdefault(w, []).append((entry, jobs[entry[0]].scale_factor))
     return picked
+
+
+def _passes(order: Sequence[str], settings: MechanismSettings) -> list[tuple[bool | None, str]]:
+    """The queues in visiting order; with ``allocated_first`` (core/settings.py), every type's
+    entries with a priority there (an allocation) before any type's others, which only fill
+    GPUs left idle (Gavel: one pass, so a spare GPU of the first type visited went to an entry
+    the allocation gives nothing there, however slow it is there)."""
+    if settings.allocated_first:
+        return [(True, w) for w in order] + [(False, w) for w in order]
+    return [(None, w) for w in order]
 
 
 def type_order(state: MechanismState, settings: MechanismSettings) -> list[str]:
@@ -247,12 +259,14 @@ def pick(
         taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
     entries, jobs, fifo = state.entries, state.jobs, settings.only_allocated_run
-    for w in order:
+    for allocated, w in _passes(order, settings):
         free = left[w]
         chosen = picked[w]
         for row in sorted(queues[w], key=_BY_PRIORITY, reverse=True):
             if free == 0:
                 break
+            if allocated is not None and (row[1] > 0.0) != allocated:
+                continue
             entry = row[0]
             if entry[0] in taken or (len(entry) > 1 and entry[1] in taken):
                 continue

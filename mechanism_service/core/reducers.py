@@ -17,6 +17,7 @@ from common.job_checks import check_job
 from mechanism_service.core.model import Entry, EntryLedger, FrozenAllocation, JobState, MechanismState, Placement
 from mechanism_service.core.rates import Rates
 from mechanism_service.core.settings import MechanismSettings
+from mechanism_service.core.stability import steady_allocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +285,8 @@ def apply_allocation(
         for entry in state.entries if missing else ():
             if entry in missing:
                 allocation[entry] = {}
+    if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
+        allocation = steady_allocation(state, allocation, settings.steady_types_tolerance)
     state.allocation = _install(state, allocation)
     state.policy_state = policy_state
     state.needs_allocation = False

@@ -72,6 +72,14 @@ class MechanismSettings:
     # afresh from the priorities alone (Gavel).
     move_overhead_share: float | None = None
     move_overshoot_moves: float = 10.0
+    # Picking: every type's entries the allocation gives time there before any entry on a type
+    # it gives none (those only fill GPUs left idle); off: one pass in visiting order (Gavel), so
+    # a spare GPU of the first type goes to whoever comes first, the allocation's type or not.
+    allocated_first: bool = False
+    # Allocations: each new answer's single-job entries re-laid over the types, every job keeping
+    # its throughput to this relative tolerance, so each job runs where the last allocation gave
+    # it most time as much as it can (core/stability.py); None: the answer as given (Gavel).
+    steady_types_tolerance: float | None = None
     max_gang_failures: int = 5
     # Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"). A job whose process
     # crashed in this many leases in a row fails (Gavel's limit, 5, as for gang failures).
@@ -97,6 +105,8 @@ class MechanismSettings:
             raise ConfigError(f"move_overhead_share must be in (0, 1], got {self.move_overhead_share}")
         if self.move_overshoot_moves < 0.0:
             raise ConfigError(f"move_overshoot_moves must be >= 0, got {self.move_overshoot_moves}")
+        if self.steady_types_tolerance is not None and not 0.0 <= self.steady_types_tolerance < 1.0:
+            raise ConfigError(f"steady_types_tolerance must be in [0, 1), got {self.steady_types_tolerance}")
 
     @property
     def seed_s(self) -> float:
@@ -121,7 +131,9 @@ def gavel_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 
 def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 1) -> MechanismSettings:
     """Ours: Gavel's mechanism with what wastes GPUs fixed (docs/mechanism.md measures each):
     a new job is allocated at the next boundary instead of up to 1920 s later, a picked job is
-    never left idle for lack of an allocation, and moving a job costs a checkpoint restore."""
+    never left idle for lack of an allocation, and moving a job costs a checkpoint restore, which
+    the rounds avoid paying (extensions first, moves charged, holds, allocated entries picked
+    first, and answers re-laid so each job stays on its type: docs/mechanism.md)."""
     return MechanismSettings(
         preset="default",
         round_s=round_s,
@@ -133,6 +145,10 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
         extensions_first=True,
         charge_moves=True,
         move_overhead_share=DEFAULT_MOVE_OVERHEAD_SHARE,
+        allocated_first=True,
+        # Packed answers: the pairs hold most of the time and stay as they are; re-laying the
+        # singles around them measured worse (docs/mechanism.md "What a move costs").
+        steady_types_tolerance=None if policy in PACKING_POLICIES else DEFAULT_STEADY_TYPES_TOLERANCE,
     ).for_policy(policy)
 
 
@@ -143,6 +159,9 @@ DEFAULT_RESTORE_S = 20.0
 # 6 rounds of 360 s), unless that overshoots its allocation on the type by more than 10 moves'
 # cost (200 s); bench/preset_differences.py measures the alternatives.
 DEFAULT_MOVE_OVERHEAD_SHARE = 0.01
+# An answer is re-laid keeping every job's throughput to 1e-4 of the policy's (core/stability.py):
+# the same allocation as far as the policy can tell, the answer's own precision.
+DEFAULT_STEADY_TYPES_TOLERANCE = 1e-4
 
 PRESETS = {"default": default_preset, "gavel": gavel_preset}
 

@@ -237,3 +237,30 @@ def test_job_and_ledger_pickle_compactly_and_the_default_form_still_loads():
     assert pickle.loads(old.getvalue()) == [job, ledger]
     assert pickle.loads(new) == [job, ledger]
     assert len(new) < len(old.getvalue())
+
+
+def test_allocated_entries_are_picked_on_every_type_before_spare_gpus_are_filled():
+    # v100 is visited first. Job 0 is allocated p100 only, job 1 v100 only; v100 has a spare GPU.
+    # Gavel's one pass gives job 0 the spare v100 (priority 0 there, but first in line); with
+    # allocated_first job 0 runs where its allocation is, and the spare v100 stays for others.
+    from mechanism_service.core.planning import charge_move_columns, pick, pick_columns, priority_columns
+
+    s = state(v100=2, p100=1).job("a").job("a").allocate((0,), p100=0.5).allocate((1,), v100=0.5).build()
+    order = ["v100", "p100"]
+    one_pass = replace(DEFAULT, allocated_first=False)
+    two_passes = replace(DEFAULT, allocated_first=True)
+
+    assert pick(s, priority_rows(s), order, one_pass) == {"v100": [((1,), 1), ((0,), 1)], "p100": []}
+    expected = {"v100": [((1,), 1)], "p100": [((0,), 1)]}
+    assert pick(s, priority_rows(s), order, two_passes) == expected
+    assert pick_columns(s, charge_move_columns(s, priority_columns(s), two_passes), order, two_passes) == expected
+
+
+def test_an_entry_allocated_nowhere_still_fills_a_spare_gpu_after_the_allocated_ones():
+    from mechanism_service.core.planning import pick
+
+    s = state(v100=2, p100=1).job("a").job("a").job("a").allocate((0,), p100=0.5).allocate((1,), v100=0.5).build()
+    s.allocation[(2,)] = {}
+    picked = pick(s, priority_rows(s), ["v100", "p100"], replace(DEFAULT, allocated_first=True))
+
+    assert picked == {"v100": [((1,), 1), ((2,), 1)], "p100": [((0,), 1)]}

@@ -66,7 +66,14 @@ def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_re
         charge_moves=True,
         move_overhead_share=0.01,
         move_overshoot_moves=10.0,
+        allocated_first=True,
+        steady_types_tolerance=1e-4,
     )
+
+
+def test_the_default_preset_keeps_packed_answers_as_the_policy_gives_them():
+    assert default_preset("max_min_fairness_packed").steady_types_tolerance is None
+    assert default_preset("max_min_fairness_packed").allocated_first
 
 
 def test_gavel_seeds_half_a_round_whatever_the_round_length():
