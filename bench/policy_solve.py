@@ -276,6 +276,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run cases whose name contains this")
     parser.add_argument("--extras", action="store_true", help="also run the comparison cases")
     parser.add_argument("--per-job", action="store_true", help="run only the per-job-row cases")
+    parser.add_argument("--jobs", default="", help="run only cases of these sizes (comma-separated)")
     parser.add_argument("--full-up-to", type=int, default=256,
                         help="solve per-job-row cases up to this many jobs with the full pair program too")
     args = parser.parse_args()
@@ -286,6 +287,8 @@ def main() -> int:
             per_job.append(full_program(case))
     cases = per_job if args.per_job else CASES + per_job + (EXTRAS if args.extras else [])
     cases = [c for c in cases if args.only in c.title]
+    if args.jobs:
+        cases = [c for c in cases if c.jobs in {int(n) for n in args.jobs.split(",")}]
     context = multiprocessing.get_context("spawn")
     rows = []
     for case in cases:

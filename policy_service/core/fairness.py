@@ -25,7 +25,8 @@ from common.errors import PolicyParameterError
 from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
-from policy_service.core.compiled import MaxMinColumns, solve_max_min
+from policy_service.core.compiled import solve_max_min
+from policy_service.core.highs_columns import MaxMinMaster
 from policy_service.core.allocation import expand_pairs
 from policy_service.core.packing import cell_average_problem, cell_colocation
 from policy_service.core.pair_columns import Prices, Restricted, column_codes, job_pair_columns, solve_by_columns
@@ -78,7 +79,7 @@ class MaxMinFairness:
         class_coefficients = coefficients[space.classes.representative]
         if space.pool is not None:  # one row per job: pair columns by generation (pair_columns.py)
             build_s = time.perf_counter() - started
-            master = MaxMinColumns(space.num_classes, space.problem.worker_counts) if self.options.solver == "CLARABEL" else None
+            master = MaxMinMaster(space.num_classes, space.problem.worker_counts) if self.options.solver == "CLARABEL" else None
             final, result, timings = solve_by_columns(
                 space, lambda s: self._restricted(s, class_coefficients, master=master), seed=self._seed(space)
             )
@@ -108,14 +109,14 @@ class MaxMinFairness:
 
     def _restricted(
         self, space, class_coefficients: np.ndarray, started: float | None = None,  # noqa: ANN001
-        master: MaxMinColumns | None = None,
+        master: MaxMinMaster | None = None,
     ) -> Restricted:
         """The program over the space's variables, with the prices of its pair columns."""
         import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         started = time.perf_counter() if started is None else started
         level_matrix = sp.diags(class_coefficients) @ space.throughput()
         # Generated columns with the default solver: one warm-started HiGHS simplex model over
-        # the rounds (compiled.MaxMinColumns: no cvxpy canonicalisation per round, and no
+        # the rounds (highs_columns.MaxMinMaster: no cvxpy canonicalisation per round, and no
         # interior-point fill-in). The full program keeps its cvxpy form, so allocations where
         # classes collapse (the simulator's) are unchanged.
         if master is not None:

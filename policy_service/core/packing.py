@@ -81,7 +81,13 @@ def pair_classes(problem: Problem, classes: JobClasses) -> PairClasses:
     swapped = a > b  # the key-g class ends up second: swap the two columns
     rows = np.where(swapped[:, None, None], row[:, :, ::-1], row)
     pairs = np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
-    ordering = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    # Sorted by (a, b) through one integer code: with a key per job (rows of their own) the
+    # pairs come out sorted already and the check is all it costs (a lexsort of 2 M pairs:
+    # ~0.3 s at 2,048 jobs).
+    code = pairs[:, 0] * (classes.num_classes + 1) + pairs[:, 1]
+    if np.all(code[1:] >= code[:-1]):
+        return PairClasses(pairs=pairs, throughputs_steps_per_s=rows)
+    ordering = np.argsort(code, kind="stable")
     return PairClasses(pairs=pairs[ordering], throughputs_steps_per_s=rows[ordering])
 
 

@@ -8,7 +8,9 @@ optimum (a job packs with a handful of partners). Column generation solves the s
    (none at first, or the pairs of the previous allocation: a warm start across rounds);
 2. from its dual prices, compute every candidate column's reduced gain in one vectorised pass
    (below); a column whose gain exceeds its cost would raise the objective if added;
-3. add the most improving ones (a few per class), solve again; stop when none improves.
+3. add the most improving ones (a few per class), drop the present ones priced well below
+   their cost (nonbasic: they only slow the simplex pivots down, and are priced again with the
+   rest every round), solve again; stop when none improves.
 
 Pair variables enter every program linearly (a job's steps/s, a job's time, a type's GPUs), so
 for the convex programs here (LPs, and FTF's inv_pos rows) the KKT conditions of the restricted
@@ -49,6 +51,10 @@ RELATIVE_TOLERANCE = 1e-7
 # partners at the optimum; more per round means fewer rounds but larger restricted programs.
 COLUMNS_PER_CLASS = 2
 MAX_ROUNDS = 200
+# A present column whose gain is below (1 - DROP_RELATIVE) x its cost is dropped from the next
+# restricted program (it is nonbasic: a basic column's gain equals its cost). Most of a simplex
+# pivot's time is proportional to the program's columns (highs_columns.py).
+DROP_RELATIVE = 0.1
 
 
 @dataclass(frozen=True)
@@ -76,43 +82,73 @@ class Restricted:
     prices: Prices | None
 
 
-def reduced_gains(space: Space, prices: Prices) -> np.ndarray:
-    """(P, K) gain - (1 + RELATIVE_TOLERANCE) cost of every pool column; -inf where no column
-    may exist. Positive: adding the column would improve the objective."""
-    pool = space.pool
-    assert pool is not None
-    a, b = pool.pairs.pairs[:, 0], pool.pairs.pairs[:, 1]
-    sizes = space.classes.sizes.astype(float)
-    same = a == b
-    m_a = np.where(same, 2.0, 1.0) / sizes[a]
-    m_b = np.where(same, 0.0, 1.0 / sizes[b])
-    packed = pool.pairs.throughputs_steps_per_s  # (P, K, 2)
-    gain = (prices.throughput[a] * m_a)[:, None] * packed[:, :, 0]
-    gain += (prices.throughput[b] * m_b)[:, None] * packed[:, :, 1]
-    cost = (prices.budget[a] * m_a + prices.budget[b] * m_b)[:, None] + prices.usage[None, :] * space.class_scale_factors[a][:, None]
-    gain -= (1.0 + RELATIVE_TOLERANCE) * cost
-    gain[~pool.allowed] = -np.inf
-    return gain
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Every allowed pool column as flat arrays, built once per solve (the rounds only gather
+    prices into them: ~2.2 M columns at 2,048 jobs, where the (P, K) grid has 6.7 M cells).
+
+    column (E,): the column's cell p * K + k of the pool's (P, K) grid; first, second (E,): the
+    two classes (equal for a self pair); first_share, second_share (E,): m_a and m_b of the
+    module docstring; first_steps, second_steps (E,): T' m of each member; gpus (E,): the gang."""
+
+    column: np.ndarray
+    type: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    first_share: np.ndarray
+    second_share: np.ndarray
+    first_steps: np.ndarray
+    second_steps: np.ndarray
+    gpus: np.ndarray
+
+    @staticmethod
+    def of(space: Space) -> Candidates:
+        pool = space.pool
+        assert pool is not None
+        row, k = np.nonzero(pool.allowed)
+        a, b = pool.pairs.pairs[row, 0], pool.pairs.pairs[row, 1]
+        sizes = space.classes.sizes.astype(float)
+        same = a == b
+        m_a = np.where(same, 2.0, 1.0) / sizes[a]
+        m_b = np.where(same, 0.0, 1.0 / sizes[b])
+        packed = pool.pairs.throughputs_steps_per_s[row, k]  # (E, 2)
+        return Candidates(
+            column=row * pool.allowed.shape[1] + k, type=k, first=a, second=b, first_share=m_a, second_share=m_b,
+            first_steps=packed[:, 0] * m_a, second_steps=packed[:, 1] * m_b, gpus=space.class_scale_factors[a],
+        )
+
+    def gains_and_costs(self, prices: Prices) -> tuple[np.ndarray, np.ndarray]:
+        """(E,) gain and (E,) cost of every candidate at these prices (module docstring)."""
+        gain = prices.throughput[self.first] * self.first_steps
+        gain += prices.throughput[self.second] * self.second_steps
+        cost = prices.budget[self.first] * self.first_share
+        cost += prices.budget[self.second] * self.second_share
+        cost += prices.usage[self.type] * self.gpus
+        return gain, cost
+
+    def grid(self, selected: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """(E,) bool -> the pool's (P, K) bool grid."""
+        out = np.zeros(shape[0] * shape[1], dtype=bool)
+        out[self.column[selected]] = True
+        return out.reshape(shape)
 
 
-def choose_columns(space: Space, gains: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """(P, K) bool: the improving columns not yet present, at most COLUMNS_PER_CLASS per class
-    as each member (the best first), so every class with an improving partner gets one."""
-    improving = np.flatnonzero((gains > 0).reshape(-1) & ~present.reshape(-1))
-    chosen = np.zeros(gains.size, dtype=bool)
+def choose_columns(candidates: Candidates, gains: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """(E,) bool: the improving candidates not yet present ((E,) reduced gains and presence),
+    at most COLUMNS_PER_CLASS per class as each member (the best first), so every class with an
+    improving partner gets one."""
+    improving = np.flatnonzero((gains > 0) & ~present)
+    chosen = np.zeros(len(gains), dtype=bool)
     if len(improving) == 0:
-        return chosen.reshape(gains.shape)
-    value = gains.reshape(-1)[improving]
-    by_value = improving[np.argsort(-value, kind="stable")]
-    num_types = gains.shape[1]
-    pairs = space.pool.pairs.pairs  # type: ignore[union-attr]
-    for side in (0, 1):
-        member = pairs[by_value // num_types, side]
+        return chosen
+    by_value = improving[np.argsort(-gains[improving], kind="stable")]
+    for member_of in (candidates.first, candidates.second):
+        member = member_of[by_value]
         order = np.argsort(member, kind="stable")  # by class, best first within each class
         grouped = member[order]
         rank = np.arange(len(order)) - np.searchsorted(grouped, grouped, "left")
         chosen[by_value[order[rank < COLUMNS_PER_CLASS]]] = True
-    return chosen.reshape(gains.shape)
+    return chosen
 
 
 def previous_columns(space: Space) -> np.ndarray:
@@ -161,11 +197,16 @@ def solve_by_columns(
     ((P, K) bool, e.g. job_pair_columns of a related problem's answer): the final restricted
     space, its solve, and timings (rounds, columns, pricing time summed)."""
     assert space.pool is not None
-    present = previous_columns(space)
+    started = time.perf_counter()
+    candidates = Candidates.of(space)
+    shape = space.pool.allowed.shape
+    grid = previous_columns(space)
     if seed is not None:
-        present |= seed & space.pool.allowed
-    current = space.with_pairs(present)
-    pricing_s, solver_s = 0.0, 0.0
+        grid |= seed & space.pool.allowed
+    present = grid.reshape(-1)[candidates.column]
+    pricing_s, solver_s = time.perf_counter() - started, 0.0
+    added, dropped = int(present.sum()), 0
+    current = space.with_pairs(grid)
     converged = False
     result = restricted(current)
     for rounds in range(1, MAX_ROUNDS + 1):
@@ -173,14 +214,22 @@ def solve_by_columns(
         if result.prices is None:  # no optimum: report what the solver said
             break
         started = time.perf_counter()
-        gains = reduced_gains(current, result.prices)
-        chosen = choose_columns(current, gains, present)
-        pricing_s += time.perf_counter() - started
+        gain, cost = candidates.gains_and_costs(result.prices)
+        chosen = choose_columns(candidates, gain - (1.0 + RELATIVE_TOLERANCE) * cost, present)
         if not chosen.any():
+            pricing_s += time.perf_counter() - started
             converged = True
             break
+        # Columns the prices price well below their cost are nonbasic: out of the next program
+        # (smaller pivots); the next rounds price them again with the rest.
+        stale = present & (gain < (1.0 - DROP_RELATIVE) * cost)
+        dropped += int(stale.sum())
+        present &= ~stale
         present |= chosen
-        current = space.with_pairs(present)
+        added += int(chosen.sum())
+        grid = candidates.grid(present, shape)
+        pricing_s += time.perf_counter() - started
+        current = space.with_pairs(grid)
         result = restricted(current)
     timings = {
         **dict(result.timings),
@@ -188,6 +237,8 @@ def solve_by_columns(
         "pricing_s": pricing_s,
         "iterations": float(rounds),
         "pair_columns": float(present.sum()),
+        "columns_added": float(added),
+        "columns_dropped": float(dropped),
         "candidate_columns": float(space.pool.num_columns),
     }
     if result.prices is not None and not converged:

@@ -166,3 +166,71 @@ def test_another_solver_generates_through_cvxpy_with_its_duals() -> None:
     assert generated.status == "optimal" and generated.timings["iterations"] >= 1
     assert _relative_gap(generated.objective, full.objective) < 1e-6
     assert_feasible(problem, generated)
+
+
+def test_pricing_is_each_columns_reduced_gain_in_the_programs_own_matrices() -> None:
+    """Candidates.gains_and_costs against the column's entries of the restricted program's
+    matrices (every pool column present): gain = prices . throughput column, cost = time and
+    GPU prices . budget and usage columns."""
+    from policy_service.core.fairness import fairness_coefficients
+    from policy_service.core.pair_columns import Candidates, Prices, column_codes
+
+    problem = per_job_rows(30, seed=8)
+    space = build_space(problem, packing=True, options=SolveOptions(pair_variables="generated"), can_generate=True)
+    assert space.pool is not None
+    full = space.with_pairs(space.pool.allowed)
+    rng = np.random.default_rng(0)
+    coefficients = fairness_coefficients(problem)[space.classes.representative]
+    prices = Prices(rng.uniform(0, 1, space.num_classes) * coefficients, rng.uniform(0, 1, space.num_classes),
+                    rng.uniform(0, 1, problem.num_types))
+    candidates = Candidates.of(space)
+    gain, cost = candidates.gains_and_costs(prices)
+    # Variable of each candidate in the full program: its code is num_x + pool cell.
+    codes = column_codes(full)
+    variable = np.searchsorted(codes, space.num_x + candidates.column)
+    assert np.array_equal(codes[variable], space.num_x + candidates.column)
+    expected_gain = prices.throughput @ full.throughput()[:, variable].toarray()
+    expected_cost = prices.budget @ full.budget[:, variable].toarray() + prices.usage @ full.usage[:, variable].toarray()
+    np.testing.assert_allclose(gain, expected_gain, rtol=1e-12)
+    np.testing.assert_allclose(cost, expected_cost, rtol=1e-12)
+
+
+def test_generation_drops_stale_columns_and_still_reaches_the_full_optimum() -> None:
+    """Columns priced well below their cost leave the restricted program (pair_columns
+    DROP_RELATIVE); the answer is the full program's all the same."""
+    problem = per_job_rows(96, seed=9)
+    generated = make_policy("max_min_fairness_packed", pair_variables="generated").allocate(problem)
+    assert generated.timings["columns_dropped"] > 0, dict(generated.timings)
+    assert generated.timings["pair_columns"] == generated.timings["columns_added"] - generated.timings["columns_dropped"]
+    _assert_same_optimum(problem, "max_min_fairness_packed", "generated")
+
+
+def test_the_master_sheds_nonbasic_columns_and_keeps_its_basis() -> None:
+    """highs_columns.MaxMinMaster: columns absent from a call are deleted; nonbasic ones leave
+    the basis valid, so re-solving takes no pivot and returns the same optimum."""
+    import scipy.sparse as sp
+
+    from policy_service.core.highs_columns import MaxMinMaster
+
+    rng = np.random.default_rng(3)
+    num_classes, num_types, num_columns = 12, 2, 60
+    level = sp.random(num_classes, num_columns, density=0.15, random_state=4, format="csc")
+    level = level + sp.csc_matrix((rng.uniform(0.5, 1.0, num_classes), (np.arange(num_classes), np.arange(num_classes))),
+                                  shape=level.shape)  # every class can reach a level alone
+    budget = sp.csc_matrix((level != 0).astype(float))
+    usage = sp.csc_matrix(rng.uniform(0.5, 2.0, (num_types, num_columns)))
+    master = MaxMinMaster(num_classes, np.array([3.0, 2.0]))
+    codes = np.arange(num_columns) * 7  # any stable names
+    values, objective, duals, status = master.solve(codes, level, budget, usage)
+    assert status == "optimal" and objective > 0
+    mu, beta, gamma = duals
+    assert abs(mu.sum() - 1.0) < 1e-9
+    reduced = mu @ level.toarray() - beta @ budget.toarray() - gamma @ usage.toarray()
+    stale = reduced < -1e-6  # nonbasic at zero
+    assert stale.any() and np.all(values[stale] == 0)
+    pivots = master.pivots
+    keep = np.flatnonzero(~stale)
+    again, objective_again, _, _ = master.solve(codes[keep], level[:, keep], budget[:, keep], usage[:, keep])
+    assert objective_again == pytest.approx(objective, rel=1e-12)
+    assert master.pivots == pivots  # the basis survived the deletion
+    np.testing.assert_allclose(again, values[keep], atol=1e-12)
