@@ -146,9 +146,12 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
         charge_moves=True,
         move_overhead_share=DEFAULT_MOVE_OVERHEAD_SHARE,
         allocated_first=True,
-        # Packed answers: the pairs hold most of the time and stay as they are; re-laying the
-        # singles around them measured worse (docs/mechanism.md "What a move costs").
-        steady_types_tolerance=None if policy in PACKING_POLICIES else DEFAULT_STEADY_TYPES_TOLERANCE,
+        # Not for packed answers (the pairs hold most of the time and stay as they are; re-laying
+        # the singles around them measured worse: docs/mechanism.md "What a move costs"), nor for
+        # the agnostic policies, which the re-lay by measured throughputs would make partly aware.
+        steady_types_tolerance=(
+            None if policy in PACKING_POLICIES or policy in AGNOSTIC_POLICIES else DEFAULT_STEADY_TYPES_TOLERANCE
+        ),
     ).for_policy(policy)
 
 

@@ -71,9 +71,11 @@ def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_re
     )
 
 
-def test_the_default_preset_keeps_packed_answers_as_the_policy_gives_them():
-    assert default_preset("max_min_fairness_packed").steady_types_tolerance is None
-    assert default_preset("max_min_fairness_packed").allocated_first
+def test_the_default_preset_keeps_packed_and_agnostic_answers_as_the_policy_gives_them():
+    for policy in ("max_min_fairness_packed", "max_min_fairness", "fifo"):
+        assert default_preset(policy).steady_types_tolerance is None, policy
+        assert default_preset(policy).allocated_first, policy
+    assert default_preset("finish_time_fairness_perf").steady_types_tolerance == 1e-4
 
 
 def test_gavel_seeds_half_a_round_whatever_the_round_length():
