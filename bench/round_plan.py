@@ -7,7 +7,9 @@ then times each step of one boundary as the mechanism runs it (mechanism_service
 
     settle   close_round: credit the ended round's leases
     admit    admit_arrivals: 1% of the jobs arrive (as many finished)
-    plan     the ledgers' reset and the priorities, the greedy pick and the migration holds
+    plan     the ledgers' reset, the answer installed, the migration holds, the priorities and
+             the greedy pick; "re-lay" is the part of it the default preset's steady allocation
+             takes (core/stability.py: the answer re-laid over the types, one LP at a reset)
     place    placement (workers for every picked entry)
 
 and the snapshot the service writes at such a boundary: the memory pickled as the journal
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import json
 import pickle
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.messages import JobSpec  # noqa: E402
 from common.throughputs import ThroughputTable  # noqa: E402
 from mechanism_service.core import attempts as attempts_core  # noqa: E402
+from mechanism_service.core import reducers as reducers_core  # noqa: E402
 from mechanism_service.core import status as status_core  # noqa: E402
 from mechanism_service.core.intake import fingerprint  # noqa: E402
 from mechanism_service.core.migration import fit_held, next_stretches  # noqa: E402
@@ -125,12 +129,14 @@ def observe(memory: Memory, state: MechanismState, plan: RoundPlan, round_id: in
                     accelerator_type=placement.accelerator_type, workers=workers)
 
 
-def build(gpus: int, seed: int) -> tuple[Memory, MechanismSettings, TableRates, list[LeaseResult], float, list[tuple[str, int]]]:
+def build(gpus: int, seed: int, steady: bool = True) -> tuple[Memory, MechanismSettings, TableRates, list[LeaseResult], float, list[tuple[str, int]]]:
     """A memory in steady state: 2 x gpus jobs admitted, allocated, WARM_ROUNDS rounds run."""
     context = shipped_context()
     assert context.table is not None
     rates = TableRates.of(context.table)
     settings = preset("default", "max_min_fairness_perf", gpus_per_server=GPUS_PER_SERVER)
+    if not steady:
+        settings = dataclasses.replace(settings, steady_types_tolerance=None)
     per_type = gpus // len(TYPES) // GPUS_PER_SERVER * GPUS_PER_SERVER
     state = new_state(dict.fromkeys(TYPES, per_type), GPUS_PER_SERVER)
     catalog = job_catalog(context.table)
@@ -167,6 +173,24 @@ class _Collector:
             self.seconds += time.perf_counter() - self._started
 
 
+class _Timed:
+    """A function of a core module, wrapped to sum the seconds it runs (the bench's own probe)."""
+
+    def __init__(self, module: object, name: str) -> None:
+        self.module, self.name, self.inner, self.seconds = module, name, getattr(module, name), 0.0
+        setattr(module, name, self)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return self.inner(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+RELAY = _Timed(reducers_core, "steady_allocation")
+
+
 def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates, results: list[LeaseResult], now_s: float,
                  arrivals: list[NewJob]) -> dict[str, float]:
     state = memory.state
@@ -175,6 +199,7 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     answer = {**even_allocation(state), **{(j.job_id,): {w: 0.01 for w in state.gpus} for j in arrivals}}  # the policy's
     collector = _Collector()
     gc.callbacks.append(collector)
+    RELAY.seconds = 0.0
     c0 = time.process_time()
     t0 = time.perf_counter()
     close_round(state, results, now_s - settings.round_s, settings)
@@ -203,14 +228,14 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     gc.callbacks.remove(collector)
     times.update(
         settle_s=t1 - t0, admit_s=t2 - t1, plan_s=t3 - t2, place_s=t4 - t3, boundary_s=t4 - t0, boundary_cpu_s=c4 - c0,
-        gc_s=collector.seconds,
+        gc_s=collector.seconds, relay_s=RELAY.seconds,
     )
     times["leases"] = len(assignment)
     return times
 
 
-def measure(gpus: int, repeat: int, seed: int, freeze: bool = True) -> dict[str, float]:
-    memory, settings, rates, results, now_s, catalog = build(gpus, seed)
+def measure(gpus: int, repeat: int, seed: int, freeze: bool = True, steady: bool = True) -> dict[str, float]:
+    memory, settings, rates, results, now_s, catalog = build(gpus, seed, steady)
     state = memory.state
     assert state is not None
     rng = np.random.default_rng(seed + 1)
@@ -258,19 +283,22 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-freeze", action="store_true", help="leave each fresh copy to the collector")
+    parser.add_argument("--no-steady", action="store_true", help="the default preset without its steady allocation")
     args = parser.parse_args()
-    rows = [measure(int(g), args.repeat, args.seed, freeze=not args.no_freeze) for g in args.gpus.split(",")]
+    rows = [measure(int(g), args.repeat, args.seed, not args.no_freeze, not args.no_steady) for g in args.gpus.split(",")]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"one boundary, medians of {args.repeat} (default preset, max_min_fairness_perf shapes, {GPUS_PER_SERVER} GPUs a server)")
+    steady = "without its steady allocation" if args.no_steady else "with its steady allocation"
+    print(f"one boundary, medians of {args.repeat} (default preset {steady}, max_min_fairness_perf shapes,"
+          f" {GPUS_PER_SERVER} GPUs a server)")
     print(f"{'GPUs':>7} {'jobs':>7} {'leases':>7} {'settle':>8} {'admit':>8} {'plan':>8} {'place':>8} {'boundary':>9} {'cpu':>8}"
-          f" {'gc':>7} {'vs goal':>8} {'snapshot':>9} {'cpu':>8} {'size':>8} {'load':>8}")
+          f" {'gc':>7} {'re-lay':>8} {'vs goal':>8} {'snapshot':>9} {'cpu':>8} {'size':>8} {'load':>8}")
     for r in rows:
         print(
             f"{r['gpus']:7.0f} {r['jobs']:7.0f} {r['leases']:7.0f} {1e3 * r['settle_s']:6.1f}ms {1e3 * r['admit_s']:6.1f}ms"
             f" {1e3 * r['plan_s']:6.1f}ms {1e3 * r['place_s']:6.1f}ms {1e3 * r['boundary_s']:7.1f}ms"
-            f" {1e3 * r['boundary_cpu_s']:6.1f}ms {1e3 * r['gc_s']:5.1f}ms {r['boundary_s'] / GOAL_S:7.2f}x"
+            f" {1e3 * r['boundary_cpu_s']:6.1f}ms {1e3 * r['gc_s']:5.1f}ms {1e3 * r['relay_s']:6.1f}ms {r['boundary_s'] / GOAL_S:7.2f}x"
             f" {1e3 * r['snapshot_s']:7.1f}ms {1e3 * r['snapshot_cpu_s']:6.1f}ms {r['snapshot_bytes'] / 1e6:6.2f}MB"
             f" {1e3 * r['snapshot_load_s']:6.1f}ms"
         )

@@ -139,3 +139,20 @@ def test_a_state_pickles_its_jobs_as_columns_and_loads_them_as_they_were():
         assert s.jobs[1].steps_done == 40
     empty = pickle.loads(pickle.dumps(state(k80=1).build()))
     assert (empty.jobs, empty.completed, len(empty.entries)) == ({}, [], 0)
+
+
+def test_settling_credits_each_ledger_once_per_lease_in_settling_order_and_none_to_a_removed_entry():
+    from tests.unit.mechanism.builders import GAVEL, lease
+    from mechanism_service.core.reducers import settle_round
+
+    s = state(k80=3).packing().job("a", steps=10**6).job("b", steps=10**6).job("a", steps=100).build()
+    results = [
+        lease((0,), "k80", (0,), (300,), 1000.1),
+        lease((0,), "k80", (0,), (300,), 1000.7),  # the same entry twice (reported twice)
+        lease((1, 2), "k80", (1,), (500, 100), 1000.3),  # job 2 finishes: the pair leaves with it
+    ]
+    settle_round(s, results, 0.0, GAVEL)
+    assert s.entries[(0,)].received_s["k80"] == (180.0 + 1000.7) + 1000.1  # latest finish first
+    assert (1, 2) not in s.entries and 2 not in s.jobs
+    assert s.entries[(1,)].received_s["k80"] == 180.0
+    assert s.type_time_s["k80"] == ((0.0 + 1000.7) + 1000.3) + 1000.1
