@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's packages, not whichever one is installed
 TRACE = ROOT / "tests" / "data" / "gavel-reference" / "continuous_rate1.4_n1200_seed1.trace"
 
 

@@ -18,8 +18,12 @@ import itertools
 import math
 from collections.abc import Callable
 
+from typing import TYPE_CHECKING
+
 from common.errors import GavelError
-from services.bus.memory import InMemoryBroker
+
+if TYPE_CHECKING:  # annotations only: the fast path imports this module for SimulationStalled
+    from services.bus.memory import InMemoryBroker
 
 
 class SimulationStalled(GavelError):

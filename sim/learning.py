@@ -21,14 +21,12 @@ import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from common.messages import AllocationRequested, JobProgress, JobSpec, ThroughputEstimated
 from common.throughputs import ThroughputTable
-from estimator_service.core.estimator import Estimator
-from estimator_service.core.oracle import OracleEstimator
-from estimator_service.core.reference import reference_set
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.estimates import EstimateBook
 from mechanism_service.core.learning import take_estimate
@@ -37,6 +35,10 @@ from mechanism_service.core.reducers import LeaseResult
 from sim.estimation import EstimationSample, sample
 from sim.physics import true_rates
 from sim.traces import TraceJob
+
+if TYPE_CHECKING:
+    from estimator_service.core.estimator import Estimator
+    from estimator_service.core.oracle import OracleEstimator
 
 MODES = ("oracle", "learned")
 
@@ -60,6 +62,11 @@ class EstimationConfig:
         return table.without(self.unknown_types) if self.unknown_types else table
 
     def core(self, table: ThroughputTable, seed: int) -> Estimator | OracleEstimator:
+        # Imported here: a run with the oracle (the default) never builds an estimator.
+        from estimator_service.core.estimator import Estimator  # noqa: PLC0415
+        from estimator_service.core.oracle import OracleEstimator  # noqa: PLC0415
+        from estimator_service.core.reference import reference_set  # noqa: PLC0415
+
         if not self.learned:
             return OracleEstimator(table)
         references = reference_set(
