@@ -236,11 +236,11 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
             self.allocation[row] = 0.0  # not in the installed allocation (it came after)
             for i in entry:
                 self._by_job.setdefault(i, {})[entry] = None
-        for w, k in self.column_of.items():
-            rates = ledger.throughputs[w]
-            self.throughputs[row, k] = (rates[0], rates[-1])
-            self.received_s[row, k] = ledger.received_s[w]
-            self.deficit_s[row, k] = ledger.deficit_s[w]
+        types = self.types  # a row at a time (an admission adds one a job and pair)
+        throughputs = [ledger.throughputs[w] for w in types]
+        self.throughputs[row] = np.reshape([(rates[0], rates[-1]) for rates in throughputs], (len(types), 2))
+        self.received_s[row] = [ledger.received_s[w] for w in types]
+        self.deficit_s[row] = [ledger.deficit_s[w] for w in types]
 
     def __delitem__(self, entry: Entry) -> None:
         row = self.row_of.pop(entry)

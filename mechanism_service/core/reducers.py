@@ -298,9 +298,11 @@ def _install(state: MechanismState, allocation: dict[Entry, dict[str, float]]) -
     """The allocation as the state keeps it (never changed in place), with its columnar copy in
     the ledgers for the planner's passes."""
     installed = FrozenAllocation(allocation)
-    entries = [e for e in allocation if e in state.entries.row_of] if len(allocation) else []
-    shares_of = allocation.values() if len(entries) == len(allocation) else [allocation[e] for e in entries]
-    rows = list(map(state.entries.row_of.__getitem__, entries))
+    rows: list[int | None] = list(map(state.entries.row_of.get, allocation))
+    shares_of: Collection[dict[str, float]] = allocation.values()
+    if None in rows:  # entries of jobs gone since the request: no ledger to copy to
+        shares_of = [shares for row, shares in zip(rows, shares_of) if row is not None]
+        rows = [row for row in rows if row is not None]
     # one type at a time, in C (map over the dicts' get): the same values as a row-by-row copy
     shares = np.empty((len(rows), len(state.entries.types)))
     for k, w in enumerate(state.entries.types):
