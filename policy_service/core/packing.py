@@ -79,7 +79,9 @@ def pair_classes(problem: Problem, classes: JobClasses) -> PairClasses:
     key_pair, a, b = key_pair[keep], a[keep], b[keep]
     row = colocation.throughputs_steps_per_s[key_pair]  # (m, K, 2), column 0 for key g
     swapped = a > b  # the key-g class ends up second: swap the two columns
-    rows = np.where(swapped[:, None, None], row[:, :, ::-1], row)
+    rows = row
+    if swapped.any():  # (with a key per job in class order, none is: no second 2 M x K x 2 copy)
+        rows = np.where(swapped[:, None, None], row[:, :, ::-1], row)
     pairs = np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
     # Sorted by (a, b) through one integer code: with a key per job (rows of their own) the
     # pairs come out sorted already and the check is all it costs (a lexsort of 2 M pairs:
