@@ -33,6 +33,7 @@ Pure: values in, values out (the state is read, never written).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -51,46 +52,46 @@ def steady_allocation(state: MechanismState, answer: Allocation, tolerance: floa
     as its throughput allows (module docstring); the state's ``allocation`` is the one installed
     before this answer."""
     types = list(state.gpus)
-    singles = [e for e, shares in answer.items() if len(e) == 1 and any(v > 0.0 for v in shares.values())]
+    singles = [e for e, shares in answer.items() if len(e) == 1 and shares]
     if not singles or len(types) < 2:
         return answer
-    index = {j: r for r, (j,) in enumerate(singles)}
-    rates = np.array([[state.entries[e].throughputs[w][0] if e in state.entries else 0.0 for w in types] for e in singles])
+    ledgers = state.entries
+    rows = np.array([ledgers.row_of.get(e, -1) for e in singles])
+    rates = ledgers.throughputs[rows[:, None], [ledgers.column_of[w] for w in types], 0]
+    rates = np.where((rows[:, None] >= 0) & (rates > 0.0), rates, 0.0)
     shares = np.array([[answer[e].get(w, 0.0) for w in types] for e in singles])
-    rates = np.where(rates > 0.0, rates, 0.0)
-    levels = (rates * shares).sum(axis=1)
-    live = levels > 0.0
-    if live.sum() < 2:
-        return answer
-    scale = np.array([state.jobs[e[0]].scale_factor for e in singles], dtype=float)
-    budget = np.ones(len(singles))
-    capacity = np.array([float(state.gpus[w]) for w in types])
-    for entry, by_type in answer.items():  # pairs stay as they are: what they take is not offered
-        if len(entry) != 2:
-            continue
-        paired = np.array([by_type.get(w, 0.0) for w in types])
-        capacity -= paired * state.jobs[entry[0]].scale_factor
-        for j in entry:
-            if j in index:
-                budget[index[j]] -= paired.sum()
-    # The answer itself must be feasible (a solver's answer may overshoot by its tolerance).
-    budget = np.maximum(budget, shares.sum(axis=1))
-    capacity = np.maximum(capacity, (scale[:, None] * shares).sum(axis=0))
-    live_rows = np.flatnonzero(live)
-    others = (scale[~live, None] * shares[~live]).sum(axis=0)
     # Only the types the answer gives a job: a job is never moved to a type where the policy
     # found it comparatively slow (a short job held on its slowest type loses the most).
     support = (shares > SUPPORT_SHARE) & (rates > 0.0)
+    if not (support.sum(axis=1) >= 2).any():
+        return answer  # no job is split: nothing to re-lay
+    laid = support.any(axis=1)  # every job the answer gives time
+    scale = np.array([state.jobs[e[0]].scale_factor for e in singles], dtype=float)
+    budget = np.ones(len(singles))
+    capacity = np.array([float(state.gpus[w]) for w in types])
+    index = {e[0]: r for r, e in enumerate(singles)}
+    for entry, by_type in answer.items():  # pairs stay as they are: what they take is not offered
+        if len(entry) == 2 and by_type:
+            paired = np.array([by_type.get(w, 0.0) for w in types])
+            capacity -= paired * state.jobs[entry[0]].scale_factor
+            for j in entry:
+                if j in index:
+                    budget[index[j]] -= paired.sum()
+    used = scale[:, None] * shares
+    # The answer itself must be feasible (a solver's answer may overshoot by its tolerance).
+    budget = np.maximum(budget, shares.sum(axis=1))
+    capacity = np.maximum(capacity, used.sum(axis=0)) - used[~laid].sum(axis=0)
     home = _home_types(state.allocation, singles, shares, types)
     home = np.where(support[np.arange(len(home)), home], home, shares.argmax(axis=1))
     solved = _solve(
-        rates[live], levels[live], budget[live], scale[live], capacity - others, support[live], home[live], tolerance
+        rates[laid], (rates * shares).sum(axis=1)[laid], budget[laid], scale[laid], capacity, support[laid],
+        home[laid], tolerance,
     )
     if solved is None:
         return answer
     out = dict(answer)
-    for row, x in zip(live_rows, solved, strict=True):
-        out[singles[row]] = {w: float(v) for w, v in zip(types, x, strict=True) if v > 0.0}
+    for r, x in zip(np.flatnonzero(laid).tolist(), solved.tolist(), strict=True):
+        out[singles[r]] = {w: v for w, v in zip(types, x, strict=True) if v > 0.0}
     return out
 
 
@@ -109,6 +110,18 @@ def _home_types(installed: Allocation, singles: list[Entry], shares: np.ndarray,
             if before[w] > 0.0 and w in column:
                 home[r] = column[w]
     return home
+
+
+@functools.cache
+def _highs():  # noqa: ANN202 - highspy is imported lazily
+    """One solver object for every re-lay (setting its options cost more than a small solve);
+    each solve passes its whole model, so nothing carries over but the options."""
+    import highspy  # noqa: PLC0415
+
+    highs = highspy._Highs()  # the raw model: highspy.Highs prints a banner on stdout
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("solver", "simplex")
+    return highs
 
 
 def _solve(
@@ -147,9 +160,7 @@ def _solve(
     lp.a_matrix_.start_ = a.indptr.astype(np.int32)
     lp.a_matrix_.index_ = a.indices.astype(np.int32)
     lp.a_matrix_.value_ = a.data
-    highs = highspy._Highs()  # the raw model: highspy.Highs prints a banner on stdout
-    highs.setOptionValue("output_flag", False)
-    highs.setOptionValue("solver", "simplex")
+    highs = _highs()
     highs.passModel(lp)
     highs.run()
     if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
