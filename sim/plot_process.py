@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import pathlib
 import pickle
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -116,6 +117,10 @@ def draw(work: Sequence[tuple[str, tuple[object, ...]]]) -> None:
 
 def main() -> int:
     """The child: import the plotting stack, then draw what stdin hands over (nothing at EOF)."""
+    # A Ctrl-C at the terminal reaches the whole process group: the parent stops (exit 130, one
+    # line) and closes this stdin, which ends this process; a traceback of its own would only
+    # add noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import sim.plots  # noqa: F401, PLC0415 - the point: imported before the work arrives
 
     try:
