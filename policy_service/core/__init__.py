@@ -9,8 +9,9 @@
 Modules: problem (the input value) and validation (build_problem), allocation (the output
 value), registry + catalog (policies by name), one module per objective family (fairness,
 waterfilling, makespan, ftf, throughput, fifo, isolated, gandiva, allox), pop (partitioning
-wrapper), formulation / grouping / packing / solving / compiled / pair_columns (the shared LP
-machinery; pair_columns: column generation when every job has its own row), baselines
+wrapper), formulation / grouping / packing / solving / compiled / pair_columns / highs_columns
+(the shared LP machinery; pair_columns: column generation when every job has its own row,
+highs_columns: its restricted programs), baselines
 (normalising shares), evaluate (objectives of any allocation), io_json (the JSON formats).
 See docs/policies.md.
 """
