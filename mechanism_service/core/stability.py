@@ -37,7 +37,6 @@ import functools
 from collections.abc import Mapping
 
 import numpy as np
-import scipy.sparse as sp
 
 from mechanism_service.core.model import Entry, MechanismState
 
@@ -130,6 +129,7 @@ def _solve(
 ) -> np.ndarray | None:
     """The LP of the module docstring, one HiGHS dual simplex: (n, K) or None."""
     import highspy  # noqa: PLC0415 - only a mechanism that re-lays allocations loads the solver
+    import scipy.sparse as sp  # noqa: PLC0415 - nor scipy (the status commands import the core)
 
     n, num_types = rates.shape
     relative = rates / levels[:, None]  # a job's throughput per unit of time, as a share of its level
