@@ -6,6 +6,7 @@ and the reset's arithmetic held to the plain per-cell loop."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import random
 
@@ -156,3 +157,17 @@ def test_settling_credits_each_ledger_once_per_lease_in_settling_order_and_none_
     assert (1, 2) not in s.entries and 2 not in s.jobs
     assert s.entries[(1,)].received_s["k80"] == 180.0
     assert s.type_time_s["k80"] == ((0.0 + 1000.7) + 1000.3) + 1000.1
+
+
+def test_the_allocation_s_columns_are_its_shares_whether_every_row_names_every_type_or_not():
+    s = state(k80=1, p100=1, v100=1).jobs(3).build()
+    full = {("j0",): {"v100": 0.25, "k80": 0.5, "p100": 0.125}, ("j1",): {"k80": 1 / 3, "p100": 0.0, "v100": 0.1}}
+    settings = dataclasses.replace(DEFAULT, steady_types_tolerance=None)  # the answer as given
+    for answer in (full, {**full, ("j2",): {"p100": 0.7}}):
+        apply_allocation(s, answer, {}, settings)
+        matrix = s.entries.allocation_matrix(s.allocation)
+        gathered = Ledgers(s.entries.types)
+        for e, ledger in s.entries.items():
+            gathered[e] = ledger
+        assert matrix.tolist() == gathered.allocation_matrix(dict(s.allocation)).tolist()
+        assert matrix[s.entries.row_of[(1,)], s.entries.column_of["k80"]] == 1 / 3
