@@ -17,8 +17,8 @@ The work goes over the child's stdin as one pickle: (name of a ``plot_*`` functi
 sim/plots.py, its arguments) pairs; the child inherits stderr, so a warning or a traceback of
 matplotlib reaches the user as it would in process. If the child cannot be started or fails,
 ``finish`` draws the same plots in this process, so the files are the same either way (and a
-real error is raised from here, as before). A parent that leaves without ``finish`` closes the
-child's stdin: the child sees end of file and exits without drawing.
+real error is raised from here, as before). A parent that leaves without ``finish`` stops the
+child; one that dies without a word closes the child's stdin, and the child exits at end of file.
 """
 
 from __future__ import annotations
@@ -73,10 +73,12 @@ class PlotProcess:
         draw(work)
 
     def close(self) -> None:
-        """Leave without drawing (an error, or nothing to plot): the child exits at end of file."""
+        """Leave without drawing (an error, or nothing to plot): the child is stopped at once
+        rather than left to finish importing matplotlib (a bad flag still exits in a moment)."""
         child, self._child = self._child, None
         if child is not None:
             _close(child)
+            child.terminate()
             child.wait()
 
     def __enter__(self) -> PlotProcess:

@@ -6,8 +6,9 @@ queue.png into the output directory; several write those into DIR/<policy>/ and 
 (comparison.txt, comparison.json, comparison_jct_cdf.png, comparison_utilization.png) into DIR.
 A generated trace is saved as DIR/trace.trace, so the run can be repeated with --trace.
 ``--no-plots`` writes the numbers only (no PNG, and matplotlib is never imported). With plots, a
-child process started first imports matplotlib while the runs go on and draws the plots at the
-end (sim/plot_process.py): the whole command's wall time, not its CPU time, is what that saves.
+child process started once the inputs are checked imports matplotlib while the runs go on and
+draws the plots at the end (sim/plot_process.py): the whole command's wall time, not its CPU
+time, is what that saves.
 Exit codes: 0 done; 2 bad input (one line naming the flag or file).
 
 The simulator, the policies and the plots are imported by the functions that run (see
@@ -17,6 +18,7 @@ services/cli/__init__.py): ``gavel simulate --help`` starts without the solver s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import pathlib
@@ -140,17 +142,11 @@ def add_cluster_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if not args.plots:
-        return _run(args, None)
-    from sim.plot_process import PlotProcess
-
-    # First of all: the child imports matplotlib on another core while this process imports the
-    # simulator and runs (sim/plot_process.py); it draws the plots at the end.
-    with PlotProcess.start() as plotter:
-        return _run(args, plotter)
+    with contextlib.ExitStack() as cleanup:  # the plots' process, stopped if the run fails
+        return _run(args, cleanup)
 
 
-def _run(args: argparse.Namespace, plotter: PlotProcess | None) -> int:
+def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     from services.cli.simulation import (
         Scenario,
         check_mechanism_flags,
@@ -182,6 +178,13 @@ def _run(args: argparse.Namespace, plotter: PlotProcess | None) -> int:
     )
     out = pathlib.Path(args.out) if args.out else default_out(label)
     make_out_dir(out)
+    plotter = None
+    if args.plots:
+        from sim.plot_process import PlotProcess
+
+        # Once the inputs are good (a bad one exits at once, without it): the child imports
+        # matplotlib on the other core while the runs go on, and draws the plots at the end.
+        plotter = cleanup.enter_context(PlotProcess.start())
 
     # 2. the runs, one after the other (gavel sweep spreads runs over the cores)
     if not args.json:

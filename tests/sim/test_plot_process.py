@@ -57,8 +57,14 @@ def test_leaving_without_finishing_draws_nothing_and_ends_the_child(tmp_path) ->
     with PlotProcess.start() as plotter:
         child = plotter._child
         write_run(result, summarize(result, PRICES), tmp_path, plotter=plotter)
-    assert child is not None and child.returncode == 0  # end of file: exits without drawing
+    assert child is not None and child.returncode is not None  # stopped and reaped
     assert not any((tmp_path / name).exists() for name in RUN_PLOTS)
+
+
+def test_a_child_whose_parent_is_gone_exits_at_end_of_file() -> None:
+    child = subprocess.Popen([sys.executable, "-m", "sim.plot_process"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = child.communicate(b"", timeout=120)  # stdin closed with nothing handed over
+    assert child.returncode == 0 and err == b""
 
 
 def test_only_plot_functions_are_queued() -> None:
