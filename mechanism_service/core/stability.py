@@ -129,37 +129,31 @@ def _solve(
 ) -> np.ndarray | None:
     """The LP of the module docstring, one HiGHS dual simplex: (n, K) or None."""
     import highspy  # noqa: PLC0415 - only a mechanism that re-lays allocations loads the solver
-    import scipy.sparse as sp  # noqa: PLC0415 - nor scipy (the status commands import the core)
 
     n, num_types = rates.shape
     relative = rates / levels[:, None]  # a job's throughput per unit of time, as a share of its level
-    cell = np.arange(n * num_types)
-    row_of, type_of = cell // num_types, cell % num_types
-    # rows: levels (n), budgets (n), capacities (K); columns: x[j, k] = cell j * K + k
-    a = sp.csc_matrix(
-        (
-            np.concatenate([relative.reshape(-1), np.ones(n * num_types), np.repeat(scale, num_types)]),
-            (np.concatenate([row_of, n + row_of, 2 * n + type_of]), np.concatenate([cell, cell, cell])),
-        ),
-        shape=(2 * n + num_types, n * num_types),
-    )
-    a.sort_indices()
+    cells = n * num_types  # column x[j, k] = cell j * K + k
+    # Rows: levels (n), budgets (n), capacities (K). Every column has three entries, in row
+    # order (level j, budget n + j, capacity 2n + k): the column-wise matrix is written directly.
+    job_of, type_of = np.divmod(np.arange(cells), num_types)
+    index = np.stack([job_of, n + job_of, 2 * n + type_of], axis=1).reshape(-1)
+    value = np.stack([relative.reshape(-1), np.ones(cells), np.repeat(scale, num_types)], axis=1).reshape(-1)
     inf = highspy.kHighsInf
-    cost = np.zeros(n * num_types)
+    cost = np.zeros(cells)
     cost[np.arange(n) * num_types + home] = -relative[np.arange(n), home]  # HiGHS minimises
     lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n * num_types, 2 * n + num_types
+    lp.num_col_, lp.num_row_ = cells, 2 * n + num_types
     lp.col_cost_ = cost
-    lp.col_lower_ = np.zeros(n * num_types)
+    lp.col_lower_ = np.zeros(cells)
     lp.col_upper_ = support.reshape(-1).astype(float)
     lp.row_lower_ = np.concatenate([np.full(n, 1.0 - tolerance), np.full(n + num_types, -inf)])
     # A job's throughput stays within [1 - tol, 1] of the answer's: more on its home type would
     # be time taken from the others' share of the GPUs, not the answer re-laid.
     lp.row_upper_ = np.concatenate([np.ones(n), budget, capacity])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = a.indices.astype(np.int32)
-    lp.a_matrix_.value_ = a.data
+    lp.a_matrix_.start_ = np.arange(0, 3 * cells + 1, 3, dtype=np.int32)
+    lp.a_matrix_.index_ = index.astype(np.int32)
+    lp.a_matrix_.value_ = value
     highs = _highs()
     highs.passModel(lp)
     highs.run()
