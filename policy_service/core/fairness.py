@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from common.errors import PolicyParameterError
 from policy_service.core.allocation import Allocation, Status, empty_allocation
@@ -32,6 +31,7 @@ from policy_service.core.packing import cell_average_problem, cell_colocation
 from policy_service.core.pair_columns import Prices, Restricted, column_codes, job_pair_columns, solve_by_columns
 from policy_service.core.solving import STATUS_OF, solve
 from policy_service.core.problem import Problem
+from policy_service.core.sparse import sp
 
 if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
     import cvxpy as cp

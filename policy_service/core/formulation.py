@@ -51,7 +51,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from common.errors import PolicyParameterError
 from policy_service.core.allocation import NOISE_FRACTION, Allocation, PairShares, Status, _readonly
@@ -69,6 +68,7 @@ from policy_service.core.packing import (
     partners_to_class_pairs,
 )
 from policy_service.core.problem import Problem
+from policy_service.core.sparse import sp
 
 if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
     import cvxpy as cp
@@ -143,13 +143,6 @@ def _csr(
     return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape)
 
 
-@functools.lru_cache(maxsize=256)
-def _no_rows(num_vars: int) -> sp.csr_matrix:
-    """An empty (0, V) matrix, made once per V: a Space without partner rows shares it (read
-    only; a new one per solve cost ~0.1 ms of the simulator's ~2 ms answers)."""
-    return sp.csr_matrix((0, num_vars))
-
-
 @dataclass(frozen=True, eq=False)
 class PairPool:
     """Every candidate class pair of a problem (``packing.pair_classes``) with the types where
@@ -180,8 +173,10 @@ class Space:
     # (the compiled max-min path never needs them)
     budget_triplets: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
     usage_triplets: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
-    balance: sp.csr_matrix  # (B, V) == 0
-    no_self: sp.csr_matrix  # (S, V) <= 0
+    # Partner keys' rows; None: no such rows (every other mode: no empty matrices built per
+    # solve, and no scipy.sparse for the simulator's programs).
+    balance: sp.csr_matrix | None  # (B, V) == 0
+    no_self: sp.csr_matrix | None  # (S, V) <= 0
     class_throughputs: np.ndarray  # (C, K) isolated steps/s of each class
     class_scale_factors: np.ndarray  # (C,)
     # Candidate class pairs not (all) materialised: set when the caller solves by column
@@ -209,7 +204,7 @@ class Space:
             self, mode="class_pairs", pairs=pairs, pair_index=pair_index, num_vars=num_vars,
             budget_triplets=tuple(a + b for a, b in zip(x_budget, budget_parts)),
             usage_triplets=tuple(a + b for a, b in zip(x_usage, usage_parts)),
-            balance=sp.csr_matrix((0, num_vars)), no_self=sp.csr_matrix((0, num_vars)),
+            balance=None, no_self=None,
             pool_rows=rows,
         )
 
@@ -257,9 +252,9 @@ class Space:
     def pairing_constraints(self, v: cp.Variable | cp.Expression) -> list[cp.Constraint]:
         """The homogeneous rows of partner variables (none in the other modes)."""
         constraints = []
-        if self.balance.shape[0]:
+        if self.balance is not None and self.balance.shape[0]:
             constraints.append(self.balance @ v == 0)
-        if self.no_self.shape[0]:
+        if self.no_self is not None and self.no_self.shape[0]:
             constraints.append(self.no_self @ v <= 0)
         return constraints
 
@@ -473,8 +468,6 @@ def build_space(
         num_vars = num_x + num_z + num_aux
         balance = sp.csr_matrix(balance, shape=(balance.shape[0], num_vars))
         no_self = sp.csr_matrix(no_self, shape=(no_self.shape[0], num_vars))
-    if balance is None:  # no partner rows (every mode but partner keys)
-        balance = no_self = _no_rows(num_vars)
     return Space(
         problem=problem,
         classes=classes,

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from policy_service.core.allocation import Allocation, empty_allocation
 from policy_service.core.baselines import agnostic_reference_throughputs, isolated_throughputs
@@ -39,6 +38,7 @@ from policy_service.core.fairness import check_variant
 from policy_service.core.formulation import SolveOptions, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import Problem
+from policy_service.core.sparse import sp
 
 if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
     import cvxpy as cp

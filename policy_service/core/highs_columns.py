@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import highspy
 import numpy as np
-import scipy.sparse as sp
+
+from policy_service.core.sparse import sp
 
 
 class MaxMinMaster:

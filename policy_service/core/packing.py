@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from policy_service.core.grouping import JobClasses, group_jobs
 from policy_service.core.problem import ClassPairSpec, Colocation, Problem
+from policy_service.core.sparse import sp
 
 
 @dataclass(frozen=True, eq=False)

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import equal_share_throughputs
@@ -51,6 +50,7 @@ from policy_service.core.fairness import check_variant, fairness_view
 from policy_service.core.formulation import SolveOptions, Space, build_space
 from policy_service.core.solving import solve
 from policy_service.core.problem import FIFO, Problem
+from policy_service.core.sparse import sp
 
 if TYPE_CHECKING:  # annotations only: cvxpy is loaded when a program is built
     import cvxpy as cp

@@ -36,6 +36,19 @@ problem = build_problem({"v100": 1, "p100": 1, "k80": 1}, jobs, table=shipped_co
 allocation = make_policy("max_min_fairness_perf").allocate(problem)
 assert allocation.status.value == "optimal", allocation.status
 assert "cvxpy" not in sys.modules, "solved through cvxpy"
+assert "scipy.sparse" not in sys.modules, "scipy.sparse loaded (policy_service/core/sparse.py)"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_sp_is_scipy_sparse_once_read() -> None:
+    code = """
+import sys
+from policy_service.core.sparse import sp
+assert "scipy.sparse" not in sys.modules
+import scipy.sparse
+assert sp.csr_matrix is scipy.sparse.csr_matrix and sp.vstack is scipy.sparse.vstack
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
