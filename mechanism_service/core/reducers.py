@@ -287,7 +287,9 @@ def apply_allocation(
             if entry in missing:
                 allocation[entry] = {}
     if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
-        allocation = steady_allocation(state, allocation, settings.steady_types_tolerance)
+        allocation = steady_allocation(
+            state, allocation, settings.steady_types_tolerance, settings.steady_max_split_jobs,
+        )
     state.allocation = _install(state, allocation)
     state.policy_state = policy_state
     state.needs_allocation = False

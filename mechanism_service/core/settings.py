@@ -80,6 +80,11 @@ class MechanismSettings:
     # its throughput to this relative tolerance, so each job runs where the last allocation gave
     # it most time as much as it can (core/stability.py); None: the answer as given (Gavel).
     steady_types_tolerance: float | None = None
+    # ... but only while the answer splits at most this many jobs over several types: the re-lay
+    # is one LP whose simplex grows faster than linearly (2,000 split jobs ~50 ms, 20,000 ~1.5 s,
+    # bench/round_plan.py), and it runs inside the boundary that installs the answer. Above it the
+    # answer is installed as given, as with None.
+    steady_max_split_jobs: int = 2_000
     max_gang_failures: int = 5
     # Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"). A job whose process
     # crashed in this many leases in a row fails (Gavel's limit, 5, as for gang failures).
@@ -107,6 +112,8 @@ class MechanismSettings:
             raise ConfigError(f"move_overshoot_moves must be >= 0, got {self.move_overshoot_moves}")
         if self.steady_types_tolerance is not None and not 0.0 <= self.steady_types_tolerance < 1.0:
             raise ConfigError(f"steady_types_tolerance must be in [0, 1), got {self.steady_types_tolerance}")
+        if self.steady_max_split_jobs < 0:
+            raise ConfigError(f"steady_max_split_jobs must be >= 0, got {self.steady_max_split_jobs}")
 
     @property
     def seed_s(self) -> float:

@@ -46,10 +46,14 @@ Allocation = dict[Entry, dict[str, float]]
 SUPPORT_SHARE = 1e-6
 
 
-def steady_allocation(state: MechanismState, answer: Allocation, tolerance: float) -> Allocation:
+def steady_allocation(
+    state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None = None,
+) -> Allocation:
     """``answer`` with its single-job entries re-laid so each job runs on its home type as much
     as its throughput allows (module docstring); the state's ``allocation`` is the one installed
-    before this answer."""
+    before this answer. An answer that splits more than ``max_split_jobs`` jobs over several
+    types is returned as it is: the LP's cost grows faster than its size, and it is paid inside
+    a round boundary (docs/mechanism.md, "A boundary at cluster scale")."""
     types = list(state.gpus)
     singles = [e for e, shares in answer.items() if len(e) == 1 and shares]
     if not singles or len(types) < 2:
@@ -62,8 +66,9 @@ def steady_allocation(state: MechanismState, answer: Allocation, tolerance: floa
     # Only the types the answer gives a job: a job is never moved to a type where the policy
     # found it comparatively slow (a short job held on its slowest type loses the most).
     support = (shares > SUPPORT_SHARE) & (rates > 0.0)
-    if not (support.sum(axis=1) >= 2).any():
-        return answer  # no job is split: nothing to re-lay
+    split = int((support.sum(axis=1) >= 2).sum())
+    if split == 0 or (max_split_jobs is not None and split > max_split_jobs):
+        return answer  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
     laid = support.any(axis=1)  # every job the answer gives time
     scale = np.array([state.jobs[e[0]].scale_factor for e in singles], dtype=float)
     budget = np.ones(len(singles))

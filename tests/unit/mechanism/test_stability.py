@@ -30,6 +30,18 @@ def test_two_interchangeable_jobs_split_alike_are_each_kept_on_the_type_they_had
     assert answer[(0,)] == {"k80": 0.2, "v100": 0.2}  # the answer itself is not changed
 
 
+def test_an_answer_splitting_more_jobs_than_the_bound_is_installed_as_given():
+    # The same two split jobs as above: re-laid under a bound of 2, left alone under a bound of 1
+    # (the re-lay's LP is paid inside the boundary; at cluster scale it would dominate it).
+    s = state(k80=1, v100=1).job("a").job("a").allocate((0,), v100=0.3).allocate((1,), k80=0.9).build()
+    answer = {(0,): {"k80": 0.2, "v100": 0.2}, (1,): {"k80": 0.2, "v100": 0.2}}
+
+    assert steady_allocation(s, answer, 1e-4, max_split_jobs=2) != answer
+    assert steady_allocation(s, answer, 1e-4, max_split_jobs=1) == answer
+    with pytest.raises(ConfigError, match="steady_max_split_jobs"):
+        MechanismSettings(steady_max_split_jobs=-1)
+
+
 def test_a_job_is_never_given_a_type_the_answer_did_not_give_it():
     # Job 0 had k80 last time, but the answer gives it v100 only now: it stays on v100.
     s = state(k80=1, v100=1).job("a").job("a").allocate((0,), k80=0.5).allocate((1,), k80=0.5).build()
