@@ -19,8 +19,9 @@ and the decisions (``priorities``, ``planning``, ``placement``) only read it.
 from __future__ import annotations
 
 import copy
+import itertools
 import operator
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -489,3 +490,20 @@ def new_state(gpus_by_type: dict[str, int], gpus_per_server: int = 1) -> Mechani
             next_id += gpus_per_server
         gpus[accelerator_type] = count
     return MechanismState(gpus=gpus, servers=servers, type_time_s=dict.fromkeys(gpus, 0.0), next_worker_id=next_id)
+
+
+def share_matrix(shares_of: Collection[Mapping[str, float]], types: Sequence[str]) -> np.ndarray:
+    """Rows of fractions (type -> share) as rows x types, 0.0 where a row names no share: in C,
+    every row's shares at once when each names every type (a solver's answer), else a type at a
+    time. The same floats as a row-by-row copy."""
+    count, width = len(shares_of), len(types)
+    if width > 1:
+        try:
+            cells = itertools.chain.from_iterable(map(operator.itemgetter(*types), shares_of))
+            return np.fromiter(cells, float, count * width).reshape(count, width)
+        except KeyError:
+            pass  # a row without some type
+    shares = np.empty((count, width))
+    for k, w in enumerate(types):
+        shares[:, k] = np.fromiter(map(operator.methodcaller("get", w, 0.0), shares_of), float, count)
+    return shares

@@ -5,8 +5,6 @@ docs/gavel-semantics.md.
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -15,7 +13,9 @@ import numpy as np
 
 from common.errors import JobFieldError
 from common.job_checks import check_job
-from mechanism_service.core.model import Entry, EntryLedger, FrozenAllocation, JobState, MechanismState, Placement
+from mechanism_service.core.model import (
+    Entry, EntryLedger, FrozenAllocation, JobState, MechanismState, Placement, share_matrix,
+)
 from mechanism_service.core.rates import Rates
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.core.stability import steady_allocation
@@ -306,25 +306,8 @@ def _install(state: MechanismState, allocation: dict[Entry, dict[str, float]]) -
     if None in rows:  # entries of jobs gone since the request: no ledger to copy to
         shares_of = [shares for row, shares in zip(rows, shares_of) if row is not None]
         rows = [row for row in rows if row is not None]
-    state.entries.set_allocation(installed, rows, _share_matrix(shares_of, state.entries.types))
+    state.entries.set_allocation(installed, rows, share_matrix(shares_of, state.entries.types))
     return installed
-
-
-def _share_matrix(shares_of: Collection[Mapping[str, float]], types: Sequence[str]) -> np.ndarray:
-    """Rows of fractions (type -> share) as rows x types, 0.0 where a row names no share: in C,
-    every row's shares at once when each names every type (a solver's answer), else a type at a
-    time. The same floats as a row-by-row copy."""
-    count, width = len(shares_of), len(types)
-    if width > 1:
-        try:
-            cells = itertools.chain.from_iterable(map(operator.itemgetter(*types), shares_of))
-            return np.fromiter(cells, float, count * width).reshape(count, width)
-        except KeyError:
-            pass  # a row without some type
-    shares = np.empty((count, width))
-    for k, w in enumerate(types):
-        shares[:, k] = np.fromiter(map(operator.methodcaller("get", w, 0.0), shares_of), float, count)
-    return shares
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,12 @@ Pure: values in, values out (the state is read, never written).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
 
-from mechanism_service.core.model import Entry, MechanismState
+from mechanism_service.core.model import Entry, MechanismState, share_matrix
 
 Allocation = dict[Entry, dict[str, float]]
 
@@ -59,10 +60,10 @@ def steady_allocation(
     if not singles or len(types) < 2:
         return answer
     ledgers = state.entries
-    rows = np.array([ledgers.row_of.get(e, -1) for e in singles])
+    rows = np.fromiter(map(ledgers.row_of.get, singles, itertools.repeat(-1)), np.intp, len(singles))
     rates = ledgers.throughputs[rows[:, None], [ledgers.column_of[w] for w in types], 0]
     rates = np.where((rows[:, None] >= 0) & (rates > 0.0), rates, 0.0)
-    shares = np.array([[answer[e].get(w, 0.0) for w in types] for e in singles])
+    shares = share_matrix(list(map(answer.__getitem__, singles)), types)
     # Only the types the answer gives a job: a job is never moved to a type where the policy
     # found it comparatively slow (a short job held on its slowest type loses the most).
     support = (shares > SUPPORT_SHARE) & (rates > 0.0)
