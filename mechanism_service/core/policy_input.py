@@ -22,11 +22,12 @@ def advance_isolated_time(state: MechanismState) -> None:
     """Finish-time fairness measures each job against the time its done steps would have taken
     on its isolated share; add the steps done since the last allocation at the baseline that
     allocation reported (Gavel keeps this inside its FTF policy)."""
-    for job in state.jobs.values():
-        if job.steps_remaining_at_last_solve is not None and job.isolated_throughput_at_last_solve:
-            done = job.steps_remaining_at_last_solve - job.steps_remaining
-            job.isolated_time_s += done / job.isolated_throughput_at_last_solve
-        job.steps_remaining_at_last_solve = job.steps_remaining
+    for job in state.jobs.values():  # every job at every reset: plain locals, no property call
+        remaining = job.total_steps - job.steps_done  # job.steps_remaining
+        baseline = job.isolated_throughput_at_last_solve
+        if baseline and job.steps_remaining_at_last_solve is not None:
+            job.isolated_time_s += (job.steps_remaining_at_last_solve - remaining) / baseline
+        job.steps_remaining_at_last_solve = remaining
 
 
 def allocation_request(
