@@ -50,12 +50,14 @@ from mechanism_service.core import attempts as attempts_core  # noqa: E402
 from mechanism_service.core import reducers as reducers_core  # noqa: E402
 from mechanism_service.core import status as status_core  # noqa: E402
 from mechanism_service.core.intake import fingerprint  # noqa: E402
-from mechanism_service.core.migration import fit_held, next_stretches  # noqa: E402
+from mechanism_service.core.migration import next_stretches  # noqa: E402
 from mechanism_service.core.model import MechanismState, new_state  # noqa: E402
 from mechanism_service.core.planning import (  # noqa: E402
     charge_move_columns,
     count_extensions,
+    fit_held_columns,
     held_columns,
+    kept_entries,
     pick_columns,
     place,
     priority_columns,
@@ -214,7 +216,7 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     apply_allocation(state, answer, {}, settings)
     order = type_order(state, settings)
     # open_round's steps (mechanism_service/core/rounds.py), timed apart
-    reserved = fit_held(state, held_columns(state, now_s, settings), [])
+    reserved = fit_held_columns(state, held_columns(state, now_s, settings), [])
     queues = priority_columns(state)
     if settings.charge_moves:
         queues = charge_move_columns(state, queues, settings)
@@ -222,7 +224,7 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     t3 = time.perf_counter()
     assignment = place(state, picked, order, settings)
     extended, opportunities = count_extensions(state, assignment)
-    kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
+    kept = kept_entries(state, assignment)
     state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)
     state.previous_assignment = assignment
     record_first_runs(state, assignment, now_s)

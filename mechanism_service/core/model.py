@@ -19,7 +19,6 @@ and the decisions (``priorities``, ``planning``, ``placement``) only read it.
 from __future__ import annotations
 
 import copy
-import itertools
 import operator
 from collections.abc import Collection, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -241,7 +240,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
                 self._by_job.setdefault(i, {})[entry] = None
         types = self.types  # a row at a time (an admission adds one a job and pair)
         throughputs = [ledger.throughputs[w] for w in types]
-        self.throughputs[row] = np.reshape([(rates[0], rates[-1]) for rates in throughputs], (len(types), 2))
+        self.throughputs[row] = [(rates[0], rates[-1]) for rates in throughputs]  # types x 2
         self.received_s[row] = [ledger.received_s[w] for w in types]
         self.deficit_s[row] = [ledger.deficit_s[w] for w in types]
 
@@ -494,16 +493,13 @@ def new_state(gpus_by_type: dict[str, int], gpus_per_server: int = 1) -> Mechani
 
 def share_matrix(shares_of: Collection[Mapping[str, float]], types: Sequence[str]) -> np.ndarray:
     """Rows of fractions (type -> share) as rows x types, 0.0 where a row names no share: in C,
-    every row's shares at once when each names every type (a solver's answer), else a type at a
-    time. The same floats as a row-by-row copy."""
-    count, width = len(shares_of), len(types)
-    if width > 1:
-        try:
-            cells = itertools.chain.from_iterable(map(operator.itemgetter(*types), shares_of))
-            return np.fromiter(cells, float, count * width).reshape(count, width)
-        except KeyError:
-            pass  # a row without some type
-    shares = np.empty((count, width))
+    a type at a time (a look-up that cannot miss while every row names the type, as a solver's
+    answer does). The same floats as a row-by-row copy."""
+    count = len(shares_of)
+    shares = np.empty((count, len(types)))
     for k, w in enumerate(types):
-        shares[:, k] = np.fromiter(map(operator.methodcaller("get", w, 0.0), shares_of), float, count)
+        try:
+            shares[:, k] = np.fromiter(map(operator.itemgetter(w), shares_of), float, count)
+        except KeyError:  # a row without the type
+            shares[:, k] = np.fromiter(map(operator.methodcaller("get", w, 0.0), shares_of), float, count)
     return shares

@@ -14,8 +14,9 @@ form to them, exactly.
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -144,7 +145,7 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
     count = len(entries)
     row_of, column_of = ledgers.row_of, ledgers.column_of
     rows = np.fromiter(map(row_of.get, entries, [-1] * count), int, count)
-    columns = np.fromiter((column_of[p.accelerator_type] for p in previous.values()), int, count)
+    columns = np.fromiter(map(column_of.__getitem__, map(_ACCELERATOR_TYPE, previous.values())), int, count)
     present = rows >= 0  # an entry with a member gone has no ledger
     rows = np.where(present, rows, 0)
     share = ledgers.allocation_matrix(state.allocation)[rows, columns]
@@ -160,9 +161,9 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
     stretch = np.fromiter(map(stretches.get, entries, [1] * count), float, count)
     candidate &= ~(stretch * settings.round_s * share_limit >= cost_s)
     # seconds until the first member finishes at its rate there
-    first = np.fromiter((jobs[e[0]].steps_remaining if e[0] in jobs else 0 for e in entries), float, count)
-    second = np.fromiter((jobs[e[-1]].steps_remaining if e[-1] in jobs else 0 for e in entries), float, count)
     pairs = np.fromiter(map(len, entries), int, count) == 2
+    first = _steps_remaining(jobs, map(_FIRST_MEMBER, entries), count)
+    second = _steps_remaining(jobs, map(_LAST_MEMBER, entries), count) if pairs.any() else first
     with np.errstate(divide="ignore", invalid="ignore"):
         finishes_s = np.where(pairs, np.minimum(first / rates[:, 0], second / rates[:, 1]), first / rates[:, 0])
     candidate &= ~(finishes_s * share_limit < cost_s)
@@ -170,6 +171,68 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
     owed_s = ledgers.deficit_s[rows, columns] + share * since_reset_s - (ledgers.received_s[rows, columns] - settings.seed_s)
     held = candidate & (owed_s + cost_s * settings.move_overshoot_moves > 0.0)
     return [(entries[i], previous[entries[i]].accelerator_type) for i in np.flatnonzero(held).tolist()]
+
+
+_ACCELERATOR_TYPE = operator.attrgetter("accelerator_type")
+_FIRST_MEMBER = operator.itemgetter(0)
+_LAST_MEMBER = operator.itemgetter(-1)
+
+
+class _Gone(NamedTuple):
+    """A job no longer here, as _steps_remaining reads it: no steps left."""
+
+    total_steps: int = 0
+    steps_done: int = 0
+
+
+def _steps_remaining(jobs: Mapping[int, object], indices: Iterable[int], count: int) -> np.ndarray:
+    """(count,) each job's steps_remaining as a float (0 for a job gone), read in C: integers
+    subtracted as integers, then converted, as float(job.steps_remaining) is."""
+    found = list(map(jobs.get, indices, itertools.repeat(_Gone())))
+    total = np.fromiter(map(_TOTAL_STEPS, found), np.int64, count)
+    done = np.fromiter(map(_STEPS_DONE, found), np.int64, count)
+    return (total - done).astype(float)
+
+
+_TOTAL_STEPS = operator.attrgetter("total_steps")
+_STEPS_DONE = operator.attrgetter("steps_done")
+
+
+def fit_held_columns(
+    state: MechanismState, held: Sequence[tuple[Entry, str]], reserved: Sequence[tuple[Entry, str]]
+) -> list[tuple[Entry, str]]:
+    """migration.fit_held with its pass over the jobs that never ran on columns: the newcomers
+    found in C (their ``first_run_s`` is None), the GPUs their allocation takes on each type
+    summed from the ledgers' allocation matrix (integers: the same counts as one subtraction at
+    a time); the reserved and held entries, few, as the plain form walks them."""
+    left = dict(state.gpus)
+    jobs, ledgers = state.jobs, state.entries
+    newcomers = list(itertools.compress(jobs.values(), map(operator.is_, map(_FIRST_RUN, jobs.values()), itertools.repeat(None))))
+    if newcomers:
+        count = len(newcomers)
+        rows = np.fromiter(map(ledgers.row_of.__getitem__, zip(map(_INDEX, newcomers))), np.intp, count)
+        scale = np.fromiter(map(_SCALE_FACTOR, newcomers), np.int64, count)
+        shares = ledgers.allocation_matrix(state.allocation)[rows]
+        for w, k in ledgers.column_of.items():
+            if w in left:
+                left[w] -= int(scale[shares[:, k] > 0.0].sum())
+    taken: set[int] = set()
+    for entry, w in reserved:
+        left[w] -= jobs[entry[0]].scale_factor
+        taken.update(entry)
+    fitting = []
+    for entry, w in held:
+        scale_factor = jobs[entry[0]].scale_factor
+        if taken.isdisjoint(entry) and left.get(w, 0) >= scale_factor:
+            left[w] -= scale_factor
+            taken.update(entry)
+            fitting.append((entry, w))
+    return fitting
+
+
+_FIRST_RUN = operator.attrgetter("first_run_s")
+_INDEX = operator.attrgetter("index")
+_SCALE_FACTOR = operator.attrgetter("scale_factor")
 
 
 def pick_columns(
@@ -380,6 +443,14 @@ def _place_extensions_first(
 
 def count_extensions(state: MechanismState, assignment: dict[Entry, Placement]) -> tuple[int, int]:
     """Section 6.3: (extended, opportunities) for this round against the previous one."""
-    opportunities = sum(1 for entry in state.previous_assignment if any(i in state.jobs for i in entry))
-    extended = sum(1 for entry, p in assignment.items() if state.previous_assignment.get(entry) == p)
-    return extended, opportunities
+    jobs = state.jobs
+    # an entry is one job or a pair: "some member still here" is its first or last
+    opportunities = sum(1 for entry in state.previous_assignment if entry[0] in jobs or entry[-1] in jobs)
+    return len(kept_entries(state, assignment)), opportunities
+
+
+def kept_entries(state: MechanismState, assignment: Mapping[Entry, Placement]) -> frozenset[Entry]:
+    """The entries that keep last round's placement (lease extensions). An extension is placed
+    with last round's Placement object itself, so identity answers before equality is asked."""
+    previous = state.previous_assignment.get
+    return frozenset(e for e, p in assignment.items() if (q := previous(e)) is p or q == p)

@@ -5,6 +5,8 @@ docs/gavel-semantics.md.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -271,42 +273,86 @@ def apply_allocation(
 ) -> None:
     """Install a new allocation (job-id tuples -> type -> fraction) and remember the isolated
     baseline it came with (see policy_input.advance_isolated_time)."""
-    index_of = {job.job_id: index for index, job in state.jobs.items()}
+    jobs = state.jobs
+    index_of = dict(zip(map(_JOB_ID, jobs.values()), jobs))
+    allocation = _answer_entries(fractions, index_of)
+    columns = allocation_columns(state, allocation)  # read by the re-lay and the install alike
+    # (as many entries as the ledgers, each with a ledger: every entry is named, none missing)
+    named_all = len(allocation) == len(state.entries) and bool((columns[0] >= 0).all())
+    if settings.zero_fill_allocation and not named_all:
+        # An LP policy returns a row for every entry it was given, zeros included.
+        missing = state.entries.row_of.keys() - allocation.keys()
+        for entry in state.entries if missing else ():
+            if entry in missing:
+                allocation[entry] = {}
+        if missing:
+            columns = allocation_columns(state, allocation)
+    if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
+        relaid = steady_allocation(
+            state, allocation, settings.steady_types_tolerance, settings.steady_max_split_jobs, columns=columns,
+        )
+        if relaid is not allocation:
+            allocation, columns = relaid, allocation_columns(state, relaid)
+    state.allocation = _install(state, allocation, columns)
+    state.policy_state = policy_state
+    state.needs_allocation = False
+    if isolated_throughputs:
+        for job, baseline in zip(jobs.values(), map(isolated_throughputs.get, map(_JOB_ID, jobs.values()))):
+            job.isolated_throughput_at_last_solve = baseline
+    else:  # no baselines (every policy but finish-time fairness): only a job that has one changes
+        with_baseline = map(operator.is_not, map(_BASELINE, jobs.values()), itertools.repeat(None))
+        for job in itertools.compress(list(jobs.values()), list(with_baseline)):
+            job.isolated_throughput_at_last_solve = None
+
+
+_JOB_ID = operator.attrgetter("job_id")
+_BASELINE = operator.attrgetter("isolated_throughput_at_last_solve")
+_FIRST = operator.itemgetter(0)
+
+
+def _answer_entries(
+    fractions: Mapping[tuple[str, ...], Mapping[str, float]], index_of: Mapping[str, int]
+) -> dict[Entry, dict[str, float]]:
+    """The answer's entries as job-index tuples (a pair's sorted), each with a copy of its
+    shares; entries naming a job that has left are dropped. An answer of single jobs only, all
+    still here (a policy that does not pack), is mapped in C: one look-up pass, the same dict
+    in the same order as the loop."""
+    if len(fractions) and set(map(len, fractions)) == {1}:
+        indices = list(map(index_of.get, map(_FIRST, fractions)))
+        if None not in indices:
+            values = fractions.values()
+            copy = dict.copy if set(map(type, values)) == {dict} else dict  # the same dicts, faster
+            return dict(zip(zip(indices), map(copy, values)))
     allocation: dict[Entry, dict[str, float]] = {}
-    for job_ids, by_type in fractions.items():  # one a job at 20,000 jobs: kept plain
+    for job_ids, by_type in fractions.items():
         if len(job_ids) == 1:
             index = index_of.get(job_ids[0])
             if index is not None:
                 allocation[(index,)] = dict(by_type)
         elif all(job_id in index_of for job_id in job_ids):
             allocation[tuple(sorted(index_of[j] for j in job_ids))] = dict(by_type)
-    if settings.zero_fill_allocation:
-        # An LP policy returns a row for every entry it was given, zeros included.
-        missing = state.entries.row_of.keys() - allocation.keys()
-        for entry in state.entries if missing else ():
-            if entry in missing:
-                allocation[entry] = {}
-    if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
-        allocation = steady_allocation(
-            state, allocation, settings.steady_types_tolerance, settings.steady_max_split_jobs,
-        )
-    state.allocation = _install(state, allocation)
-    state.policy_state = policy_state
-    state.needs_allocation = False
-    for job in state.jobs.values():
-        job.isolated_throughput_at_last_solve = isolated_throughputs.get(job.job_id)
+    return allocation
 
 
-def _install(state: MechanismState, allocation: dict[Entry, dict[str, float]]) -> FrozenAllocation:
+def allocation_columns(state: MechanismState, allocation: Mapping[Entry, Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The allocation's entries' ledger rows (-1: no ledger, its job left since the request) and
+    their shares as rows x the ledgers' types (model.share_matrix), in the allocation's order."""
+    count = len(allocation)
+    rows = np.fromiter(map(state.entries.row_of.get, allocation, itertools.repeat(-1)), np.intp, count)
+    return rows, share_matrix(list(allocation.values()), state.entries.types)
+
+
+def _install(
+    state: MechanismState, allocation: dict[Entry, dict[str, float]], columns: tuple[np.ndarray, np.ndarray]
+) -> FrozenAllocation:
     """The allocation as the state keeps it (never changed in place), with its columnar copy in
-    the ledgers for the planner's passes."""
+    the ledgers for the planner's passes (``columns``: allocation_columns of it)."""
     installed = FrozenAllocation(allocation)
-    rows: list[int | None] = list(map(state.entries.row_of.get, allocation))
-    shares_of: Collection[dict[str, float]] = allocation.values()
-    if None in rows:  # entries of jobs gone since the request: no ledger to copy to
-        shares_of = [shares for row, shares in zip(rows, shares_of) if row is not None]
-        rows = [row for row in rows if row is not None]
-    state.entries.set_allocation(installed, rows, share_matrix(shares_of, state.entries.types))
+    rows, shares = columns
+    kept = rows >= 0
+    if not kept.all():  # entries of jobs gone since the request: no ledger to copy to
+        rows, shares = rows[kept], shares[kept]
+    state.entries.set_allocation(installed, rows, shares)
     return installed
 
 
@@ -341,60 +387,131 @@ def settle_round(
     placement is forgotten: no process runs there any more, so the next round launches the job
     afresh instead of extending the lease."""
     done: list[JobState] = []
-    for result in sorted(results, key=lambda r: r.finish_s, reverse=True):
-        members = [(i, steps) for i, steps in zip(result.entry, result.steps, strict=True) if i in state.jobs]
+    jobs = state.jobs
+    received = _ReceivedTime(state)
+    type_time_s, max_failures = state.type_time_s, settings.max_gang_failures
+    for result in sorted(results, key=_FINISH_S, reverse=True):
+        entry, steps_of = result.entry, result.steps
+        if len(entry) == 1 and len(steps_of) == 1 and not result.ended:
+            # A single job's lease that ended as planned (nearly every lease): the general path
+            # below with one member, written out (one job per lease, no lists).
+            job = jobs.get(entry[0])
+            if job is None:
+                continue
+            finish_s = job.last_finish_s = result.finish_s
+            exec_s = finish_s - round_start_s
+            steps = steps_of[0]
+            if exec_s <= 0 or steps < job.scale_factor:
+                state.needs_allocation = True
+                job.failures += 1
+                if job.failures >= max_failures:
+                    received.flush()  # the removal may move the ledgers' rows
+                    done.append(remove_job(state, job.index, dropped=True))
+                continue
+            job.failures = 0
+            w = result.placement.accelerator_type
+            job.steps_done += steps
+            by_type = job.gpu_seconds_by_type
+            by_type[w] = by_type.get(w, 0.0) + exec_s * len(result.placement.worker_ids) / len(entry)
+            if received.note(entry, w, exec_s):
+                type_time_s[w] += exec_s
+            if job.total_steps - job.steps_done <= 0:
+                received.flush()
+                done.append(remove_job(state, job.index))
+            continue
+        members = [(i, steps) for i, steps in zip(entry, steps_of, strict=True) if i in jobs]
         if not members:
             continue
+        finish_s = result.finish_s
         for i, _ in members:
-            state.jobs[i].last_finish_s = result.finish_s
-        exec_s = result.finish_s - round_start_s
-        scale_factor = state.jobs[members[0][0]].scale_factor
+            jobs[i].last_finish_s = finish_s
+        exec_s = finish_s - round_start_s
+        scale_factor = jobs[members[0][0]].scale_factor
         if result.ended:
-            _settle_ended_early(state, result, members, exec_s, done)
+            _settle_ended_early(state, result, members, exec_s, done, received)
             continue
-        if any(steps < scale_factor for _, steps in members) or exec_s <= 0:
+        if exec_s <= 0 or any(steps < scale_factor for _, steps in members):
             # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3).
             state.needs_allocation = True
             if len(result.entry) == 1:
-                job = state.jobs[members[0][0]]
+                job = jobs[members[0][0]]
                 job.failures += 1
-                if job.failures >= settings.max_gang_failures:
+                if job.failures >= max_failures:
+                    received.flush()  # the removal may move the ledgers' rows
                     done.append(remove_job(state, job.index, dropped=True))
             continue
         for i, _ in members:
-            state.jobs[i].failures = 0
-        _credit(state, result, members, exec_s, done)
+            jobs[i].failures = 0
+        _credit(state, result, members, exec_s, done, received)
+    received.flush()
     return done
 
 
+_FINISH_S = operator.attrgetter("finish_s")
+
+
+class _ReceivedTime:
+    """The leases' time for their entries' ledger cells, added in one numpy operation: cells
+    noted in settling order, added in that order (np.add.at: the same floats as one ``+=`` at a
+    time), before anything may move the ledgers' rows (a removal) and at the end."""
+
+    __slots__ = ("_ledgers", "_rows", "_columns", "_seconds")
+
+    def __init__(self, state: MechanismState) -> None:
+        self._ledgers = state.entries
+        self._rows: list[int] = []
+        self._columns: list[int] = []
+        self._seconds: list[float] = []
+
+    def note(self, entry: Entry, w: str, exec_s: float) -> bool:
+        """Whether the entry has a ledger (its time then counts)."""
+        row = self._ledgers.row_of.get(entry)
+        if row is None:
+            return False
+        self._rows.append(row)
+        self._columns.append(self._ledgers.column_of[w])
+        self._seconds.append(exec_s)
+        return True
+
+    def flush(self) -> None:
+        if self._rows:
+            np.add.at(self._ledgers.received_s, (self._rows, self._columns), self._seconds)
+            self._rows, self._columns, self._seconds = [], [], []
+
+
 def _credit(
-    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState]
+    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState],
+    received: _ReceivedTime,
 ) -> None:
     """A lease's steps and time to its members and its entry's ledger; the finished retire."""
     w = result.placement.accelerator_type
     share_s = exec_s * len(result.placement.worker_ids) / len(result.entry)
+    jobs = state.jobs
+    finished = False
     for i, steps in members:
-        job = state.jobs[i]
+        job = jobs[i]
         job.steps_done += steps
-        job.gpu_seconds_by_type[w] = job.gpu_seconds_by_type.get(w, 0.0) + share_s
-    ledgers = state.entries
-    row = ledgers.row_of.get(result.entry)
-    if row is not None:
-        ledgers.received_s[row, ledgers.column_of[w]] += exec_s
+        by_type = job.gpu_seconds_by_type
+        by_type[w] = by_type.get(w, 0.0) + share_s
+        finished = finished or job.total_steps - job.steps_done <= 0
+    if received.note(result.entry, w, exec_s):
         state.type_time_s[w] += exec_s
-    for i, _ in members:
-        if state.jobs[i].steps_remaining <= 0:
-            done.append(remove_job(state, i))
+    if finished:
+        received.flush()  # the removal may move the ledgers' rows
+        for i, _ in members:
+            if jobs[i].steps_remaining <= 0:
+                done.append(remove_job(state, i))
 
 
 def _settle_ended_early(
-    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState]
+    state: MechanismState, result: LeaseResult, members: list[tuple[int, int]], exec_s: float, done: list[JobState],
+    received: _ReceivedTime,
 ) -> None:
     """A crashed, lost or unreported lease (see settle_round): credit what it did (no time when it
     ran none), and launch it afresh next."""
     if state.previous_assignment.get(result.entry) == result.placement:
         del state.previous_assignment[result.entry]
-    _credit(state, result, members, max(exec_s, 0.0), done)
+    _credit(state, result, members, max(exec_s, 0.0), done, received)
 
 
 def record_first_runs(state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float) -> None:

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanism_service.core.migration import fit_held, next_stretches
+from mechanism_service.core.migration import next_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import (
     charge_move_columns,
     count_extensions,
+    fit_held_columns,
     held_columns,
+    kept_entries,
     pick_columns,
     place,
     priority_columns,
@@ -191,14 +193,14 @@ def open_round(
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
     profiled = frozenset(entry for entry, _ in reserved)
-    reserved += fit_held(state, held_columns(state, now_s, settings), reserved)  # moves not yet paid for
+    reserved += fit_held_columns(state, held_columns(state, now_s, settings), reserved)  # moves not yet paid for
     queues = priority_columns(state)
     if settings.charge_moves:
         queues = charge_move_columns(state, queues, settings)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
     extended, opportunities = count_extensions(state, assignment)
-    kept = frozenset(e for e, p in assignment.items() if state.previous_assignment.get(e) == p)
+    kept = kept_entries(state, assignment)
     state.leases_extended += extended
     state.lease_opportunities += opportunities
     state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)

@@ -49,27 +49,43 @@ SUPPORT_SHARE = 1e-6
 
 def steady_allocation(
     state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None = None,
+    *, columns: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Allocation:
     """``answer`` with its single-job entries re-laid so each job runs on its home type as much
     as its throughput allows (module docstring); the state's ``allocation`` is the one installed
     before this answer. An answer that splits more than ``max_split_jobs`` jobs over several
     types is returned as it is: the LP's cost grows faster than its size, and it is paid inside
-    a round boundary (docs/mechanism.md, "A boundary at cluster scale")."""
+    a round boundary (docs/mechanism.md, "A boundary at cluster scale"). ``columns``: the
+    answer's entries' ledger rows (-1: none) and shares over the ledgers' types, in the answer's
+    order (reducers.allocation_columns), when the caller has them; gathered here otherwise.
+    Returns ``answer`` itself when nothing is re-laid."""
     types = list(state.gpus)
-    singles = [e for e, shares in answer.items() if len(e) == 1 and shares]
-    if not singles or len(types) < 2:
-        return answer
     ledgers = state.entries
-    rows = np.fromiter(map(ledgers.row_of.get, singles, itertools.repeat(-1)), np.intp, len(singles))
-    rates = ledgers.throughputs[rows[:, None], [ledgers.column_of[w] for w in types], 0]
+    count = len(answer)
+    if columns is None:
+        columns = (
+            np.fromiter(map(ledgers.row_of.get, answer, itertools.repeat(-1)), np.intp, count),
+            share_matrix(list(answer.values()), ledgers.types),
+        )
+    answer_rows, answer_shares = columns
+    # the single-job entries the answer gives some share (an empty one gives none)
+    single = (np.fromiter(map(len, answer), np.intp, count) == 1) & np.fromiter(map(bool, answer.values()), bool, count)
+    chosen = np.flatnonzero(single)
+    if not len(chosen) or len(types) < 2:
+        return answer
+    rows = answer_rows[chosen]
+    columns_of_types = [ledgers.column_of[w] for w in types]
+    rates = ledgers.throughputs[rows[:, None], columns_of_types, 0]
     rates = np.where((rows[:, None] >= 0) & (rates > 0.0), rates, 0.0)
-    shares = share_matrix(list(map(answer.__getitem__, singles)), types)
+    shares = answer_shares[chosen][:, columns_of_types]
     # Only the types the answer gives a job: a job is never moved to a type where the policy
     # found it comparatively slow (a short job held on its slowest type loses the most).
     support = (shares > SUPPORT_SHARE) & (rates > 0.0)
     split = int((support.sum(axis=1) >= 2).sum())
     if split == 0 or (max_split_jobs is not None and split > max_split_jobs):
         return answer  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
+    entries = list(answer)
+    singles = [entries[r] for r in chosen.tolist()]
     laid = support.any(axis=1)  # every job the answer gives time
     scale = np.array([state.jobs[e[0]].scale_factor for e in singles], dtype=float)
     budget = np.ones(len(singles))
