@@ -390,6 +390,8 @@ def settle_round(
     jobs = state.jobs
     received = _ReceivedTime(state)
     type_time_s, max_failures = state.type_time_s, settings.max_gang_failures
+    ledgers, column_of = state.entries, state.entries.column_of  # (a removal may replace row_of)
+    note_row, note_column, note_s = received.rows.append, received.columns.append, received.seconds.append
     for result in sorted(results, key=_FINISH_S, reverse=True):
         entry, steps_of = result.entry, result.steps
         if len(entry) == 1 and len(steps_of) == 1 and not result.ended:
@@ -413,7 +415,11 @@ def settle_round(
             job.steps_done += steps
             by_type = job.gpu_seconds_by_type
             by_type[w] = by_type.get(w, 0.0) + exec_s * len(result.placement.worker_ids) / len(entry)
-            if received.note(entry, w, exec_s):
+            row = ledgers.row_of.get(entry)
+            if row is not None:  # received.note, written out
+                note_row(row)
+                note_column(column_of[w])
+                note_s(exec_s)
                 type_time_s[w] += exec_s
             if job.total_steps - job.steps_done <= 0:
                 received.flush()
@@ -453,30 +459,33 @@ _FINISH_S = operator.attrgetter("finish_s")
 class _ReceivedTime:
     """The leases' time for their entries' ledger cells, added in one numpy operation: cells
     noted in settling order, added in that order (np.add.at: the same floats as one ``+=`` at a
-    time), before anything may move the ledgers' rows (a removal) and at the end."""
+    time), before anything may move the ledgers' rows (a removal) and at the end. The lists are
+    emptied in place, so their bound ``append`` stays valid across a flush."""
 
-    __slots__ = ("_ledgers", "_rows", "_columns", "_seconds")
+    __slots__ = ("_ledgers", "rows", "columns", "seconds")
 
     def __init__(self, state: MechanismState) -> None:
         self._ledgers = state.entries
-        self._rows: list[int] = []
-        self._columns: list[int] = []
-        self._seconds: list[float] = []
+        self.rows: list[int] = []
+        self.columns: list[int] = []
+        self.seconds: list[float] = []
 
     def note(self, entry: Entry, w: str, exec_s: float) -> bool:
         """Whether the entry has a ledger (its time then counts)."""
         row = self._ledgers.row_of.get(entry)
         if row is None:
             return False
-        self._rows.append(row)
-        self._columns.append(self._ledgers.column_of[w])
-        self._seconds.append(exec_s)
+        self.rows.append(row)
+        self.columns.append(self._ledgers.column_of[w])
+        self.seconds.append(exec_s)
         return True
 
     def flush(self) -> None:
-        if self._rows:
-            np.add.at(self._ledgers.received_s, (self._rows, self._columns), self._seconds)
-            self._rows, self._columns, self._seconds = [], [], []
+        if self.rows:
+            np.add.at(self._ledgers.received_s, (self.rows, self.columns), self.seconds)
+            self.rows.clear()
+            self.columns.clear()
+            self.seconds.clear()
 
 
 def _credit(

@@ -20,7 +20,7 @@ from mechanism_service.core.planning import count_extensions, fit_held_columns, 
 from mechanism_service.core.reducers import LeaseResult, apply_allocation, remove_job, settle_round
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.core.stability import steady_allocation
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_PACKED
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_PACKED, state
 from tests.unit.mechanism.test_planning_fast import columnar_state
 
 SEEDS = range(200)
@@ -160,6 +160,21 @@ def test_settling_is_the_plain_definition_s():
         removed += len(s.entries) < len(plain.entries) or len(done) > 0
         finished += any(j.last_finish_s is not None and j.steps_remaining <= 0 for j in done)
     assert removed > 20 and finished > 5  # jobs completed and were dropped, rows moved
+
+
+def test_settling_while_removals_close_the_ledgers_holes():
+    """Enough rows for a removal to compact the ledgers (their rows move) in mid-settle."""
+    s = state(k80=200, v100=200).jobs(150, steps=100).type_time(k80=360.0, v100=360.0).settled().build()
+    rng = random.Random(7)
+    results = [
+        LeaseResult((i,), Placement(rng.choice(("k80", "v100")), (i,)), (rng.choice((100, 100, 50)),), rng.uniform(1100.0, 1360.0))
+        for i in range(150)
+    ]
+    plain = copy.deepcopy(s)
+    done = settle_round(s, results, 1000.0, GAVEL)
+    assert done == reference_settle_round(plain, results, 1000.0, GAVEL)
+    assert settled(s) == settled(plain)
+    assert 80 < len(done) < 140 and s.entries.rows < 150  # compacted on the way
 
 
 # -- installing an answer -----------------------------------------------------------------------
