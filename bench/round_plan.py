@@ -223,8 +223,8 @@ def one_boundary(memory: Memory, settings: MechanismSettings, rates: TableRates,
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     t3 = time.perf_counter()
     assignment = place(state, picked, order, settings)
-    extended, opportunities = count_extensions(state, assignment)
     kept = kept_entries(state, assignment)
+    extended, opportunities = count_extensions(state, assignment, kept)
     state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)
     state.previous_assignment = assignment
     record_first_runs(state, assignment, now_s)

@@ -441,12 +441,15 @@ def _place_extensions_first(
         assignment[entry] = Placement(w, tuple(workers))
 
 
-def count_extensions(state: MechanismState, assignment: dict[Entry, Placement]) -> tuple[int, int]:
-    """Section 6.3: (extended, opportunities) for this round against the previous one."""
+def count_extensions(
+    state: MechanismState, assignment: dict[Entry, Placement], kept: frozenset[Entry] | None = None
+) -> tuple[int, int]:
+    """Section 6.3: (extended, opportunities) for this round against the previous one
+    (``kept``: kept_entries of the assignment, when the caller has it)."""
     jobs = state.jobs
     # an entry is one job or a pair: "some member still here" is its first or last
     opportunities = sum(1 for entry in state.previous_assignment if entry[0] in jobs or entry[-1] in jobs)
-    return len(kept_entries(state, assignment)), opportunities
+    return len(kept_entries(state, assignment) if kept is None else kept), opportunities
 
 
 def kept_entries(state: MechanismState, assignment: Mapping[Entry, Placement]) -> frozenset[Entry]:

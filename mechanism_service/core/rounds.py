@@ -199,8 +199,8 @@ def open_round(
         queues = charge_move_columns(state, queues, settings)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
-    extended, opportunities = count_extensions(state, assignment)
     kept = kept_entries(state, assignment)
+    extended, opportunities = count_extensions(state, assignment, kept)
     state.leases_extended += extended
     state.lease_opportunities += opportunities
     state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)
