@@ -4,12 +4,13 @@
 2. ``pick``: a greedy pass over the per-type queues, fastest type first, gangs whole;
 3. ``place``: concrete workers per picked entry, keeping a continuing entry on its GPUs.
 
-The rounds run the columnar forms (``held_columns``, ``priority_columns``, ``charge_move_columns``,
-``pick_columns``): the same arithmetic as the row forms, one numpy operation a type over the
+The rounds run the columnar forms (``held_columns``, ``fit_held_columns``, ``priority_columns``,
+``charge_move_columns``, ``pick_columns``): the same arithmetic as the row forms, one numpy operation a type over the
 ledgers' columns (model.Ledgers) instead of a walk over every entry and type, then one greedy
-pass over each type's sorted candidates. The row forms (migration.held_entries, ``priority_rows``,
-migration.charge_moves, ``pick``) are their definitions: tests/unit/mechanism/test_planning_fast.py holds each columnar
-form to them, exactly.
+pass over each type's sorted candidates. The row forms (migration.held_entries, migration.fit_held,
+``priority_rows``, migration.charge_moves, ``pick``) are their definitions:
+tests/unit/mechanism/test_planning_fast.py and test_boundary_fast.py hold each columnar form to
+them, exactly.
 """
 
 from __future__ import annotations
