@@ -102,6 +102,8 @@ def parse_policies(single: str | None, several: str | None) -> tuple[str, ...]:
     if (single is None) == (several is None):
         raise bad_input("--policy/--policies", "give exactly one: --policy NAME or --policies a,b,c")
     flag = "--policy" if single is not None else "--policies"
+    if single is not None and "," in single and all(n.strip() in policy_names() for n in single.split(",")):
+        raise bad_input(flag, f"one policy only; for several side by side: --policies {single}")
     names = [single] if single is not None else [n.strip() for n in several.split(",")]  # type: ignore[union-attr]
     return check_policies(flag, names)
 

@@ -158,6 +158,7 @@ def unknown_type_trace(tmp_path):
 BAD_INPUTS = [
     (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "las"], "--policy: unknown policy 'las' (known: allox, fifo,"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,nope"], "unknown policy 'nope'"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo,isolated"], "--policy: one policy only; for several side by side: --policies fifo,isolated"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,fifo"], "fifo is listed twice"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--policies", "fifo_perf"], "give exactly one"),
     (["--trace", STATIC, "--cluster", "4:4", "--policy", "fifo"], "--cluster 4:4: Gavel's form is v100:p100:k80"),
