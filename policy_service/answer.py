@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
+import operator
 from collections.abc import Mapping
 
 import numpy as np
@@ -22,6 +24,7 @@ from common.messages import (
     AllocationEntry,
     AllocationFailed,
     AllocationRequested,
+    PolicyJob,
     PolicyProblem,
     SolveStatus,
 )
@@ -34,12 +37,12 @@ from policy_service.core import (
     PairSpec,
     Problem,
     Policy,
-    allocation_to_json,
     build_problem,
 )
-from policy_service.core import AllocationEntry as CoreEntry
+from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
+from policy_service.core.validation import AdmittedJobs
 
 # Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
 # numbers: per-job (and per-job-pair) variables solved with ECOS, makespan by bisection, Gavel's
@@ -75,22 +78,24 @@ def problem_from_message(
     """The core's Problem for a wire snapshot. ProblemError names the offending field.
     ``admitted``: build_problem's (the jobs' own fields were checked when the caller admitted
     them, in this process)."""
-    jobs = [
-        JobSpec(
-            id=j.job_id,
-            steps_remaining=j.steps_remaining,
-            job_type=j.job_type,
-            scale_factor=j.scale_factor,
-            priority_weight=j.priority_weight,
-            throughputs_steps_per_s=j.throughputs_steps_per_s,
-            time_since_arrival_s=j.time_since_arrival_s,
-            slo_s=j.slo_s,
-            entity=j.entity,
-            isolated_time_s=j.isolated_time_s,
-            colocation_class=j.colocation_class,
-        )
-        for j in problem.jobs
-    ]
+    jobs: list[JobSpec] | AdmittedJobs | None = _admitted_jobs(problem.jobs) if admitted else None
+    if jobs is None:
+        jobs = [
+            JobSpec(
+                id=j.job_id,
+                steps_remaining=j.steps_remaining,
+                job_type=j.job_type,
+                scale_factor=j.scale_factor,
+                priority_weight=j.priority_weight,
+                throughputs_steps_per_s=j.throughputs_steps_per_s,
+                time_since_arrival_s=j.time_since_arrival_s,
+                slo_s=j.slo_s,
+                entity=j.entity,
+                isolated_time_s=j.isolated_time_s,
+                colocation_class=j.colocation_class,
+            )
+            for j in problem.jobs
+        ]
     pairs = None
     if problem.pairs is not None:
         pairs = [
@@ -111,11 +116,28 @@ def problem_from_message(
         entities=[Entity(e.name, e.weight, e.policy) for e in problem.entities],
         prices_per_hour=problem.prices_per_hour if problem.prices_per_hour is not None else context.prices_per_hour,
         table=context.table,
-        previous=[CoreEntry(e.job_ids, e.fractions) for e in problem.previous] or None,
+        # the wire entries as they are: they carry the same two fields (job_ids, fractions)
+        previous=problem.previous or None,  # type: ignore[arg-type]
         policy_state=policy_state or None,
         colocations=colocations,
         admitted=admitted,
     )
+
+
+_JOB_FIELDS = operator.attrgetter(
+    "job_id", "job_type", "scale_factor", "priority_weight", "steps_remaining", "time_since_arrival_s", "slo_s",
+    "isolated_time_s",
+)
+
+
+def _admitted_jobs(jobs: tuple[PolicyJob, ...]) -> AdmittedJobs | None:
+    """An admitting caller's jobs column by column (no JobSpec per job), when none brings its
+    own throughputs, entity or colocation class (the rest is build_problem's to check)."""
+    if any(j.throughputs_steps_per_s is not None or j.entity is not None or j.colocation_class != "" for j in jobs):
+        return None
+    if not jobs:
+        return AdmittedJobs((), (), (), (), (), (), (), ())
+    return AdmittedJobs(*zip(*map(_JOB_FIELDS, jobs)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -162,25 +184,45 @@ def isolated_baseline(policy: Policy, problem: Problem) -> dict[str, float]:
     """Job id -> the isolated-share throughput the policy measures finish times against."""
     baseline = getattr(policy, "isolated_baseline", None)
     values = baseline(problem) if baseline is not None else isolated_throughputs(problem)
-    return {job_id: float(v) for job_id, v in zip(problem.job_ids, values, strict=True)}
+    values = np.asarray(values, dtype=float)
+    if len(values) != problem.num_jobs:
+        raise ValueError(f"isolated baseline: {len(values)} values for {problem.num_jobs} jobs")
+    return dict(zip(problem.job_ids, values.tolist()))
 
 
-def computed_message(request_id: str, allocation: Allocation) -> AllocationComputed:
-    """The wire form of an allocation: one entry per job, one per concrete packed pair."""
-    as_json = allocation_to_json(allocation)
+def computed_message(request_id: str, allocation: Allocation, **fields: object) -> AllocationComputed:
+    """The wire form of an allocation: one entry per job, one per concrete packed pair (what
+    allocation_to_json writes, laid out from the arrays directly). ``fields``: the reply's other
+    fields (isolated throughputs, policy state)."""
+    worker_types, job_ids = allocation.worker_types, allocation.job_ids
+    entries = [
+        AllocationEntry((job_id,), dict(zip(worker_types, row)))
+        for job_id, row in zip(job_ids, _cleaned(allocation.job_fractions))
+    ]
+    pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
+    entries += [
+        AllocationEntry((job_ids[a], job_ids[b]), dict(zip(worker_types, row)))
+        for (a, b), row in zip(pair_jobs.tolist(), _cleaned(pair_fractions))
+    ]
+    objective = allocation.objective
     return AllocationComputed(
         request_id=request_id,
         policy=allocation.policy,
         status=SolveStatus(allocation.status),
-        objective=as_json["objective"],  # type: ignore[arg-type]
+        objective=objective if objective is not None and math.isfinite(objective) else None,
         solve_time_s=float(allocation.solve_time_s),
-        entries=tuple(
-            AllocationEntry(tuple(e["jobs"]), e["fractions"])  # type: ignore[index]
-            for e in as_json["allocation"]  # type: ignore[union-attr]
-        ),
+        entries=tuple(entries),
         reason=allocation.reason or "",
         refused_job_ids=allocation.refused_job_ids,
+        **fields,  # type: ignore[arg-type]
     )
+
+
+def _cleaned(fractions: np.ndarray) -> list[list[float]]:
+    """Rows of Python floats, solver noise (below NOISE_FRACTION) written as 0, as the JSON
+    writer does (io_json._fractions)."""
+    fractions = np.asarray(fractions, dtype=float)
+    return np.where(np.abs(fractions) < NOISE_FRACTION, 0.0, fractions).tolist()
 
 
 def answer(
@@ -193,8 +235,8 @@ def answer(
         policy = policy_for(request)
         problem = problem_from_message(request.problem, context, request.policy_state, admitted=admitted)
         allocation = policy.allocate(problem)
-        return dataclasses.replace(
-            computed_message(request.request_id, allocation),
+        return computed_message(
+            request.request_id, allocation,
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
             policy_state=allocation.policy_state or "",
         )

@@ -53,7 +53,8 @@ def allocation_request(
     of them. They stay admitted and are sent again once workers that fit them join. A type left
     with 0 GPUs stays in (the policy accepts zero counts, and a stateful policy may name it)."""
     explicit = rates is not None and rates.explicit
-    running = [job for job in state.jobs.values() if runs_here(state, job.index)]
+    gpus, entries = tuple(state.gpus.items()), state.entries
+    running = [job for job in state.jobs.values() if _runs_on(gpus, job.scale_factor, entries[(job.index,)].throughputs)]
     jobs = tuple(
         PolicyJob(
             job_id=job.job_id,
@@ -73,11 +74,7 @@ def allocation_request(
         for job in running
     )
     colocations = class_colocations(state, running, rates) if explicit and packing else None  # type: ignore[arg-type]
-    previous = tuple(
-        AllocationEntry(state.job_ids_of(entry), dict(fractions))
-        for entry, fractions in state.allocation.items()
-        if all(i in state.jobs for i in entry) and any(v > 0 for v in fractions.values())
-    )
+    previous = previous_entries(state)
     return AllocationRequested(
         request_id=request_id,
         policy=policy,
@@ -121,12 +118,36 @@ def class_colocations(state: MechanismState, jobs: Sequence[JobState], rates: Es
     return tuple(out)
 
 
+def previous_entries(state: MechanismState) -> tuple[AllocationEntry, ...]:
+    """The allocation in force, entries of jobs still here with some time on some type."""
+    jobs = state.jobs
+    out = []
+    for entry, fractions in state.allocation.items():
+        if len(entry) == 1:  # most entries: one job, looked up once
+            job = jobs.get(entry[0])
+            if job is None:
+                continue
+            job_ids: tuple[str, ...] = (job.job_id,)
+        elif all(i in jobs for i in entry):
+            job_ids = state.job_ids_of(entry)
+        else:
+            continue
+        if any(v > 0 for v in fractions.values()):
+            out.append(AllocationEntry(job_ids, dict(fractions)))
+    return tuple(out)
+
+
 def runs_here(state: MechanismState, index: int) -> bool:
     """Whether some type here has enough GPUs for job ``index``'s gang and runs it (admission
     checked this, but a cluster that lost workers may have shrunk since)."""
-    scale_factor = state.jobs[index].scale_factor
-    throughputs = state.entries[(index,)].throughputs
-    return any(count >= scale_factor and throughputs[w][0] > 0 for w, count in state.gpus.items())
+    return _runs_on(tuple(state.gpus.items()), state.jobs[index].scale_factor, state.entries[(index,)].throughputs)
+
+
+def _runs_on(gpus: Sequence[tuple[str, int]], scale_factor: int, throughputs: Mapping[str, Sequence[float]]) -> bool:
+    for w, count in gpus:
+        if count >= scale_factor and throughputs[w][0] > 0:
+            return True
+    return False
 
 
 def allocation_fractions(reply: AllocationComputed) -> dict[tuple[str, ...], Mapping[str, float]]:

@@ -54,8 +54,11 @@ def group_jobs(columns: Sequence[np.ndarray], num_jobs: int, *, enabled: bool = 
         return JobClasses.singletons(num_jobs)
     blocks = [np.asarray(column, dtype=float).reshape(num_jobs, -1) for column in columns]
     keys = np.concatenate(blocks, axis=1) if blocks else np.zeros((num_jobs, 1))
-    # np.unique does not treat NaN as equal to itself: encode NaN apart from every number.
     is_nan = np.isnan(keys)
+    has_nan = bool(is_nan.any())
+    if num_jobs <= SMALL_GROUPING and not has_nan:
+        return _group_rows(keys.tolist())  # no NaN: the rows compare as they are
+    # np.unique does not treat NaN as equal to itself: encode NaN apart from every number.
     keys = np.concatenate([np.where(is_nan, 0.0, keys), is_nan.astype(float)], axis=1)
     if num_jobs <= SMALL_GROUPING:
         return _group_rows(keys.tolist())
@@ -75,12 +78,17 @@ def group_jobs(columns: Sequence[np.ndarray], num_jobs: int, *, enabled: bool = 
 def _group_rows(rows: list[list[float]]) -> JobClasses:
     """group_jobs over rows given as lists, by a dict (classes in order of first appearance)."""
     class_by_row: dict[tuple[float, ...], int] = {}
-    class_of_job = [class_by_row.setdefault(tuple(row), len(class_by_row)) for row in rows]
-    classes = np.asarray(class_of_job, dtype=np.int64)
-    first = np.full(len(class_by_row), len(rows), dtype=np.int64)
-    np.minimum.at(first, classes, np.arange(len(rows), dtype=np.int64))
+    first: list[int] = []
+    class_of_job = []
+    for i, row in enumerate(map(tuple, rows)):
+        c = class_by_row.get(row)
+        if c is None:
+            c = class_by_row[row] = len(first)
+            first.append(i)
+        class_of_job.append(c)
+    classes = np.array(class_of_job, dtype=np.int64)
     return JobClasses(
         class_of_job=classes,
-        representative=first,
-        sizes=np.bincount(classes, minlength=len(class_by_row)).astype(np.int64),
+        representative=np.array(first, dtype=np.int64),
+        sizes=np.bincount(classes, minlength=len(first)).astype(np.int64),
     )

@@ -16,7 +16,10 @@ solves again rather than failing every solve.
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,9 +48,54 @@ from policy_service.core.problem import (
 MAX_COLOCATION_FRACTION = 1.0 + 1e-6
 
 
+@dataclass(frozen=True)
+class AdmittedJobs:
+    """Jobs a caller in this process admitted itself, field by field (build_problem's
+    ``admitted`` shortcut, without a JobSpec per job): no throughputs, entity or colocation
+    class of their own, so the table gives every row. Any value the shortcut cannot vouch for
+    sends them through the job-by-job checks (``specs``), whose error is then the one raised."""
+
+    ids: tuple[str, ...]
+    job_types: tuple[str, ...]
+    scale_factors: tuple[int, ...]
+    priority_weights: tuple[float, ...]
+    steps_remaining: tuple[float, ...]
+    time_since_arrival_s: tuple[float, ...]
+    slo_s: tuple[float | None, ...]
+    isolated_time_s: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def specs(self) -> list[JobSpec]:
+        return [
+            JobSpec(
+                id=job_id, steps_remaining=steps, job_type=job_type, scale_factor=sf, priority_weight=weight,
+                time_since_arrival_s=waited, slo_s=slo, isolated_time_s=isolated,
+            )
+            for job_id, job_type, sf, weight, steps, waited, slo, isolated in zip(
+                self.ids, self.job_types, self.scale_factors, self.priority_weights, self.steps_remaining,
+                self.time_since_arrival_s, self.slo_s, self.isolated_time_s, strict=True,
+            )
+        ]
+
+    @staticmethod
+    def of(jobs: Sequence[JobSpec]) -> AdmittedJobs | None:
+        """The jobs column by column, or None when one brings what the shortcut leaves to the
+        checks (its own throughputs, an entity, a colocation class)."""
+        if any(j.throughputs_steps_per_s is not None or j.entity is not None or j.colocation_class != "" for j in jobs):
+            return None
+        return AdmittedJobs(
+            tuple(j.id for j in jobs), tuple(j.job_type for j in jobs), tuple(j.scale_factor for j in jobs),  # type: ignore[misc]
+            tuple(j.priority_weight for j in jobs), tuple(j.steps_remaining for j in jobs),
+            tuple(j.time_since_arrival_s for j in jobs), tuple(j.slo_s for j in jobs),
+            tuple(j.isolated_time_s for j in jobs),
+        )
+
+
 def build_problem(
     worker_counts: Mapping[str, int],
-    jobs: Sequence[JobSpec],
+    jobs: Sequence[JobSpec] | AdmittedJobs,
     *,
     pairs: Sequence[PairSpec] | None = None,
     entities: Sequence[Entity] = (),
@@ -85,16 +133,21 @@ def build_problem(
     entity_index = {entity.name: e for e, entity in enumerate(entity_list)}
 
     num_jobs = len(jobs)
+    shortcut = jobs if isinstance(jobs, AdmittedJobs) else AdmittedJobs.of(jobs) if admitted else None
     columns = None
-    if admitted and class_pairs is None and not entity_list and table is not None:
-        columns = _admitted_columns(jobs, worker_types, counts, table)
+    if admitted and shortcut is not None and class_pairs is None and not entity_list and table is not None:
+        columns = _admitted_columns(shortcut, worker_types, counts, table)
     if columns is None:
-        columns = _checked_columns(jobs, worker_types, counts, table, entity_index, class_pairs is not None)
+        specs = jobs.specs() if isinstance(jobs, AdmittedJobs) else jobs
+        columns = _checked_columns(specs, worker_types, counts, table, entity_index, class_pairs is not None)
     throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen = columns
 
-    job_ids = tuple(job.id for job in jobs)
-    job_types = tuple(job.job_type for job in jobs)
-    colocation_classes = tuple(job.colocation_class for job in jobs)
+    if shortcut is not None:
+        job_ids, job_types, colocation_classes = shortcut.ids, shortcut.job_types, ("",) * num_jobs
+    else:
+        job_ids = tuple(job.id for job in jobs)  # type: ignore[union-attr]
+        job_types = tuple(job.job_type for job in jobs)  # type: ignore[union-attr]
+        colocation_classes = tuple(job.colocation_class for job in jobs)  # type: ignore[union-attr]
     if pairs is not None:
         colocation = _colocation_from_pairs(pairs, seen, scale_factors, worker_types)
         source = "pairs"
@@ -181,45 +234,70 @@ def _checked_columns(
 
 
 def _admitted_columns(
-    jobs: Sequence[JobSpec], worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable,
+    jobs: AdmittedJobs, worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable,
 ) -> _Columns | None:
-    """The per-job arrays of admitted jobs (build_problem's ``admitted``), or None when anything
-    needs the job-by-job checks: a job with throughputs, an entity or a class of its own, a
-    repeated id, a key the table lacks, a value out of range, a job that cannot run."""
+    """The per-job arrays of admitted jobs (build_problem's ``admitted``), column by column, or
+    None when anything needs the job-by-job checks: an id or key of another type, a repeated
+    id, a key the table lacks, a value out of range, a job that cannot run."""
     num_jobs, num_types = len(jobs), len(worker_types)
-    table_rows: dict[tuple[str, int], tuple[float, ...]] = {}
-    rows, seen = [], {}
-    for i, job in enumerate(jobs):
-        if type(job.id) is not str or job.throughputs_steps_per_s is not None or job.entity is not None or job.colocation_class != "":
-            return None
-        key = (job.job_type, job.scale_factor)
-        row = table_rows.get(key)  # type: ignore[arg-type]
-        if row is None:
-            if type(job.job_type) is not str or type(job.scale_factor) is not int or not table.has_job(*key):  # type: ignore[arg-type]
-                return None
-            row = table_rows[key] = tuple(float(table.isolated(job.job_type, job.scale_factor, w)) for w in worker_types)  # type: ignore[arg-type]
-        rows.append(row)
-        seen[job.id] = i
+    ids, job_types, scale_factors_given = jobs.ids, jobs.job_types, jobs.scale_factors
+    if not _all_of_type(ids, str) or not _all_of_type(job_types, str) or not _all_of_type(scale_factors_given, int):
+        return None
+    seen = dict(zip(ids, range(num_jobs)))
     if len(seen) != num_jobs:
         return None
-    numbers = [(job.steps_remaining, job.time_since_arrival_s, job.isolated_time_s) for job in jobs]
-    if any(type(v) not in (int, float) for triple in numbers for v in triple):
+    table_rows = _table_rows(table, worker_types)
+    rows = []
+    for key in zip(job_types, scale_factors_given):
+        row = table_rows.get(key)
+        if row is None:
+            if not table.has_job(*key):
+                return None
+            row = table_rows[key] = tuple(float(table.isolated(key[0], key[1], w)) for w in worker_types)
+        rows.append(row)
+    numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s)
+    if not all(_all_numbers(column) for column in numbers):
         return None
-    values = np.array(numbers, dtype=float).reshape(num_jobs, 3)
-    limits = np.array([MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S])
+    values = np.array(numbers, dtype=float).reshape(3, num_jobs)
+    limits = np.array([[MAX_TOTAL_STEPS], [MAX_TIME_S], [MAX_TIME_S]])
     if not (np.isfinite(values).all() and (values >= 0).all() and (values <= limits).all()):
         return None
     throughputs = np.array(rows, dtype=float).reshape(num_jobs, num_types)
-    scale_factors = np.array([job.scale_factor for job in jobs], dtype=np.int64)
+    scale_factors = np.array(scale_factors_given, dtype=np.int64)
     fits = counts[None, :] >= scale_factors[:, None]
     if not (fits & (throughputs > 0)).any(axis=1).all():
         return None
-    slo = np.array([np.nan if job.slo_s is None else float(job.slo_s) for job in jobs], dtype=float)
-    weights = np.array([float(job.priority_weight) for job in jobs], dtype=float)
+    slo = np.array([np.nan if v is None else float(v) for v in jobs.slo_s], dtype=float)
+    weights = np.array([float(v) for v in jobs.priority_weights], dtype=float)
     return (
-        throughputs, scale_factors, weights, values[:, 0].copy(), values[:, 1].copy(), slo, values[:, 2].copy(),
+        throughputs, scale_factors, weights, values[0].copy(), values[1].copy(), slo, values[2].copy(),
         np.full(num_jobs, -1, dtype=np.int64), seen,
     )
+
+
+def _all_of_type(values: Sequence[object], kind: type) -> bool:
+    """Every value exactly of ``kind`` (a bool is not an int here, nor a numpy scalar a float)."""
+    return set(map(type, values)) <= {kind}
+
+
+def _all_numbers(values: Sequence[object]) -> bool:
+    return set(map(type, values)) <= {float, int}
+
+
+# The rows of the table last read, by (job type, scale factor), for the worker types of the
+# problem: a simulation's hundreds of problems look up the same few dozen keys (the table is
+# read-only; one held weakly, so a new table is read afresh).
+_ROWS_CACHE: list[tuple[weakref.ref, tuple[str, ...], dict[tuple[str, int], tuple[float, ...]]]] = []
+
+
+def _table_rows(table: ThroughputTable, worker_types: tuple[str, ...]) -> dict[tuple[str, int], tuple[float, ...]]:
+    for ref, types, rows in _ROWS_CACHE:
+        if ref() is table and types == worker_types:
+            return rows
+    rows = {}
+    _ROWS_CACHE.insert(0, (weakref.ref(table), worker_types, rows))
+    del _ROWS_CACHE[4:]
+    return rows
 
 
 def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:
@@ -239,6 +317,13 @@ def _validate_worker_types(
 ) -> tuple[tuple[str, ...], np.ndarray]:
     if not isinstance(worker_counts, Mapping) or not worker_counts:
         raise ProblemError("worker_types: expected a non-empty object of worker type -> GPU count")
+    if (
+        table is not None and set(map(type, worker_counts.values())) == {int} and min(worker_counts.values()) >= 0
+        and worker_counts.keys() <= set(table.accelerator_types) and sum(worker_counts.values()) > 0
+    ):
+        # Plain counts of known types (every request of a simulation): what the loop below
+        # accepts, without its per-type checks (a known type's name is a non-empty string).
+        return tuple(worker_counts), np.asarray(list(worker_counts.values()), dtype=float)
     names = []
     counts = []
     for name, count in worker_counts.items():
@@ -351,6 +436,8 @@ def _colocation_from_pairs(
 ) -> Colocation:
     """Pairs listed job by job: one colocation key per job (its row)."""
     num_jobs, num_types = len(scale_factors), len(worker_types)
+    if isinstance(pairs, (tuple, list)) and not pairs:  # no packing (the usual request)
+        return Colocation.empty(num_jobs, num_types)
     rows: dict[tuple[int, int], np.ndarray] = {}
     for p, pair in enumerate(pairs):
         path = f"pairs[{p}]"
@@ -552,6 +639,10 @@ def _validate_prices(
         return None
     if not isinstance(prices, Mapping):
         raise ProblemError("prices_per_hour: expected an object of worker type -> $ per GPU-hour")
+    if prices.keys() >= set(worker_types):
+        given = [prices[name] for name in worker_types]
+        if set(map(type, given)) == {float} and all(0.0 < v < math.inf for v in given):
+            return _readonly(np.array(given, dtype=float))  # plain positive prices of every type
     values = np.zeros(len(worker_types))
     for k, name in enumerate(worker_types):
         if name in prices:
@@ -568,6 +659,13 @@ def _previous_allocation(
         return None
     num_types = len(worker_types)
     type_index = {name: k for k, name in enumerate(worker_types)}
+    singles = _previous_singles(entries, index, type_index)
+    if singles is not None:
+        return PreviousAllocation(
+            job_fractions=_readonly(np.asarray(singles, dtype=float).reshape(len(index), num_types)),
+            pair_jobs=_readonly(np.zeros((0, 2), dtype=np.int64)),
+            pair_fractions=_readonly(np.zeros((0, num_types), dtype=float)),
+        )
     # Python floats, not numpy rows: the same additions in the same order, without a small
     # array per entry (an entry per job, hundreds of problems a simulation).
     singles = [[0.0] * num_types for _ in range(len(index))]
@@ -597,3 +695,26 @@ def _previous_allocation(
         pair_jobs=_readonly(np.asarray(pair_jobs, dtype=np.int64).reshape(-1, 2)),
         pair_fractions=_readonly(np.asarray(pair_fractions, dtype=float).reshape(-1, num_types)),
     )
+
+
+def _previous_singles(
+    entries: Sequence[AllocationEntry], index: Mapping[str, int], type_index: Mapping[str, int]
+) -> list[list[float]] | None:
+    """_previous_allocation's job rows when every entry is one job's with plain finite floats
+    >= 0 on known types (what a mechanism sends back), added in the same order; None for
+    anything else (a pair, a value to check), which the general loop then reads and checks."""
+    singles = [[0.0] * len(type_index) for _ in range(len(index))]
+    for entry in entries:
+        job_ids = entry.job_ids
+        if len(job_ids) != 1:
+            return None
+        j = index.get(job_ids[0])
+        if j is None:
+            continue  # a job that finished since
+        row = singles[j]
+        for name, value in entry.fractions.items():
+            k = type_index.get(name)
+            if k is None or type(value) is not float or not 0.0 <= value < math.inf:
+                return None
+            row[k] += value
+    return singles
