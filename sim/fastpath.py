@@ -151,8 +151,9 @@ def simulate(
         plan = open_round(state, now_s, settings, shuffle, profiling)
         # 6. dispatch
         clock.dispatched_at_s = now_s
+        kept, restore_s = plan.kept, settings.restore_s
         running = [
-            _dispatch(state, table, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
+            _dispatch(state, table, entry, placement, now_s, 0.0 if entry in kept else restore_s, settings)
             for entry, placement in plan.assignment.items()
         ]
         if running:
@@ -233,9 +234,14 @@ def _dispatch(
 ) -> LeaseResult:
     """What the simulated hardware does with a lease: the table's true rates, whatever the
     mechanism believes."""
-    jobs = [state.jobs[i] for i in entry]
-    throughputs = true_rates(table, [j.job_type for j in jobs], jobs[0].scale_factor, placement.accelerator_type)
-    remaining = tuple(state.jobs[i].steps_remaining for i in entry)
+    if len(entry) == 1:  # nearly every lease: one job, without the lists
+        job = state.jobs[entry[0]]
+        throughputs = true_rates(table, (job.job_type,), job.scale_factor, placement.accelerator_type)
+        remaining: tuple[int, ...] = (job.total_steps - job.steps_done,)
+    else:
+        jobs = [state.jobs[i] for i in entry]
+        throughputs = true_rates(table, [j.job_type for j in jobs], jobs[0].scale_factor, placement.accelerator_type)
+        remaining = tuple(j.steps_remaining for j in jobs)
     steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s, restore_s)
     return LeaseResult(entry, placement, steps, now_s + duration_s)
 

@@ -456,6 +456,9 @@ def settle_round(
 _FINISH_S = operator.attrgetter("finish_s")
 
 
+_FEW_CELLS = 64  # settle_round's flush: cells below which a Python loop beats np.add.at
+
+
 class _ReceivedTime:
     """The leases' time for their entries' ledger cells, added in one numpy operation: cells
     noted in settling order, added in that order (np.add.at: the same floats as one ``+=`` at a
@@ -481,8 +484,13 @@ class _ReceivedTime:
         return True
 
     def flush(self) -> None:
-        if self.rows:
+        if len(self.rows) > _FEW_CELLS:
             np.add.at(self._ledgers.received_s, (self.rows, self.columns), self.seconds)
+        elif self.rows:  # a few cells: one ``+=`` at a time is what np.add.at does, without its ~10 us call
+            received_s = self._ledgers.received_s
+            for cell, seconds in zip(zip(self.rows, self.columns), self.seconds):
+                received_s[cell] += seconds
+        if self.rows:
             self.rows.clear()
             self.columns.clear()
             self.seconds.clear()

@@ -172,10 +172,12 @@ def round_report(
     end_s = start_s
     running = 0
     for lease in results:
-        w = lease.placement.accelerator_type
-        busy[w] += len(lease.placement.worker_ids)
-        busy_s[w] += len(lease.placement.worker_ids) * (lease.finish_s - start_s)
-        end_s = max(end_s, lease.finish_s)
+        placement, finish_s = lease.placement, lease.finish_s
+        w, gpus = placement.accelerator_type, len(placement.worker_ids)
+        busy[w] += gpus
+        busy_s[w] += gpus * (finish_s - start_s)
+        if finish_s > end_s:  # max(end_s, finish_s), without the call
+            end_s = finish_s
         running += len(lease.entry)
     return RoundReport(
         round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset,

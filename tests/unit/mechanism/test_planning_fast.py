@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
+from mechanism_service.core import planning
 from mechanism_service.core.migration import charge_moves, fit_held, held_entries, note_move_cost
 from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.planning import (
@@ -160,10 +163,20 @@ def test_moves_charged_on_columns_as_on_rows_measured_or_not():
         assert charged == charge_moves(s, priority_rows(s), DEFAULT), seed
 
 
-def test_pick_on_columns_picks_what_pick_picks():
+@pytest.fixture(params=[0, 8, 10**6], ids=["numpy", "threshold-8", "lists"])
+def small_rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """planning.SMALL_ROWS: every state planned in numpy (0), in lists (10**6), or each on its
+    side of 8 rows (the random states have 1 to ~36)."""
+    monkeypatch.setattr(planning, "SMALL_ROWS", request.param)
+    return request.param
+
+
+def test_pick_on_columns_picks_what_pick_picks(small_rows: int):
     picked_any = 0
+    sides = set()
     for seed in SEEDS:
         s = columnar_state(seed)
+        sides.add(s.entries.rows <= small_rows)
         rng = random.Random(seed)
         settings = replace(DEFAULT, only_allocated_run=rng.random() < 0.5)
         order = list(s.gpus)
@@ -175,12 +188,16 @@ def test_pick_on_columns_picks_what_pick_picks():
         assert columns == rows, seed
         picked_any += sum(len(p) for p in rows.values())
     assert picked_any > 0
+    assert len(sides) == (2 if small_rows == 8 else 1)  # around the threshold, both forms ran
 
 
-def test_holds_on_columns_are_the_row_form_s_measured_or_not():
+def test_holds_on_columns_are_the_row_form_s_measured_or_not(small_rows: int):
     held_any = 0
+    sides = set()
     for seed in SEEDS:
         s = columnar_state(seed)
+        if s.previous_assignment:  # (none: no holds to decide)
+            sides.add(len(s.previous_assignment) <= small_rows)
         rng = random.Random(seed)
         if seed % 3 == 0:
             for job in s.jobs.values():
@@ -193,3 +210,4 @@ def test_holds_on_columns_are_the_row_form_s_measured_or_not():
         assert held_columns(s, now_s, settings) == rows, seed
         held_any += bool(rows)
     assert held_any > 20
+    assert len(sides) == (2 if small_rows == 8 else 1)
