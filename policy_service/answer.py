@@ -194,16 +194,7 @@ def computed_message(request_id: str, allocation: Allocation, **fields: object) 
     """The wire form of an allocation: one entry per job, one per concrete packed pair (what
     allocation_to_json writes, laid out from the arrays directly). ``fields``: the reply's other
     fields (isolated throughputs, policy state)."""
-    worker_types, job_ids = allocation.worker_types, allocation.job_ids
-    entries = [
-        AllocationEntry((job_id,), dict(zip(worker_types, row)))
-        for job_id, row in zip(job_ids, _cleaned(allocation.job_fractions))
-    ]
-    pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
-    entries += [
-        AllocationEntry((job_ids[a], job_ids[b]), dict(zip(worker_types, row)))
-        for (a, b), row in zip(pair_jobs.tolist(), _cleaned(pair_fractions))
-    ]
+    entries = [AllocationEntry(job_ids, fractions) for job_ids, fractions in entry_fractions(allocation)]
     objective = allocation.objective
     return AllocationComputed(
         request_id=request_id,
@@ -216,6 +207,21 @@ def computed_message(request_id: str, allocation: Allocation, **fields: object) 
         refused_job_ids=allocation.refused_job_ids,
         **fields,  # type: ignore[arg-type]
     )
+
+
+def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[str, float]]]:
+    """(job ids, worker type -> fraction) of each job, then of each concrete packed pair: the
+    reply's entries, as allocation_to_json writes them."""
+    worker_types, job_ids = allocation.worker_types, allocation.job_ids
+    entries = [
+        ((job_id,), dict(zip(worker_types, row))) for job_id, row in zip(job_ids, _cleaned(allocation.job_fractions))
+    ]
+    pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
+    entries += [
+        ((job_ids[a], job_ids[b]), dict(zip(worker_types, row)))
+        for (a, b), row in zip(pair_jobs.tolist(), _cleaned(pair_fractions))
+    ]
+    return entries
 
 
 def _cleaned(fractions: np.ndarray) -> list[list[float]]:
@@ -239,6 +245,64 @@ def answer(
             request.request_id, allocation,
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
             policy_state=allocation.policy_state or "",
+        )
+    except GavelError as e:
+        return AllocationFailed(request.request_id, request.policy, str(e), refused_job_ids=getattr(e, "job_ids", ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmittedRequest:
+    """An AllocationRequested as a mechanism in this process hands it over (the simulator's fast
+    path, mechanism_service/core/policy_input.py admitted_snapshot): the same fields, with the
+    jobs column by column and no pairs, entities or prices of its own (the table and the
+    context's prices stand for them, as for such a request)."""
+
+    request_id: str
+    policy: str
+    worker_types: Mapping[str, int]
+    jobs: AdmittedJobs
+    previous: tuple[AllocationEntry, ...]
+    packing: bool
+    preset: str = "default"
+    seed: int | None = None
+    solver: str | None = None
+    policy_state: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmittedAnswer:
+    """AllocationComputed's content as the mechanism installs it: job ids -> fractions (one
+    entry per job, one per packed pair, as the reply's entries), each job's isolated baseline,
+    the policy's state."""
+
+    fractions: dict[tuple[str, ...], dict[str, float]]
+    isolated_throughputs_steps_per_s: dict[str, float]
+    policy_state: str
+    solve_time_s: float
+
+
+def answer_admitted(request: AdmittedRequest, context: SolveContext) -> AdmittedAnswer | AllocationFailed:
+    """answer(admitted=True) for an AdmittedRequest: the same problem (build_problem with the
+    arguments problem_from_message passes for such a request), policy and allocation."""
+    try:
+        policy = policy_for(request)  # type: ignore[arg-type]  # reads policy, preset, solver, seed
+        problem = build_problem(
+            request.worker_types,
+            request.jobs,
+            pairs=None if request.packing else [],
+            entities=[],
+            prices_per_hour=context.prices_per_hour,
+            table=context.table,
+            previous=request.previous or None,  # type: ignore[arg-type]
+            policy_state=request.policy_state or None,
+            admitted=True,
+        )
+        allocation = policy.allocate(problem)
+        return AdmittedAnswer(
+            fractions=dict(entry_fractions(allocation)),
+            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
+            policy_state=allocation.policy_state or "",
+            solve_time_s=float(allocation.solve_time_s),
         )
     except GavelError as e:
         return AllocationFailed(request.request_id, request.policy, str(e), refused_job_ids=getattr(e, "job_ids", ()))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
 from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
-from mechanism_service.core.policy_input import allocation_fractions, allocation_request
+from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
@@ -39,7 +39,8 @@ from mechanism_service.core.rounds import (
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
-from policy_service.answer import SolveContext, answer
+from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted
+from policy_service.core.validation import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import lease_outcome, true_rates
@@ -199,6 +200,30 @@ def _reallocate(
 ) -> float:
     """Ask the policy (the ledgers were just reset) and install its answer."""
     settings = config.settings
+    # Gavel's stateful random policies seed one stream per run (the continuation carries it);
+    # ours draw afresh at each solve.
+    seed = config.seed if settings.preset == "gavel" else config.seed + state.resets
+    snapshot = admitted_snapshot(state, now_s, rates=rates) if learning is None else None
+    if snapshot is not None:
+        # The request's content column by column, answered as the mechanism installs it: the
+        # same problem and allocation as answer(admitted=True) below, without a message per job
+        # built only to be read back (the estimator, when learning, observes the message).
+        worker_types, columns, previous = snapshot
+        admitted = answer_admitted(
+            AdmittedRequest(
+                request_id=f"r{state.resets}", policy=config.policy, worker_types=worker_types,
+                jobs=AdmittedJobs(*columns), previous=previous, packing=settings.packing,  # type: ignore[arg-type]
+                preset=settings.preset, seed=seed, solver=config.solver, policy_state=state.policy_state,
+            ),
+            context,
+        )
+        if not isinstance(admitted, AdmittedAnswer):
+            state.needs_allocation = False
+            return 0.0
+        apply_allocation(
+            state, admitted.fractions, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state
+        )
+        return admitted.solve_time_s
     request = allocation_request(
         state,
         now_s,
@@ -206,9 +231,7 @@ def _reallocate(
         policy=config.policy,
         deadline_s=float("inf"),
         preset=settings.preset,
-        # Gavel's stateful random policies seed one stream per run (the continuation carries
-        # it); ours draw afresh at each solve.
-        seed=config.seed if settings.preset == "gavel" else config.seed + state.resets,
+        seed=seed,
         solver=config.solver,
         packing=settings.packing,
         rates=rates,

@@ -95,6 +95,34 @@ def allocation_request(
     )
 
 
+# allocation_request's job fields, in AdmittedSnapshot's column order
+AdmittedColumns = tuple[tuple[object, ...], ...]
+
+
+def admitted_snapshot(
+    state: MechanismState, now_s: float, *, rates: Rates | None = None
+) -> tuple[dict[str, int], AdmittedColumns, tuple[AllocationEntry, ...]] | None:
+    """What allocation_request would send, for a policy called in this process (the simulator's
+    fast path), without a PolicyJob per job built only to be read back field by field: (worker
+    types, the jobs' fields column by column -- ids, job types, scale factors, priority weights,
+    steps remaining, time since arrival, SLOs, isolated times --, the allocation in force). The
+    same jobs, values and entries as the request; None when the request carries more than
+    that (each job's own throughputs, colocation classes, entities), so the caller sends it."""
+    if rates is not None and rates.explicit:
+        return None
+    gpus, entries = tuple(state.gpus.items()), state.entries
+    running = [job for job in state.jobs.values() if _runs_on(gpus, job.scale_factor, entries[(job.index,)].throughputs)]
+    if any(job.entity is not None for job in running):
+        return None
+    rows = [
+        (job.job_id, job.job_type, job.scale_factor, job.priority_weight, job.total_steps - job.steps_done,
+         now_s - job.arrival_s, job.slo_s, job.isolated_time_s)
+        for job in running
+    ]
+    columns = tuple(zip(*rows)) if rows else ((),) * 8
+    return dict(state.gpus), columns, previous_entries(state)
+
+
 def class_colocations(state: MechanismState, jobs: Sequence[JobState], rates: EstimatedRates) -> tuple[ClassColocation, ...]:
     """The packed fractions of every pair of the jobs' colocation classes (same gang size), on
     the cluster's types: n jobs of C classes cost C^2 / 2 rows, not n^2 / 2 pairs."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
 from common.messages.allocation import SolveStatus
-from mechanism_service.core.policy_input import allocation_fractions, allocation_request
+from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request
 from tests.unit.mechanism.builders import state
 
 
@@ -81,3 +81,34 @@ def test_the_reply_is_read_as_job_id_tuples_to_fractions():
     )
 
     assert allocation_fractions(reply) == {("j0",): {"k80": 0.5}, ("j0", "j1"): {"v100": 0.25}}
+
+
+def test_the_admitted_snapshot_is_the_requests_jobs_column_by_column():
+    s = (
+        state(k80=2, v100=1)
+        .job("a", steps=1000, arrival_s=100.0, weight=2.0, slo_s=5000.0)
+        .job("b", steps=300, arrival_s=250.0)
+        .job("c", arrival_s=300.0)
+        .remove(2)
+        .done(0, 400, isolated_time_s=12.5)
+        .allocate((0,), k80=0.5, v100=0.0)
+        .allocate((1,), k80=0.0, v100=0.0)  # all zero: not sent
+        .allocate((0, 1), v100=0.25)
+        .allocate((2,), k80=1.0)  # stale: job 2 has left
+        .build()
+    )
+    request = allocation_request(s, 1000.0, request_id="r", policy="max_min_fairness_perf", deadline_s=1.0)
+
+    worker_types, columns, previous = admitted_snapshot(s, 1000.0)
+
+    fields = ("job_id", "job_type", "scale_factor", "priority_weight", "steps_remaining", "time_since_arrival_s",
+              "slo_s", "isolated_time_s")
+    assert columns == tuple(tuple(getattr(job, name) for job in request.problem.jobs) for name in fields)
+    assert columns[0] == ("j0", "j1") and columns[4] == (600, 300)
+    assert worker_types == request.problem.worker_types
+    assert previous == request.problem.previous
+
+
+def test_a_job_with_an_entity_is_left_to_the_request():
+    s = state(k80=1).job("a", arrival_s=10.0, entity="team-a").build()
+    assert admitted_snapshot(s, 10.0) is None
