@@ -87,44 +87,26 @@ def charge_moves(
     state: MechanismState, rows: dict[str, list[tuple[Entry, float, float, float]]], settings: MechanismSettings
 ) -> dict[str, list[tuple[Entry, float, float, float]]]:
     """The planner's queues with each move charged what it costs: an entry that would start
-    afresh on a type (it did not run there last round) has its priority scaled by the share of the
-    round it would work (round - cost) / round, and its deficit, the tie-break, reduced by the
-    cost (the deficit a move repairs is net of the time it loses). Entries that continue where
-    they ran are left as they are."""
+    afresh on a type (it did not run there last round) is charged ``move_charge_restores`` times
+    its move cost for each job it restarts; its priority is scaled by the share of the round left
+    after the charge, (round - charge) / round (never below 0), and its deficit, the tie-break, is
+    reduced by the charge (the deficit a move repairs is net of the time it sets off losing).
+    Entries that continue where they ran are left as they are."""
     ran_on = {entry: p.accelerator_type for entry, p in state.previous_assignment.items()}
     round_s = settings.round_s
-    # (cost, priority factor) per entry; one for all while no job type was measured (the
-    # simulator, and a cluster of simulated workers): the hot loop of a simulation
-    uniform = (settings.restore_s, max(0.0, round_s - settings.restore_s) / round_s)
-    charge_of: dict[Entry, tuple[float, float]] = {}
     measured = bool(state.move_costs_by_job_type)
     charged = {}
-    if not measured:  # one comprehension a type: the same rows as the loop below, built faster
-        cost_s, factor = uniform
-        get = ran_on.get
-        return {
-            w: [
-                row if row[1] == 0.0 or get(row[0]) == w else (row[0], row[1] * factor, row[2] - cost_s, row[3])
-                for row in type_rows
-            ]
-            for w, type_rows in rows.items()
-        }
     for w, type_rows in rows.items():
         out = []
-        append = out.append
         for row in type_rows:
             entry = row[0]
             if row[1] == 0.0 or ran_on.get(entry) == w:
-                append(row)
+                out.append(row)
                 continue
-            if measured:
-                charge = charge_of.get(entry)
-                if charge is None:
-                    cost_s = move_cost_s(state, entry, settings)
-                    charge = charge_of[entry] = (cost_s, max(0.0, round_s - cost_s) / round_s)
-            else:
-                charge = uniform
-            append((entry, row[1] * charge[1], row[2] - charge[0], row[3]))
+            cost_s = move_cost_s(state, entry, settings) if measured else settings.restore_s
+            charge_s = settings.move_charge_restores * len(entry) * cost_s
+            factor = max(0.0, round_s - charge_s) / round_s
+            out.append((entry, row[1] * factor, row[2] - charge_s, row[3]))
         charged[w] = out
     return charged
 

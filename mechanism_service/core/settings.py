@@ -66,6 +66,11 @@ class MechanismSettings:
     # Priorities: a move is charged its cost: an entry that would start afresh on a type ranks
     # by the share of the round it would work, and its deficit counts net of the cost.
     charge_moves: bool = False
+    # ... as this many restores per job the fresh start restarts (a pair restarts two). A move
+    # sets off more restores than its own: the entry it displaces pays one when it comes back,
+    # and a job that moves to its minor type for a stretch pays another to return; charged once,
+    # a move wins a GPU for a deficit it does not repair (docs/mechanism.md "What a move costs").
+    move_charge_restores: float = 1.0
     # Holds: an entry that moved keeps its GPUs (ahead of the greedy pass) while the restore it
     # paid is more than this share of the time it has run there since, and its allocation there
     # is not overshot by more than move_overshoot_moves moves' cost; None: every round is decided
@@ -108,6 +113,8 @@ class MechanismSettings:
     def __post_init__(self) -> None:
         if self.move_overhead_share is not None and not 0.0 < self.move_overhead_share <= 1.0:
             raise ConfigError(f"move_overhead_share must be in (0, 1], got {self.move_overhead_share}")
+        if self.move_charge_restores < 0.0:
+            raise ConfigError(f"move_charge_restores must be >= 0, got {self.move_charge_restores}")
         if self.move_overshoot_moves < 0.0:
             raise ConfigError(f"move_overshoot_moves must be >= 0, got {self.move_overshoot_moves}")
         if self.steady_types_tolerance is not None and not 0.0 <= self.steady_types_tolerance < 1.0:
@@ -151,6 +158,7 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
         restore_s=DEFAULT_RESTORE_S,
         extensions_first=True,
         charge_moves=True,
+        move_charge_restores=DEFAULT_MOVE_CHARGE_RESTORES,
         move_overhead_share=DEFAULT_MOVE_OVERHEAD_SHARE,
         allocated_first=True,
         # Not for packed answers (the pairs hold most of the time and stay as they are; re-laying
@@ -165,6 +173,11 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
 # A checkpoint restore when a job lands on other GPUs: reading a few hundred MB of state and
 # warming up the input pipeline; tens of seconds for the models in Gavel's table.
 DEFAULT_RESTORE_S = 20.0
+# A fresh start is charged six restores per job it restarts in the priorities: the smallest
+# count at which, on Gavel's continuous calibration trace, both max_min_fairness_perf and _packed
+# finish at or below the gavel preset's average JCT with a worst finish-time-fairness ratio no
+# worse than before migration-aware rounds (bench/preset_differences.py --migration: 1 to 12).
+DEFAULT_MOVE_CHARGE_RESTORES = 6.0
 # A moved entry runs until its restore is at most 1% of its stretch (20 s restores: up to 2,000 s,
 # 6 rounds of 360 s), unless that overshoots its allocation on the type by more than 10 moves'
 # cost (200 s); bench/preset_differences.py measures the alternatives.

@@ -142,16 +142,44 @@ def test_a_move_is_charged_against_its_priority_and_its_deficit():
         .build()
     )
     rows = priority_rows(s)
-    charged = charge_moves(s, rows, DEFAULT)
+    once = replace(DEFAULT, move_charge_restores=1.0)
+    charged = charge_moves(s, rows, once)
     scale = (360.0 - 20.0) / 360.0
 
     assert charged["k80"][0] == rows["k80"][0]  # it continues there: as it was
     assert charged["v100"][0] == ((0,), rows["v100"][0][1] * scale, 80.0, 0.5)
     assert charged["k80"][1] == ((1,), rows["k80"][1][1] * scale, 80.0, 0.5)
 
+    # the default preset charges six restores: 120 s of the round, and of the deficit
+    assert DEFAULT.move_charge_restores == 6.0
+    sixfold = charge_moves(s, rows, DEFAULT)
+    assert sixfold["k80"][0] == rows["k80"][0]
+    assert sixfold["k80"][1] == ((1,), rows["k80"][1][1] * (360.0 - 120.0) / 360.0, -20.0, 0.5)
+
     note_move_cost(s, "a", 40.0)  # measured: the job type's own cost
-    measured = charge_moves(s, rows, DEFAULT)
+    measured = charge_moves(s, rows, once)
     assert measured["k80"][1] == ((1,), rows["k80"][1][1] * (360.0 - 40.0) / 360.0, 60.0, 0.5)
+
+
+def test_a_pair_is_charged_for_both_jobs_it_restarts_and_a_charge_past_the_round_leaves_no_priority():
+    s = (
+        state(k80=2)
+        .packing()
+        .jobs(3)
+        .allocate((0, 1), k80=0.5)
+        .allocate((2,), k80=0.5)
+        .deficit((0, 1), k80=100.0)
+        .deficit((2,), k80=100.0)
+        .build()
+    )
+    rows = priority_rows(s)
+    by_entry = {row[0]: row for row in charge_moves(s, rows, DEFAULT)["k80"]}
+    before = {row[0]: row for row in rows["k80"]}
+
+    assert by_entry[(2,)][1:3] == (before[(2,)][1] * (360.0 - 120.0) / 360.0, -20.0)
+    assert by_entry[(0, 1)][1:3] == (before[(0, 1)][1] * (360.0 - 240.0) / 360.0, -140.0)
+    heavy = charge_moves(s, rows, replace(DEFAULT, move_charge_restores=10.0))  # 400 s for the pair
+    assert {row[0]: row[1] for row in heavy["k80"]}[(0, 1)] == 0.0
 
 
 def test_with_holds_a_job_stays_on_its_slower_type_instead_of_moving():
@@ -211,7 +239,7 @@ def test_the_default_preset_turns_every_piece_on_and_gavels_none():
     assert (GAVEL.extensions_first, GAVEL.charge_moves, GAVEL.move_overhead_share) == (False, False, None)
 
 
-@pytest.mark.parametrize("field, value", [("move_overhead_share", 0.0), ("move_overhead_share", 1.5), ("move_overshoot_moves", -1.0)])
+@pytest.mark.parametrize("field, value", [("move_overhead_share", 0.0), ("move_overhead_share", 1.5), ("move_overshoot_moves", -1.0), ("move_charge_restores", -1.0)])
 def test_settings_out_of_range_are_refused(field, value):
     with pytest.raises(ConfigError, match=field):
         MechanismSettings(**{field: value})

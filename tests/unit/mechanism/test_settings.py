@@ -64,6 +64,7 @@ def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_re
         round_start_from_previous_end=False,
         extensions_first=True,
         charge_moves=True,
+        move_charge_restores=6.0,
         move_overhead_share=0.01,
         move_overshoot_moves=10.0,
         allocated_first=True,
