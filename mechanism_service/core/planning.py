@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +29,12 @@ from mechanism_service.core.settings import MechanismSettings
 # A job with no time received yet ranks above everyone with some, but stays finite so larger
 # allocations still sort first (paper section 3.1).
 UNSERVED_FACTOR = 1e9
+
+# Below this many ledger rows (live or not) the planner's passes walk Python lists instead of
+# calling numpy: a numpy call costs ~1 us whatever its size, a list step ~50 ns, so a cluster of
+# tens of GPUs (Gavel's calibration: ~30 entries) plans faster in lists; above it, in numpy.
+# Both evaluate the same definition (tests/unit/mechanism/test_planning_fast.py runs both).
+SMALL_ROWS = 128
 
 
 class QueueRow(NamedTuple):
@@ -85,21 +91,21 @@ class Queues(NamedTuple):
 
 def priority_columns(state: MechanismState) -> Queues:
     """``priority_rows`` as columns: per type, share / (received / the type's time), or share x
-    UNSERVED_FACTOR when it received nothing, 0 where the entry has no share or cannot run."""
+    UNSERVED_FACTOR when it received nothing, 0 where the entry has no share or cannot run. Every
+    type at once (the operations are elementwise: the same floats as a column at a time, a
+    handful of numpy calls a round instead of a handful a type)."""
     ledgers = state.entries
     rows = ledgers.rows
     allocation = ledgers.allocation_matrix(state.allocation)
     throughputs = ledgers.throughputs[:rows]
     runs = np.minimum(throughputs[:, :, 0], throughputs[:, :, 1]) > 0.0
-    received_s = ledgers.received_s[:rows]
-    priority = np.zeros((rows, len(ledgers.types)))
+    total_s = [state.type_time_s[w] for w in ledgers.types]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for w, k in ledgers.column_of.items():
-            share = allocation[:, k]
-            total_s = state.type_time_s[w]
-            received = received_s[:, k] / total_s if total_s > 0 else np.zeros(rows)
-            value = np.where(received > 0, share / received, share * UNSERVED_FACTOR)
-            priority[:, k] = np.where((share == 0.0) | ~runs[:, k], 0.0, value)
+        received = ledgers.received_s[:rows] / np.array(total_s)
+        if not all(t > 0 for t in total_s):  # a type no time was handed out on yet: nobody received any
+            received = np.where(np.array(total_s) > 0, received, 0.0)
+        value = np.where(received > 0, allocation / received, allocation * UNSERVED_FACTOR)
+    priority = np.where(runs & (allocation != 0.0), value, 0.0)
     return Queues(ledgers.keys, ledgers.live[:rows], priority, ledgers.deficit_s[:rows], allocation, runs)
 
 
@@ -146,6 +152,8 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
     previous = state.previous_assignment
     if share_limit is None or not previous:
         return []
+    if len(previous) <= SMALL_ROWS:
+        return _held_small(state, now_s, settings, share_limit)
     ledgers, jobs = state.entries, state.jobs
     entries = list(previous)
     count = len(entries)
@@ -177,6 +185,48 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
     owed_s = ledgers.deficit_s[rows, columns] + share * since_reset_s - (ledgers.received_s[rows, columns] - settings.seed_s)
     held = candidate & (owed_s + cost_s * settings.move_overshoot_moves > 0.0)
     return [(entries[i], previous[entries[i]].accelerator_type) for i in np.flatnonzero(held).tolist()]
+
+
+def _held_small(
+    state: MechanismState, now_s: float, settings: MechanismSettings, share_limit: float
+) -> list[tuple[Entry, str]]:
+    """``held_columns`` for a few entries: the ledgers' cells read in one gather, the tests made
+    an entry at a time on Python floats (the same IEEE operations, in the same order)."""
+    ledgers, jobs = state.entries, state.jobs
+    row_of, column_of = ledgers.row_of, ledgers.column_of
+    found = [(entry, p.accelerator_type, row) for entry, p in state.previous_assignment.items() if (row := row_of.get(entry)) is not None]
+    if not found:
+        return []
+    types = len(ledgers.types)  # the arrays are C-ordered rows x types: a cell is row x types + column
+    cells = np.array([row * types + column_of[w] for _, w, row in found])
+    shares = ledgers.allocation_matrix(state.allocation).take(cells).tolist()
+    rates = ledgers.throughputs.reshape(-1, 2).take(cells, axis=0).tolist()
+    deficits_s, received_s = ledgers.deficit_s.take(cells).tolist(), ledgers.received_s.take(cells).tolist()
+    measured, uniform_cost_s = bool(state.move_costs_by_job_type), max(0.0, settings.restore_s)
+    stretches, round_s, seed_s = state.stretch_rounds, settings.round_s, settings.seed_s
+    overshoot, since_reset_s = settings.move_overshoot_moves, now_s - state.last_reset_s
+    held = []
+    for (entry, w, _), share, (first_rate, second_rate), deficit_s, received in zip(found, shares, rates, deficits_s, received_s):
+        if not (share > 0.0 and min(first_rate, second_rate) > 0.0):
+            continue
+        cost_s = move_cost_s(state, entry, settings) if measured else uniform_cost_s
+        if float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s:
+            continue
+        finishes_s = _remaining_steps(jobs, entry[0]) / first_rate
+        if len(entry) == 2:
+            finishes_s = min(finishes_s, _remaining_steps(jobs, entry[-1]) / second_rate)
+        if finishes_s * share_limit < cost_s:
+            continue
+        owed_s = deficit_s + share * since_reset_s - (received - seed_s)
+        if owed_s + cost_s * overshoot > 0.0:
+            held.append((entry, w))
+    return held
+
+
+def _remaining_steps(jobs: Mapping[int, object], index: int) -> float:
+    """A job's steps_remaining as a float (0 for a job gone), as _steps_remaining reads it."""
+    job = jobs.get(index)
+    return float(job.total_steps - job.steps_done) if job is not None else 0.0  # type: ignore[attr-defined]
 
 
 _ACCELERATOR_TYPE = operator.attrgetter("accelerator_type")
@@ -261,20 +311,14 @@ def pick_columns(
         taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
     column_of, keys = state.entries.column_of, queues.keys
+    ranked_rows = _ranked_rows_small if len(queues.live) <= SMALL_ROWS else _ranked_rows
+    ranking = ranked_rows(queues, settings.only_allocated_run)
     for allocated, w in _passes(order, settings):
         free = left[w]
         if free == 0:
             continue
-        k = column_of[w]
-        candidates = queues.live & queues.runs[:, k]
-        if settings.only_allocated_run:
-            candidates &= queues.priority[:, k] > 0.0
-        if allocated is not None:
-            candidates &= (queues.priority[:, k] > 0.0) == allocated
-        rows = np.flatnonzero(candidates)
-        ranked = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
         chosen = picked[w]
-        for row in ranked.tolist():
+        for row in ranking(column_of[w], allocated):
             entry: Entry = keys[row]  # type: ignore[assignment]
             if entry[0] in taken or (len(entry) > 1 and entry[1] in taken):
                 continue
@@ -290,6 +334,52 @@ def pick_columns(
     for entry, w in reserved:
         picked.setdefault(w, []).append((entry, jobs[entry[0]].scale_factor))
     return picked
+
+
+Ranking = Callable[[int, "bool | None"], list[int]]
+
+
+def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
+    """pick_columns' candidates on one type (column ``k``; ``allocated``: only those with (True)
+    or without (False) a priority there), highest (priority, deficit, allocation) first, ties in
+    admission order: a stable lexsort of the negated keys is Python's stable reverse sort. A
+    type's candidates are sorted once, its passes take their part of that order (a stable sort
+    of a part is the part of the stable sort)."""
+    ranked: dict[int, tuple[list[int], list[bool]]] = {}
+
+    def ranking(k: int, allocated: bool | None) -> list[int]:
+        if k not in ranked:
+            candidates = queues.live & queues.runs[:, k]
+            if fifo:
+                candidates &= queues.priority[:, k] > 0.0
+            rows = np.flatnonzero(candidates)
+            rows = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
+            ranked[k] = (rows.tolist(), (queues.priority[rows, k] > 0.0).tolist())
+        rows, served = ranked[k]
+        return rows if allocated is None else list(itertools.compress(rows, [s == allocated for s in served]))
+
+    return ranking
+
+
+def _ranked_rows_small(queues: Queues, fifo: bool) -> Ranking:
+    """``_ranked_rows`` on Python lists (a few rows): the columns read once a round, a type's
+    candidates filtered and sorted (stable, reversed) in lists, once for its passes."""
+    live = np.flatnonzero(queues.live).tolist()
+    runs, priority = queues.runs.T.tolist(), queues.priority.T.tolist()
+    deficit_s, allocation = queues.deficit_s.T.tolist(), queues.allocation.T.tolist()
+    ranked: dict[int, list[int]] = {}
+
+    def ranking(k: int, allocated: bool | None) -> list[int]:
+        p = priority[k]
+        rows = ranked.get(k)
+        if rows is None:
+            d, a, ok = deficit_s[k], allocation[k], runs[k]
+            rows = [r for r in live if ok[r] and (not fifo or p[r] > 0.0)]
+            rows.sort(key=lambda r: (p[r], d[r], a[r]), reverse=True)
+            ranked[k] = rows
+        return rows if allocated is None else [r for r in rows if (p[r] > 0.0) == allocated]
+
+    return ranking
 
 
 def _passes(order: Sequence[str], settings: MechanismSettings) -> list[tuple[bool | None, str]]:
@@ -368,16 +458,18 @@ def place(
     entries (profiling runs) are placed even where the allocation gives them nothing."""
     assignment: dict[Entry, Placement] = {}
     for w in order:
-        entries = sorted(picked.get(w, []), key=lambda p: p[1], reverse=True)
+        entries = sorted(picked.get(w, ()), key=_SIZE, reverse=True)
+        if not entries:
+            continue
+        if settings.extensions_first:
+            # Every size extended before any fresh placement: no continuing entry is moved off
+            # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
+            _place_extensions_first(state, w, entries, state.servers[w], assignment, settings, forced)
+            continue
         servers = [list(s) for s in state.servers[w]]
         cursor = 0
         used: set[int] = set()
         sizes = sorted({s for _, s in entries}, reverse=True)
-        if settings.extensions_first:
-            # Every size extended before any fresh placement: no continuing entry is moved off
-            # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
-            _place_extensions_first(state, w, entries, servers, assignment, settings, forced)
-            continue
         for size in sizes:  # Gavel: each size extended, then placed afresh, largest first
             for entry, _ in (p for p in entries if p[1] == size):  # pass 1: extensions
                 previous = state.previous_assignment.get(entry)
@@ -405,11 +497,14 @@ def place(
     return assignment
 
 
+_SIZE = operator.itemgetter(1)
+
+
 def _place_extensions_first(
     state: MechanismState,
     w: str,
     entries: list[tuple[Entry, int]],
-    servers: list[list[int]],
+    servers: Sequence[Sequence[int]],
     assignment: dict[Entry, Placement],
     settings: MechanismSettings,
     forced: frozenset[Entry],
@@ -418,12 +513,13 @@ def _place_extensions_first(
     takes the first server with room for its whole gang (so the GPUs extensions keep do not split
     a gang that would fit on one server), else the lowest free workers."""
     used: set[int] = set()
+    previous_of = state.previous_assignment.get
     for entry, _ in entries:
-        previous = state.previous_assignment.get(entry)
+        previous = previous_of(entry)
         if previous is not None and previous.accelerator_type == w and used.isdisjoint(previous.worker_ids):
             assignment[entry] = previous
             used.update(previous.worker_ids)
-    free = [[g for g in server if g not in used] for server in servers]
+    free = [[g for g in server if g not in used] for server in servers] if used else [list(server) for server in servers]
     first = 0  # servers before this one are full
     for entry, scale_factor in entries:
         if entry in assignment:
