@@ -53,8 +53,7 @@ def allocation_request(
     of them. They stay admitted and are sent again once workers that fit them join. A type left
     with 0 GPUs stays in (the policy accepts zero counts, and a stateful policy may name it)."""
     explicit = rates is not None and rates.explicit
-    gpus, entries = tuple(state.gpus.items()), state.entries
-    running = [job for job in state.jobs.values() if _runs_on(gpus, job.scale_factor, entries[(job.index,)].throughputs)]
+    running = runnable_jobs(state)
     jobs = tuple(
         PolicyJob(
             job_id=job.job_id,
@@ -110,8 +109,7 @@ def admitted_snapshot(
     that (each job's own throughputs, colocation classes, entities), so the caller sends it."""
     if rates is not None and rates.explicit:
         return None
-    gpus, entries = tuple(state.gpus.items()), state.entries
-    running = [job for job in state.jobs.values() if _runs_on(gpus, job.scale_factor, entries[(job.index,)].throughputs)]
+    running = runnable_jobs(state)
     if any(job.entity is not None for job in running):
         return None
     rows = [
@@ -163,6 +161,20 @@ def previous_entries(state: MechanismState) -> tuple[AllocationEntry, ...]:
         if any(v > 0 for v in fractions.values()):
             out.append(AllocationEntry(job_ids, dict(fractions)))
     return tuple(out)
+
+
+def runnable_jobs(state: MechanismState) -> list[JobState]:
+    """The jobs some type here can run (runs_here), in admission order: one loop over the jobs,
+    no call per job (every job at every reset)."""
+    gpus, entries = tuple(state.gpus.items()), state.entries
+    out = []
+    for job in state.jobs.values():
+        scale_factor, throughputs = job.scale_factor, entries[(job.index,)].throughputs
+        for w, count in gpus:
+            if count >= scale_factor and throughputs[w][0] > 0:
+                out.append(job)
+                break
+    return out
 
 
 def runs_here(state: MechanismState, index: int) -> bool:
