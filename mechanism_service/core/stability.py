@@ -26,7 +26,8 @@ throughput (to ``tol``), so every objective that is a function of the jobs' thro
 (max-min fairness, finish-time fairness, total throughput) keeps its value: the policy's answer
 is only re-laid over the types. Packed pairs are kept as the answer gives them. A simplex
 (HiGHS, dual) returns a vertex, so few jobs stay split. If the LP is not solved the answer is
-kept as it is.
+kept as it is. When every job's whole level fits on its home type, that is the LP's only
+optimum and it is returned without a solve (``_all_on_home``).
 
 Pure: values in, values out (the state is read, never written).
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Mapping
 
 import numpy as np
@@ -45,6 +47,8 @@ Allocation = dict[Entry, dict[str, float]]
 
 # A share below this is the solver's noise, not time the policy gives the job on the type.
 SUPPORT_SHARE = 1e-6
+# A share the LP returns at or below this is its noise: no time on the type.
+_ZERO_SHARE = 1e-9
 
 
 def steady_allocation(
@@ -69,51 +73,106 @@ def steady_allocation(
         )
     answer_rows, answer_shares = columns
     # the single-job entries the answer gives some share (an empty one gives none)
-    single = (np.fromiter(map(len, answer), np.intp, count) == 1) & np.fromiter(map(bool, answer.values()), bool, count)
-    chosen = np.flatnonzero(single)
+    lengths = np.fromiter(map(len, answer), np.intp, count)
+    given = np.fromiter(map(bool, answer.values()), bool, count)
+    single = (lengths == 1) & given
+    chosen = single.nonzero()[0]
     if not len(chosen) or len(types) < 2:
         return answer
     rows = answer_rows[chosen]
     columns_of_types = [ledgers.column_of[w] for w in types]
     rates = ledgers.throughputs[rows[:, None], columns_of_types, 0]
-    rates = np.where((rows[:, None] >= 0) & (rates > 0.0), rates, 0.0)
+    # (Column-major, as the column gather makes it: the sums over jobs below add in that order,
+    # and the LP's bounds are the same floats only when they do.)
     shares = answer_shares[chosen][:, columns_of_types]
+    runs = rates > 0.0
+    if (rows < 0).any():  # an entry whose job left since the request runs nowhere
+        runs &= (rows >= 0)[:, None]
+    rates = np.where(runs, rates, 0.0)
     # Only the types the answer gives a job: a job is never moved to a type where the policy
     # found it comparatively slow (a short job held on its slowest type loses the most).
-    support = (shares > SUPPORT_SHARE) & (rates > 0.0)
-    split = int((support.sum(axis=1) >= 2).sum())
+    support = (shares > SUPPORT_SHARE) & runs
+    types_given = support.sum(axis=1)
+    split = int(np.count_nonzero(types_given >= 2))
     if split == 0 or (max_split_jobs is not None and split > max_split_jobs):
         return answer  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
-    entries = list(answer)
-    singles = [entries[r] for r in chosen.tolist()]
-    laid = support.any(axis=1)  # every job the answer gives time
-    scale = np.array([state.jobs[e[0]].scale_factor for e in singles], dtype=float)
+    singles = list(itertools.compress(answer, single.tolist()))
+    laid = types_given > 0  # every job the answer gives time
+    scale = np.fromiter(map(_SCALE, map(state.jobs.__getitem__, map(_FIRST, singles))), float, len(singles))
     budget = np.ones(len(singles))
-    capacity = np.array([float(state.gpus[w]) for w in types])
-    index = {e[0]: r for r, e in enumerate(singles)}
-    for entry, by_type in answer.items():  # pairs stay as they are: what they take is not offered
-        if len(entry) == 2 and by_type:
-            paired = np.array([by_type.get(w, 0.0) for w in types])
-            capacity -= paired * state.jobs[entry[0]].scale_factor
-            for j in entry:
-                if j in index:
-                    budget[index[j]] -= paired.sum()
+    capacity = np.fromiter(map(state.gpus.__getitem__, types), float, len(types))
+    paired = ((lengths == 2) & given).tolist()
+    if any(paired):  # pairs stay as they are: what they take is not offered
+        _take_pairs(state, answer, paired, singles, types, budget, capacity)
     used = scale[:, None] * shares
     # The answer itself must be feasible (a solver's answer may overshoot by its tolerance).
     budget = np.maximum(budget, shares.sum(axis=1))
-    capacity = np.maximum(capacity, used.sum(axis=0)) - used[~laid].sum(axis=0)
+    capacity = np.maximum(capacity, used.sum(axis=0))
+    everyone = bool(laid.all())
+    if not everyone:
+        capacity = capacity - used[~laid].sum(axis=0)
     home = _home_types(state.allocation, singles, shares, types)
     home = np.where(support[np.arange(len(home)), home], home, shares.argmax(axis=1))
-    solved = _solve(
-        rates[laid], (rates * shares).sum(axis=1)[laid], budget[laid], scale[laid], capacity, support[laid],
-        home[laid], tolerance,
+    levels = (rates * shares).sum(axis=1)
+    problem = (
+        (rates, levels, budget, scale, capacity, support, home) if everyone
+        else (rates[laid], levels[laid], budget[laid], scale[laid], capacity, support[laid], home[laid])
     )
+    solved = _all_on_home(*problem)
+    if solved is None:
+        solved = _solve(*problem, tolerance)
     if solved is None:
         return answer
     out = dict(answer)
-    for r, x in zip(np.flatnonzero(laid).tolist(), solved.tolist(), strict=True):
-        out[singles[r]] = {w: v for w, v in zip(types, x, strict=True) if v > 0.0}
+    relaid = singles if everyone else list(itertools.compress(singles, laid.tolist()))
+    for entry, x in zip(relaid, solved.tolist(), strict=True):
+        out[entry] = {w: v for w, v in zip(types, x, strict=True) if v > 0.0}
     return out
+
+
+_SCALE = operator.attrgetter("scale_factor")
+_FIRST = operator.itemgetter(0)
+
+
+def _take_pairs(
+    state: MechanismState, answer: Allocation, paired: list[bool], singles: list[Entry], types: list[str],
+    budget: np.ndarray, capacity: np.ndarray,
+) -> None:
+    """Take the answer's packed pairs' time out of ``capacity`` (each type's GPUs) and
+    ``budget`` (each single job's time), in place, pair after pair in the answer's order."""
+    index = {e[0]: r for r, e in enumerate(singles)}
+    for entry in itertools.compress(answer, paired):
+        by_type = answer[entry]
+        taken = np.array([by_type.get(w, 0.0) for w in types])
+        capacity -= taken * state.jobs[entry[0]].scale_factor
+        for j in entry:
+            if j in index:
+                budget[index[j]] -= taken.sum()
+
+
+def _all_on_home(
+    rates: np.ndarray, levels: np.ndarray, budget: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
+    support: np.ndarray, home: np.ndarray,
+) -> np.ndarray | None:
+    """The LP's optimum without the LP when every job fits on its home type, else None.
+
+    A job's term in the objective, T[j, home] x[j, home] / L_j, is at most 1 (its level row), so
+    the objective is at most the number of jobs, reached only with every job's whole level on
+    its home type and nothing elsewhere: x[j, home] = L_j / T[j, home]. When that fits every
+    job's time and every type's GPUs it is the LP's only optimum. (HiGHS returns it to within its
+    tolerances, ~1e-9 relative; here it is exact.) About one answer in ten on the calibration
+    trace, and each skips a solve (~1 ms, most of it HiGHS' set-up)."""
+    n, num_types = rates.shape
+    jobs = np.arange(n)
+    if not support[jobs, home].all():
+        return None
+    need = levels / rates[jobs, home]  # the time on its home type that gives a job its whole level
+    on_home = np.bincount(home, weights=scale * need, minlength=num_types)
+    if (need > budget).any() or (on_home > capacity).any() or (need <= _ZERO_SHARE).any():
+        return None
+    x = np.zeros((n, num_types))
+    x[jobs, home] = need
+    return x
 
 
 def _home_types(installed: Allocation, singles: list[Entry], shares: np.ndarray, types: list[str]) -> np.ndarray:
@@ -136,7 +195,8 @@ def _home_types(installed: Allocation, singles: list[Entry], shares: np.ndarray,
 @functools.cache
 def _highs():  # noqa: ANN202 - highspy is imported lazily
     """One solver object for every re-lay (setting its options cost more than a small solve);
-    each solve passes its whole model, so nothing carries over but the options."""
+    each solve passes its whole model, so nothing carries over but the options: the same model
+    gives the same vertex whatever was solved before."""
     import highspy  # noqa: PLC0415
 
     highs = highspy._Highs()  # the raw model: highspy.Highs prints a banner on stdout
@@ -145,41 +205,61 @@ def _highs():  # noqa: ANN202 - highspy is imported lazily
     return highs
 
 
+@functools.lru_cache(maxsize=64)
+def _structure(n: int, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The LP's arrays that depend on its shape only, made once a shape (the simulator's answers
+    have a few dozen shapes): column starts, row indices, zero lower bounds, integrality (all
+    continuous). Read-only: HiGHS copies what it is passed."""
+    cells = n * num_types  # column x[j, k] = cell j * K + k
+    # Rows: levels (n), budgets (n), capacities (K). Every column has three entries, in row
+    # order (level j, budget n + j, capacity 2n + k): the column-wise matrix is written directly.
+    job_of, type_of = np.divmod(np.arange(cells, dtype=np.int32), np.int32(num_types))
+    index = np.stack([job_of, n + job_of, 2 * n + type_of], axis=1).reshape(-1)
+    start = np.arange(0, 3 * cells + 1, 3, dtype=np.int32)
+    arrays = (start, index, np.zeros(cells), np.zeros(cells, dtype=np.int32))
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
 def _solve(
     rates: np.ndarray, levels: np.ndarray, budget: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
     support: np.ndarray, home: np.ndarray, tolerance: float,
 ) -> np.ndarray | None:
-    """The LP of the module docstring, one HiGHS dual simplex: (n, K) or None."""
+    """The LP of the module docstring, one HiGHS dual simplex: (n, K) or None. The model goes to
+    HiGHS as arrays (passModel's column-wise form), the same model as a HighsLp built field by
+    field, without the per-field conversions."""
     import highspy  # noqa: PLC0415 - only a mechanism that re-lays allocations loads the solver
 
     n, num_types = rates.shape
     relative = rates / levels[:, None]  # a job's throughput per unit of time, as a share of its level
-    cells = n * num_types  # column x[j, k] = cell j * K + k
-    # Rows: levels (n), budgets (n), capacities (K). Every column has three entries, in row
-    # order (level j, budget n + j, capacity 2n + k): the column-wise matrix is written directly.
-    job_of, type_of = np.divmod(np.arange(cells), num_types)
-    index = np.stack([job_of, n + job_of, 2 * n + type_of], axis=1).reshape(-1)
-    value = np.stack([relative.reshape(-1), np.ones(cells), np.repeat(scale, num_types)], axis=1).reshape(-1)
-    inf = highspy.kHighsInf
+    cells = n * num_types
+    start, index, zeros, continuous = _structure(n, num_types)
+    value = np.empty((n, num_types, 3))  # each column's (level, budget, capacity) coefficients
+    value[:, :, 0] = relative
+    value[:, :, 1] = 1.0
+    value[:, :, 2] = scale[:, None]
+    jobs = np.arange(n)
     cost = np.zeros(cells)
-    cost[np.arange(n) * num_types + home] = -relative[np.arange(n), home]  # HiGHS minimises
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = cells, 2 * n + num_types
-    lp.col_cost_ = cost
-    lp.col_lower_ = np.zeros(cells)
-    lp.col_upper_ = support.reshape(-1).astype(float)
-    lp.row_lower_ = np.concatenate([np.full(n, 1.0 - tolerance), np.full(n + num_types, -inf)])
+    cost[jobs * num_types + home] = -relative[jobs, home]  # HiGHS minimises
+    row_lower = np.full(2 * n + num_types, -highspy.kHighsInf)
     # A job's throughput stays within [1 - tol, 1] of the answer's: more on its home type would
     # be time taken from the others' share of the GPUs, not the answer re-laid.
-    lp.row_upper_ = np.concatenate([np.ones(n), budget, capacity])
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = np.arange(0, 3 * cells + 1, 3, dtype=np.int32)
-    lp.a_matrix_.index_ = index.astype(np.int32)
-    lp.a_matrix_.value_ = value
+    row_lower[:n] = 1.0 - tolerance
+    row_upper = np.concatenate([np.ones(n), budget, capacity])
     highs = _highs()
-    highs.passModel(lp)
+    status = highs.passModel(
+        cells, 2 * n + num_types, 3 * cells, _COLWISE, _MINIMIZE, 0.0, cost, zeros, support.reshape(-1).astype(float),
+        row_lower, row_upper, start, index, value.reshape(-1), continuous,
+    )
+    if status == highspy.HighsStatus.kError:
+        return None
     highs.run()
     if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     x = np.asarray(highs.getSolution().col_value).reshape(n, num_types)
-    return np.where(x > 1e-9, x, 0.0)
+    return np.where(x > _ZERO_SHARE, x, 0.0)
+
+
+_COLWISE = 1  # highspy.MatrixFormat.kColwise
+_MINIMIZE = 1  # highspy.ObjSense.kMinimize

@@ -128,3 +128,175 @@ def test_a_tolerance_outside_0_1_is_refused(tolerance):
 
 def _level(s, allocation, entry) -> float:  # noqa: ANN001
     return sum(s.entries[entry].throughputs[w][0] * v for w, v in allocation[entry].items())
+
+
+# -- the re-lay's fast forms against the plain one --------------------------------------------
+
+
+def _reference_steady_allocation(s, answer, tolerance):  # noqa: ANN001, ANN202
+    """The re-lay as first written (a loop a job, the LP as a HighsLp built field by field), kept
+    to check that the columnar form and the array-passing solve give the same floats."""
+    import highspy
+
+    types = list(s.gpus)
+    singles = [e for e, v in answer.items() if len(e) == 1 and v]
+    if not singles:
+        return answer
+    rates = np.array([[max(0.0, s.entries[e].throughputs[w][0]) if e in s.entries else 0.0 for w in types] for e in singles])
+    # column-major, as the re-lay gathers them: numpy's sums over jobs add in another order otherwise
+    shares = np.asfortranarray([[answer[e].get(w, 0.0) for w in types] for e in singles])
+    support = (shares > 1e-6) & (rates > 0.0)
+    if not (support.sum(axis=1) >= 2).any():
+        return answer
+    laid = support.any(axis=1)
+    scale = np.array([s.jobs[e[0]].scale_factor for e in singles], dtype=float)
+    budget = np.ones(len(singles))
+    capacity = np.array([float(s.gpus[w]) for w in types])
+    index = {e[0]: r for r, e in enumerate(singles)}
+    for entry, by_type in answer.items():
+        if len(entry) == 2 and by_type:
+            paired = np.array([by_type.get(w, 0.0) for w in types])
+            capacity -= paired * s.jobs[entry[0]].scale_factor
+            for j in entry:
+                if j in index:
+                    budget[index[j]] -= paired.sum()
+    used = scale[:, None] * shares
+    budget = np.maximum(budget, shares.sum(axis=1))
+    capacity = np.maximum(capacity, used.sum(axis=0)) - used[~laid].sum(axis=0)
+    home = shares.argmax(axis=1)
+    for r, entry in enumerate(singles):
+        before = s.allocation.get(entry, {})
+        if before:
+            w = max(before, key=before.__getitem__)
+            if before[w] > 0.0 and w in types:
+                home[r] = types.index(w)
+    home = np.where(support[np.arange(len(home)), home], home, shares.argmax(axis=1))
+    rates, levels = rates[laid], (rates * shares).sum(axis=1)[laid]
+    budget, scale, support, home = budget[laid], scale[laid], support[laid], home[laid]
+    n, k = rates.shape
+    relative = rates / levels[:, None]
+    job_of, type_of = np.divmod(np.arange(n * k), k)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n * k, 2 * n + k
+    cost = np.zeros(n * k)
+    cost[np.arange(n) * k + home] = -relative[np.arange(n), home]
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, np.zeros(n * k), support.reshape(-1).astype(float)
+    lp.row_lower_ = np.concatenate([np.full(n, 1.0 - tolerance), np.full(n + k, -highspy.kHighsInf)])
+    lp.row_upper_ = np.concatenate([np.ones(n), budget, capacity])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.arange(0, 3 * n * k + 1, 3, dtype=np.int32)
+    lp.a_matrix_.index_ = np.stack([job_of, n + job_of, 2 * n + type_of], axis=1).reshape(-1).astype(np.int32)
+    lp.a_matrix_.value_ = np.stack([relative.reshape(-1), np.ones(n * k), np.repeat(scale, k)], axis=1).reshape(-1)
+    highs = highspy._Highs()
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("solver", "simplex")
+    highs.passModel(lp)
+    highs.run()
+    assert highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    x = np.asarray(highs.getSolution().col_value).reshape(n, k)
+    x = np.where(x > 1e-9, x, 0.0)
+    out = dict(answer)
+    for entry, row in zip([e for e, keep in zip(singles, laid) if keep], x.tolist()):
+        out[entry] = {w: v for w, v in zip(types, row) if v > 0.0}
+    return out
+
+
+def _random_case(seed: int):  # noqa: ANN202
+    """A random state and a feasible answer: class-like splits (members alike), packed pairs,
+    installed allocations with ties, the state's types in another order than its ledgers'."""
+    rng = np.random.default_rng(seed)
+    counts = {w: int(rng.integers(1, 6)) for w in TYPES}
+    builder = state(**counts).packing()
+    n = int(rng.integers(3, 16))
+    kinds = [str(rng.choice(["a", "b", "nok80"])) for _ in range(n)]
+    for kind in kinds:
+        builder.job(kind, scale_factor=int(rng.choice([1, 1, 2])))
+    s = builder.build()
+    rates = np.array([[s.entries[(j,)].throughputs[w][0] for w in TYPES] for j in range(n)])
+    scale = np.array([s.jobs[j].scale_factor for j in range(n)], dtype=float)
+    base = rng.random((4, 3)) * (rng.random((4, 3)) < 0.8)
+    shares = base[rng.integers(0, 4, n)] * (rates > 0)  # few distinct rows, as a class LP's answer
+    shares /= np.maximum(1.0, 1.5 * shares.sum(axis=1, keepdims=True))
+    shares *= min(1.0, *(0.8 * counts[w] / max(1e-9, (scale * shares[:, k]).sum()) for k, w in enumerate(TYPES)))
+    answer = {(j,): {w: float(shares[j, k]) for k, w in enumerate(TYPES) if shares[j, k] > 0} for j in range(n)}
+    if rng.random() < 0.5 and n >= 2:  # a packed pair, its time within what the singles leave
+        lo, hi = sorted(int(j) for j in rng.choice(n, 2, replace=False))
+        room = 1.0 - max(sum(answer[(lo,)].values()), sum(answer[(hi,)].values()))
+        answer[(lo, hi)] = {str(rng.choice(TYPES)): float(room * rng.random())}
+    s.allocation = {}
+    for j in range(n):
+        if rng.random() < 0.8:
+            tie = rng.random() < 0.3
+            picks = rng.choice(TYPES, 2, replace=False)
+            s.allocation[(j,)] = {str(picks[0]): 0.5, str(picks[1]): 0.5 if tie else 0.25}
+    if rng.random() < 0.5:
+        s.gpus = dict(reversed(list(s.gpus.items())))  # the answer's types in another order than the ledgers'
+    return s, answer, float(rng.choice([0.0, 1e-4, 1e-2]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_re_lay_gives_the_same_floats_as_the_plain_one_when_it_solves_the_lp(seed, monkeypatch):
+    import mechanism_service.core.stability as stability
+
+    s, answer, tolerance = _random_case(seed)
+    monkeypatch.setattr(stability, "_all_on_home", lambda *problem: None)  # always the LP
+
+    assert steady_allocation(s, answer, tolerance) == _reference_steady_allocation(s, answer, tolerance)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_re_lay_with_its_shortcut_is_the_lps_answer(seed):
+    s, answer, tolerance = _random_case(seed)
+
+    steady, reference = steady_allocation(s, answer, tolerance), _reference_steady_allocation(s, answer, tolerance)
+
+    assert steady.keys() == reference.keys()
+    for entry, by_type in reference.items():
+        assert steady[entry].keys() == by_type.keys()
+        assert steady[entry] == pytest.approx(by_type, rel=1e-8, abs=1e-12)
+
+
+def test_the_shortcut_is_the_lps_only_optimum_when_every_job_fits_at_home():
+    from mechanism_service.core.stability import _all_on_home, _solve
+
+    rng = np.random.default_rng(7)
+    taken = refused = 0
+    for _ in range(300):
+        n, k = int(rng.integers(1, 12)), 3
+        support = rng.random((n, k)) < 0.7
+        support[np.arange(n), rng.integers(0, k, n)] = True
+        # positive where the answer gives a job time (the re-lay's support), 0 or not elsewhere
+        rates = rng.choice([1.0, 2.0, 4.0, 10.0, 40.0], (n, k)) * (0.5 + rng.random((n, k))) * (support | (rng.random((n, k)) < 0.5))
+        levels = (rates * support * rng.random((n, k)) * 0.5).sum(axis=1) + 0.01
+        home = np.array([rng.choice(np.flatnonzero(row)) for row in support])
+        scale = rng.choice([1.0, 2.0], n)
+        budget = np.full(n, 1.0)
+        capacity = rng.integers(1, 6, k).astype(float)
+        problem = (rates, levels, budget, scale, capacity, support, home)
+        fast = _all_on_home(*problem)
+        solved = _solve(*problem, 1e-4)
+        if fast is None:
+            refused += 1
+            if solved is not None:  # refused: some job cannot have its whole level at home
+                need = levels / rates[np.arange(n), home]
+                on_home = np.bincount(home, weights=scale * need, minlength=k)
+                assert (need > budget).any() or (on_home > capacity).any()
+            continue
+        taken += 1
+        assert solved is not None
+        assert (fast > 0).tolist() == (solved > 0).tolist()  # the same types: home only
+        assert fast == pytest.approx(solved, rel=1e-8, abs=1e-12)
+    assert taken > 30 and refused > 30  # both sides of the shortcut were exercised
+
+
+def test_the_solve_passes_highs_its_own_matrix_format_and_sense():
+    import highspy
+
+    import mechanism_service.core.stability as stability
+
+    assert stability._COLWISE == int(highspy.MatrixFormat.kColwise)
+    assert stability._MINIMIZE == int(highspy.ObjSense.kMinimize)
+    start, index, zeros, continuous = stability._structure(2, 3)
+    assert start.tolist() == [0, 3, 6, 9, 12, 15, 18]
+    assert index[:6].tolist() == [0, 2, 4, 0, 2, 5]  # job 0 on type 0: level 0, budget 0, capacity 0; on type 1
+    assert not (start.flags.writeable or index.flags.writeable or zeros.flags.writeable or continuous.flags.writeable)
