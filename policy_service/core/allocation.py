@@ -15,6 +15,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from policy_service.core.pair_expansion import expand_group_pairs
+
 
 #: Time fractions below this are solver noise (interior-point methods leave ~1e-10 where the
 #: optimum has 0): they are set to 0, and pairs with no more than this are not listed.
@@ -155,16 +157,6 @@ def _first_member_of_groups(pairs: PairShares) -> np.ndarray:
     return member
 
 
-def _members_by_group(group_of_job: np.ndarray) -> list[np.ndarray]:
-    order = np.argsort(group_of_job, kind="stable")
-    groups = group_of_job[order]
-    valid = groups >= 0
-    order, groups = order[valid], groups[valid]
-    size = int(groups.max(initial=-1)) + 1
-    bounds = np.searchsorted(groups, np.arange(size + 1))
-    return [order[bounds[g]:bounds[g + 1]] for g in range(size)]
-
-
 def expand_pairs(pairs: PairShares, *, min_fraction: float = NOISE_FRACTION) -> tuple[np.ndarray, np.ndarray]:
     """Concrete job pairs for grouped pair time: ((Q, 2) job indices, (Q, K) fractions).
 
@@ -175,73 +167,8 @@ def expand_pairs(pairs: PairShares, *, min_fraction: float = NOISE_FRACTION) -> 
     triangle absorbs an odd one). The same job pairs carry every type, in proportion to the
     type's share of the group pair's time.
     """
-    num_types = pairs.pair_time.shape[1]
-    if pairs.num_pairs == 0:
-        return np.zeros((0, 2), dtype=np.int64), np.zeros((0, num_types))
-    members = _members_by_group(pairs.group_of_job)
-    found_a: list[np.ndarray] = []
-    found_b: list[np.ndarray] = []
-    found_f: list[np.ndarray] = []
-    totals = pairs.pair_time.sum(axis=1)
-    sizes = np.array([len(m) for m in members])
-    a_all, b_all = pairs.group_pairs[:, 0], pairs.group_pairs[:, 1]
-    # Groups of one job each: the group pair is the job pair (vectorised; ungrouped programs and
-    # per-job classes produce many of these).
-    single = (totals > min_fraction) & (a_all != b_all) & (sizes[a_all] == 1) & (sizes[b_all] == 1)
-    if single.any():
-        found_a.append(np.asarray([members[g][0] for g in a_all[single]], dtype=np.int64))
-        found_b.append(np.asarray([members[g][0] for g in b_all[single]], dtype=np.int64))
-        found_f.append(pairs.pair_time[single])
-    for p in np.flatnonzero((totals > min_fraction) & ~single):
-        a, b = int(pairs.group_pairs[p, 0]), int(pairs.group_pairs[p, 1])
-        share = pairs.pair_time[p] / totals[p]  # (K,) how the pair time splits over types
-        if a != b:
-            jobs_a, jobs_b, length = _north_west(members[a], members[b], float(totals[p]))
-        else:
-            jobs_a, jobs_b, length = _matching(members[a], float(totals[p]))
-        found_a.append(jobs_a)
-        found_b.append(jobs_b)
-        found_f.append(length[:, None] * share[None, :])
-    job_a = np.concatenate(found_a) if found_a else np.zeros(0, dtype=np.int64)
-    job_b = np.concatenate(found_b) if found_b else np.zeros(0, dtype=np.int64)
-    fractions = np.concatenate(found_f) if found_f else np.zeros((0, num_types))
-    low, high = np.minimum(job_a, job_b), np.maximum(job_a, job_b)
-    keep = fractions.sum(axis=1) > min_fraction
-    codes = low[keep] * (len(pairs.group_of_job) + 1) + high[keep]
-    unique, inverse = np.unique(codes, return_inverse=True)
-    merged = np.zeros((len(unique), num_types))
-    np.add.at(merged, inverse, fractions[keep])
-    pair_jobs = np.stack([unique // (len(pairs.group_of_job) + 1), unique % (len(pairs.group_of_job) + 1)], axis=1)
-    return pair_jobs.astype(np.int64), merged
-
-
-def _north_west(jobs_a: np.ndarray, jobs_b: np.ndarray, total: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lay a's jobs and b's jobs on [0, total) (each a-job covers total/|a|, each b-job
-    total/|b|); every overlap of an a-interval and a b-interval becomes a pair."""
-    step_a, step_b = total / len(jobs_a), total / len(jobs_b)
-    cuts = np.unique(np.concatenate([np.arange(len(jobs_a) + 1) * step_a, np.arange(len(jobs_b) + 1) * step_b]))
-    cuts = cuts[cuts <= total * (1 + 1e-12)]
-    length = np.diff(cuts)
-    middle = cuts[:-1] + length / 2
-    index_a = np.minimum((middle / step_a).astype(np.int64), len(jobs_a) - 1)
-    index_b = np.minimum((middle / step_b).astype(np.int64), len(jobs_b) - 1)
-    keep = length > 0
-    return jobs_a[index_a[keep]], jobs_b[index_b[keep]], length[keep]
-
-
-def _matching(jobs: np.ndarray, total: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs inside one group: each job must be packed 2 * total / size of the time."""
-    size = len(jobs)
-    each = 2.0 * total / size
-    paired = size if size % 2 == 0 else size - 3
-    first, second = jobs[0:paired:2], jobs[1:paired:2]
-    lengths = np.full(len(first), each)
-    if size % 2 == 1:  # a triangle: three edges of each/2 give each of its jobs `each`
-        tri = jobs[size - 3:]
-        first = np.concatenate([first, tri[[0, 1, 2]]])
-        second = np.concatenate([second, tri[[1, 2, 0]]])
-        lengths = np.concatenate([lengths, np.full(3, each / 2)])
-    return first, second, lengths
+    # All group pairs at once (pair_expansion.py; the same pairs and fractions to the bit).
+    return expand_group_pairs(pairs.group_of_job, pairs.group_pairs, pairs.pair_time, min_fraction)
 
 
 def empty_allocation(
