@@ -300,3 +300,33 @@ def test_the_solve_passes_highs_its_own_matrix_format_and_sense():
     assert start.tolist() == [0, 3, 6, 9, 12, 15, 18]
     assert index[:6].tolist() == [0, 2, 4, 0, 2, 5]  # job 0 on type 0: level 0, budget 0, capacity 0; on type 1
     assert not (start.flags.writeable or index.flags.writeable or zeros.flags.writeable or continuous.flags.writeable)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_home_types_read_from_the_ledgers_are_those_of_the_installed_allocation(seed):
+    from mechanism_service.core.model import FrozenAllocation
+    from mechanism_service.core.stability import _home_types, _home_types_of
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 15))
+    s = state(k80=2, p100=2, v100=2).jobs(n, "a").build()
+    installed = {}
+    for j in range(n):
+        if rng.random() < 0.8:  # some jobs are new: no installed allocation
+            picks = [str(w) for w in rng.permutation(TYPES)[: int(rng.integers(1, 4))]]
+            values = rng.choice([0.0, 0.25, 0.5], len(picks))  # ties and zeros
+            installed[(j,)] = dict(zip(picks, values.tolist()))
+    s.allocation = FrozenAllocation(installed)
+    s.entries.allocation_matrix(s.allocation)  # the columnar copy, as an install leaves it
+    if seed % 2:
+        s.gpus = dict(reversed(list(s.gpus.items())))
+    types = list(s.gpus)
+    singles = [(j,) for j in range(n)]
+    rows = np.array([s.entries.row_of[e] for e in singles])
+    shares = rng.random((n, 3))
+
+    home = _home_types(s, singles, rows, shares, types, [s.entries.column_of[w] for w in types])
+
+    assert home.tolist() == _home_types_of(s.allocation, singles, range(n), types, shares.argmax(axis=1)).tolist()
+    if any(len(set(v.values())) < len(v) and max(v.values()) > 0 for v in installed.values()):
+        assert s.entries.allocation_of is s.allocation  # ties were met on the columnar path
