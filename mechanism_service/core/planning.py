@@ -207,26 +207,22 @@ def _held_small(
     overshoot, since_reset_s = settings.move_overshoot_moves, now_s - state.last_reset_s
     held = []
     for (entry, w, _), share, (first_rate, second_rate), deficit_s, received in zip(found, shares, rates, deficits_s, received_s):
-        if not (share > 0.0 and min(first_rate, second_rate) > 0.0):
+        if not (share > 0.0 and first_rate > 0.0 and second_rate > 0.0):  # (a NaN fails, as in numpy)
             continue
         cost_s = move_cost_s(state, entry, settings) if measured else uniform_cost_s
         if float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s:
             continue
-        finishes_s = _remaining_steps(jobs, entry[0]) / first_rate
+        job = jobs.get(entry[0])  # steps left as _steps_remaining reads them (0 for a job gone)
+        finishes_s = (float(job.total_steps - job.steps_done) if job is not None else 0.0) / first_rate
         if len(entry) == 2:
-            finishes_s = min(finishes_s, _remaining_steps(jobs, entry[-1]) / second_rate)
+            job = jobs.get(entry[1])
+            finishes_s = min(finishes_s, (float(job.total_steps - job.steps_done) if job is not None else 0.0) / second_rate)
         if finishes_s * share_limit < cost_s:
             continue
         owed_s = deficit_s + share * since_reset_s - (received - seed_s)
         if owed_s + cost_s * overshoot > 0.0:
             held.append((entry, w))
     return held
-
-
-def _remaining_steps(jobs: Mapping[int, object], index: int) -> float:
-    """A job's steps_remaining as a float (0 for a job gone), as _steps_remaining reads it."""
-    job = jobs.get(index)
-    return float(job.total_steps - job.steps_done) if job is not None else 0.0  # type: ignore[attr-defined]
 
 
 _ACCELERATOR_TYPE = operator.attrgetter("accelerator_type")
@@ -345,7 +341,7 @@ def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
     admission order: a stable lexsort of the negated keys is Python's stable reverse sort. A
     type's candidates are sorted once, its passes take their part of that order (a stable sort
     of a part is the part of the stable sort)."""
-    ranked: dict[int, tuple[list[int], list[bool]]] = {}
+    ranked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def ranking(k: int, allocated: bool | None) -> list[int]:
         if k not in ranked:
@@ -354,9 +350,9 @@ def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
                 candidates &= queues.priority[:, k] > 0.0
             rows = np.flatnonzero(candidates)
             rows = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
-            ranked[k] = (rows.tolist(), (queues.priority[rows, k] > 0.0).tolist())
+            ranked[k] = (rows, queues.priority[rows, k] > 0.0)
         rows, served = ranked[k]
-        return rows if allocated is None else list(itertools.compress(rows, [s == allocated for s in served]))
+        return (rows if allocated is None else rows[served == allocated]).tolist()
 
     return ranking
 
@@ -373,9 +369,9 @@ def _ranked_rows_small(queues: Queues, fifo: bool) -> Ranking:
         p = priority[k]
         rows = ranked.get(k)
         if rows is None:
-            d, a, ok = deficit_s[k], allocation[k], runs[k]
+            ok = runs[k]
             rows = [r for r in live if ok[r] and (not fifo or p[r] > 0.0)]
-            rows.sort(key=lambda r: (p[r], d[r], a[r]), reverse=True)
+            rows.sort(key=list(zip(p, deficit_s[k], allocation[k])).__getitem__, reverse=True)  # keys made in C
             ranked[k] = rows
         return rows if allocated is None else [r for r in rows if (p[r] > 0.0) == allocated]
 
