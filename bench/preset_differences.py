@@ -12,9 +12,15 @@ trace at Gavel's paper scale (36:36:36, 4 jobs/h, Gavel's generator with seed 0,
 1000-1499 measured), and prints average JCT, the worst finish-time-fairness ratio and the share
 of leases that move (every lease that is not an extension pays the restore).
 
-Packed at paper scale is left out unless --paper-packed (more than 20 minutes a run).
+Packed at paper scale is left out unless --paper-packed. A run with the default preset makes
+~3,100 answers of 60-80 jobs: 240 s of CPU measured before the packed program went straight to
+CLARABEL (compiled_packed.py) and the pair expansion was vectorised (pair_expansion.py), which
+saved ~23 ms of the ~77 ms of CPU an answer cost (~70 s a run); Gavel's preset (ECOS over every
+job pair through cvxpy, ~930 answers) measured 190 s. On a shared machine the wall time is
+several times that (15 min each with the load at 5-10 on 2 cores). --variants runs only the rows whose label holds one
+of its words, so that the rows can run as separate processes.
 
-Usage: python bench/preset_differences.py [--json] [--migration [--traces continuous,paper] [--policies A,B] [--paper-packed]]
+Usage: python bench/preset_differences.py [--json] [--migration [--traces continuous,paper] [--policies A,B] [--paper-packed] [--variants W1,W2]]
 """
 
 from __future__ import annotations
@@ -96,18 +102,24 @@ def migration_variants(policy: str):
     yield "  default before without a restore cost", dataclasses.replace(before, restore_s=0.0)
 
 
-def migration(context, traces: list[str], policies: list[str], as_json: bool, paper_packed: bool = False) -> int:
+def migration(
+    context, traces: list[str], policies: list[str], as_json: bool, paper_packed: bool = False,
+    only: list[str] | None = None,
+) -> int:
+    """``only``: run just the variants whose label contains one of these words (a paper-scale
+    packed run takes minutes: the rows can be run in separate processes)."""
     rows = []
     for name, trace, cluster, window, seed in migration_traces(context, traces):
         for policy in policies:
             if name.startswith("paper") and policy in PACKING_POLICIES and not paper_packed:
-                # > 20 min a run: every answer expands class pairs into job pairs and goes through
-                # cvxpy (docs/mechanism.md "What a move costs"); --paper-packed runs it anyway.
+                # minutes of CPU a run (the module docstring); --paper-packed runs it anyway.
                 continue
             default = preset("default", policy)
             for label, settings in migration_variants(policy):
                 if settings == default:
                     label += " (default)"
+                if only and not any(word in label for word in only):
+                    continue
                 result = simulate(trace, RunConfig(policy, cluster, settings, seed=seed, window=window), context)
                 isolated = isolated_throughputs_from_table(result, context.table)
                 s = summarize(result, context.prices_per_hour or {}, isolated)
@@ -131,7 +143,7 @@ def migration(context, traces: list[str], policies: list[str], as_json: bool, pa
             mine = [r for r in rows if r["trace"] == name and r["policy"] == policy]
             if not mine:
                 continue
-            gavel = mine[0]["avg_jct_s"]
+            gavel = next((r["avg_jct_s"] for r in mine if r["variant"].startswith("gavel")), mine[0]["avg_jct_s"])
             print(f"\n{name}, {policy}: avg JCT (s, vs Gavel's mechanism), worst and second worst FTF ratio, leases that move")
             for r in mine:
                 print(f"{r['variant']:52} {r['avg_jct_s']:9.0f} ({100 * (r['avg_jct_s'] / gavel - 1):+5.1f}%)"
@@ -146,10 +158,12 @@ def main() -> int:
     parser.add_argument("--traces", default="continuous,paper", help="--migration: continuous, paper or both")
     parser.add_argument("--policies", default=",".join(MIGRATION_POLICIES), help="--migration: the policies")
     parser.add_argument("--paper-packed", action="store_true", help="--migration: packed at paper scale too (slow)")
+    parser.add_argument("--variants", default="", help="--migration: only the rows whose label contains one of these (comma-separated)")
     args = parser.parse_args()
     context = shipped_context()
     if args.migration:
-        return migration(context, args.traces.split(","), args.policies.split(","), args.json, args.paper_packed)
+        return migration(context, args.traces.split(","), args.policies.split(","), args.json, args.paper_packed,
+                         [w for w in args.variants.split(",") if w])
     rows = []
     for trace_name, cluster, window, seed in RUNS:
         trace = read_trace(REFERENCE / trace_name)
