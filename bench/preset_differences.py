@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mechanism_service.core.settings import (  # noqa: E402
+    DEFAULT_MOVE_CHARGE_RESTORES,
     DEFAULT_RESTORE_S,
     DEFAULT_STEADY_TYPES_TOLERANCE,
     PACKING_POLICIES,
@@ -86,17 +87,24 @@ def migration_variants(policy: str):
         default, extensions_first=False, charge_moves=False, move_overhead_share=None, allocated_first=False,
         steady_types_tolerance=None,
     )
-    holds = dataclasses.replace(before, extensions_first=True, charge_moves=True, move_overhead_share=default.move_overhead_share)
+    charged_once = dataclasses.replace(before, extensions_first=True, charge_moves=True, move_charge_restores=1.0)
+    holds = dataclasses.replace(charged_once, move_overhead_share=default.move_overhead_share)
     allocated_first = dataclasses.replace(holds, allocated_first=True)
     steady = dataclasses.replace(allocated_first, steady_types_tolerance=DEFAULT_STEADY_TYPES_TOLERANCE)
     yield "gavel (no cost for a move)", preset("gavel", policy)
     yield "default before (20 s restores)", before
     yield "+ extensions before fresh placements", dataclasses.replace(before, extensions_first=True)
-    yield "+ moves charged in the priorities", dataclasses.replace(before, extensions_first=True, charge_moves=True)
+    yield "+ moves charged in the priorities (one restore)", charged_once
     yield "+ holds until a move is paid", holds
     yield "+ allocated entries picked first", allocated_first
     yield "+ steady allocation (1e-4)", steady
-    yield "  steady allocation alone (no allocated-first)", dataclasses.replace(holds, steady_types_tolerance=DEFAULT_STEADY_TYPES_TOLERANCE)
+    # the default: for packed policies without the steady allocation (settings.default_preset)
+    yield f"+ {DEFAULT_MOVE_CHARGE_RESTORES:.0f} restores charged per job restarted", default
+    yield "  steady allocation alone (no allocated-first)", dataclasses.replace(
+        holds, steady_types_tolerance=DEFAULT_STEADY_TYPES_TOLERANCE, move_charge_restores=DEFAULT_MOVE_CHARGE_RESTORES,
+    )
+    yield "  default, 4 restores charged", dataclasses.replace(default, move_charge_restores=4.0)
+    yield "  default, 8 restores charged", dataclasses.replace(default, move_charge_restores=8.0)
     yield "  default, holds at 0.5% overhead", dataclasses.replace(default, move_overhead_share=0.005)
     yield "  default, holds overshooting 30 moves", dataclasses.replace(default, move_overshoot_moves=30.0)
     yield "  default before without a restore cost", dataclasses.replace(before, restore_s=0.0)
