@@ -26,13 +26,16 @@ import numpy as np
 _SETTINGS = clarabel.DefaultSettings()
 _SETTINGS.verbose = False
 
-# CLARABEL's statuses, in cvxpy's words (what solving.STATUS_OF understands).
-_STATUS = {
+# CLARABEL's statuses, in cvxpy's words (cvxpy's CLARABEL.STATUS_MAP for the ones that carry a
+# solution, what solving.STATUS_OF understands); anything else is a failure, as cvxpy makes it.
+# compiled_packed.py reads them too.
+CLARABEL_STATUS = {
     "Solved": "optimal",
     "AlmostSolved": "optimal_inaccurate",
     "PrimalInfeasible": "infeasible",
     "AlmostPrimalInfeasible": "infeasible_inaccurate",
     "DualInfeasible": "unbounded",
+    "AlmostDualInfeasible": "unbounded_inaccurate",
 }
 
 
@@ -55,7 +58,7 @@ def solve_max_min(
     solution = clarabel.DefaultSolver(
         _zeros(n_x + 1), q, a, b, [clarabel.NonnegativeConeT(num_rows)], _SETTINGS
     ).solve()
-    status = _STATUS.get(str(solution.status), "solver_error")
+    status = CLARABEL_STATUS.get(str(solution.status), "solver_error")
     if not status.startswith("optimal"):
         return None, None, status
     z = np.asarray(solution.x)

@@ -24,18 +24,8 @@ from dataclasses import dataclass
 import clarabel
 import numpy as np
 
+from policy_service.core.compiled import CLARABEL_STATUS
 from policy_service.core.sparse import sp
-
-# CLARABEL's statuses, in cvxpy's words (cvxpy's CLARABEL.STATUS_MAP for the ones that carry a
-# solution; anything else is a failure, as cvxpy makes it).
-_STATUS = {
-    "Solved": "optimal",
-    "AlmostSolved": "optimal_inaccurate",
-    "PrimalInfeasible": "infeasible",
-    "AlmostPrimalInfeasible": "infeasible_inaccurate",
-    "DualInfeasible": "unbounded",
-    "AlmostDualInfeasible": "unbounded_inaccurate",
-}
 
 
 @dataclass(frozen=True)
@@ -95,7 +85,7 @@ def solve_packed_max_min(
     settings.verbose = False
     zero = sp.csc_matrix((a.shape[1], a.shape[1]))
     solution = clarabel.DefaultSolver(zero, q, a, b, cones, settings).solve()
-    status = _STATUS.get(str(solution.status), "solver_error")
+    status = CLARABEL_STATUS.get(str(solution.status), "solver_error")
     if not status.startswith("optimal"):
         return PackedSolution(None, None, status)
     z, y = np.asarray(solution.x), np.asarray(solution.z)
