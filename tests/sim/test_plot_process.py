@@ -11,7 +11,7 @@ import pytest
 
 from sim.output import write_comparison, write_run
 from sim.metrics import summarize
-from sim.plot_process import PlotProcess
+from sim.plot_process import PlotProcess, draw_on_two_cores
 from tests.sim.test_plots import PRICES, toy_run
 
 RUN_PLOTS = ("jct_cdf.png", "utilization.png", "queue.png")
@@ -70,3 +70,15 @@ def test_a_child_whose_parent_is_gone_exits_at_end_of_file() -> None:
 def test_only_plot_functions_are_queued() -> None:
     with PlotProcess(None) as plotter, pytest.raises(ValueError, match="not a plot_"):
         plotter.add("jct_cdf_figure", object(), "x.png")
+
+
+def test_plots_drawn_on_two_cores_are_all_drawn_and_a_failing_half_is_reported(tmp_path) -> None:
+    result = toy_run()
+    work = [(f"plot_{name}", (result, tmp_path / f"{name}.png")) for name in ("jct_cdf", "utilization", "queue")]
+    assert draw_on_two_cores(work) == 0
+    assert all((tmp_path / f"{name}.png").stat().st_size > 0 for name in ("jct_cdf", "utilization", "queue"))
+    # the second plot goes to the forked copy, whose failure is the exit code (the parent then
+    # draws everything in process and raises the real error)
+    broken = [work[0], ("plot_queue", (object(), tmp_path / "broken.png"))]
+    assert draw_on_two_cores(broken) == 1
+    assert not (tmp_path / "broken.png").exists()
