@@ -66,13 +66,59 @@ def record_requests() -> tuple[list, float, float]:
         return original_answer(request, ctx, **kwargs)
 
     fastpath.answer = keep
+    # The simulator answers in process from the ledgers' columns (answer_admitted) when it can;
+    # without that path it builds the message the policy service would receive: the same
+    # problems, and the messages this bench replays.
+    original_snapshot = getattr(fastpath, "admitted_snapshot", None)
+    if original_snapshot is not None:
+        fastpath.admitted_snapshot = lambda *args, **kwargs: None
     try:
         began = time.perf_counter()
         run_policy("max_min_fairness_perf", scenario, context)
         wall_s = time.perf_counter() - began
     finally:
         fastpath.allocation_request, fastpath.answer = original_request, original_answer
+        if original_snapshot is not None:
+            fastpath.admitted_snapshot = original_snapshot
     return requests, building.s, wall_s
+
+
+def record_admitted() -> list:
+    """The requests of the simulator's in-process path (answer_admitted), as the run makes them;
+    [] for a checkout without that path."""
+    import sim.fastpath as fastpath
+    from services.cli.simulation import Scenario, load_context, load_trace, parse_cluster, parse_window, run_policy
+
+    if not hasattr(fastpath, "answer_admitted"):
+        return []
+    context = load_context(None)
+    trace = load_trace(str(TRACE))
+    scenario = Scenario(trace, parse_cluster("8:8:8", context.table, 1), window=parse_window("100:300", len(trace)))
+    requests = []
+    original = fastpath.answer_admitted
+
+    def keep(request, ctx):  # noqa: ANN001, ANN202
+        requests.append(request)
+        return original(request, ctx)
+
+    fastpath.answer_admitted = keep
+    try:
+        run_policy("max_min_fairness_perf", scenario, context)
+    finally:
+        fastpath.answer_admitted = original
+    return requests
+
+
+def admitted_once(requests: list) -> float:
+    """Seconds to answer the in-process requests again, as the simulator does."""
+    from policy_service import answer as answering
+    from policy_service.service import shipped_context
+
+    context = shipped_context()
+    began = time.perf_counter()
+    for request in requests:
+        answering.answer_admitted(request, context)
+    return time.perf_counter() - began
 
 
 def stages_once(requests: list) -> dict[str, float]:
@@ -148,8 +194,16 @@ def main() -> int:
     args = parser.parse_args()
     requests, building_s, wall_s = record_requests()
     n = len(requests)
+    if n == 0:
+        print("answer_path: the run sent no request to record (the simulator's answer path changed?)", file=sys.stderr)
+        return 1
+    admitted = record_admitted()
     runs = [stages_once(requests) for _ in range(args.runs)]
     ms = {name: statistics.median(r[name] for r in runs) / n * 1e3 for name in runs[0]}
+    if admitted:
+        ms["answer_admitted (the simulator's own path)"] = (
+            statistics.median(admitted_once(admitted) for _ in range(args.runs)) / len(admitted) * 1e3
+        )
     ms["request (policy_input.allocation_request)"] = building_s / n * 1e3
     answer_ms = sum(ms[k] for k in ("policy_for", "problem_from_message", "allocate", "computed_message", "isolated_baseline"))
     solver_ms = ms["allocate: solver (CLARABEL solve)"]
