@@ -15,7 +15,9 @@
    median of 3; Gavel is not on this machine, so that figure is the recorded one) and Gavel's
    in-simulator time (12.43 s, results.json). Target <= 2.4 s (a tenth of Gavel's driver).
    `--baseline DIR` runs the same command from another checkout (a `git worktree` of the commit
-   before a change) with the same interpreter, alternating run by run.
+   before a change) with the same interpreter, alternating run by run. `--filed DIR` runs it
+   from a checkout of 796fbc7, where issue 12 was filed and took 6.9 s beside Gavel's 23.8 s:
+   its time here over 6.9 s scales Gavel's driver (and the target) to this machine.
 
 Each case runs in a fresh process so its peak memory is its own.
 The mechanism follows Gavel's semantics exactly; the policy programs are ours by default (the same
@@ -23,7 +25,7 @@ optima, solved in ~1 ms instead of ~5-10 ms); `--programs gavel` uses Gavel's ow
 variables), which matches Gavel's allocations more closely and runs ~3x slower.
 
 Usage: python bench/sim_speed.py [--runs 3] [--skip-large] [--programs default|gavel]
-                                 [--whole-process-only] [--baseline DIR] [--json]
+                                 [--whole-process-only] [--baseline DIR] [--filed DIR] [--json]
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ GAVEL_WALL_S = 12.4  # results.json: sim_wall_s of continuous max_min_fairness_p
 # Gavel's trace driver (scripts/drivers/simulate_scheduler_with_trace.py) on the calibration
 # trace, whole process, median of 3, measured beside `gavel simulate` when issue 12 was filed.
 GAVEL_DRIVER_WALL_S = 23.8
+# `gavel simulate` with the same arguments, measured beside it then (the commit issue 12 was
+# filed at, 796fbc7: plots on, the only way then). Run that commit here (--filed DIR) and the
+# ratio says how much slower or faster this machine is than that one, so Gavel's driver can be
+# scaled to this machine: machines here differ up to ~2.5x from one session to the next. Leave
+# that checkout without compiled bytecode, as `make install` left it then.
+FILED_WALL_S = 6.9
+FILED_COMMIT = "796fbc7"
 WHOLE_PROCESS_TARGET_S = 2.4
 CALIBRATION = "continuous_rate1.4_n1200_seed1.trace"
 
@@ -69,9 +78,12 @@ def whole_process_s(tree: Path, plots: bool, out: Path) -> tuple[float, float]:
     return wall_s, cpu_s
 
 
-def whole_process(runs: int, baseline: Path | None) -> dict[str, dict[str, object]]:
+def whole_process(runs: int, baseline: Path | None, filed: Path | None = None) -> dict[str, dict[str, object]]:
     """Median whole-process time per (tree, plots), the trees alternating run by run."""
-    trees = {"this": ROOT, **({"baseline": baseline.resolve()} if baseline else {})}
+    trees = {
+        "this": ROOT, **({"baseline": baseline.resolve()} if baseline else {}),
+        **({f"filed ({FILED_COMMIT})": filed.resolve()} if filed else {}),
+    }
     times: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     without_flag: set[str] = set()  # a baseline from before --no-plots
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,6 +129,24 @@ def print_whole_process(report: dict[str, dict[str, object]], runs: int) -> None
     this = float(report["this"]["median_s"])  # type: ignore[arg-type]
     met = "met" if this <= WHOLE_PROCESS_TARGET_S else "NOT met"
     print(f"target: plots on <= {WHOLE_PROCESS_TARGET_S} s (a tenth of Gavel's driver): {met}")
+    scaled = machine_scaled(report)
+    if scaled is not None:
+        factor, driver_s = scaled
+        met = "met" if this <= driver_s / 10 else "NOT met"
+        print(
+            f"this machine: the filed commit takes {factor:.2f}x its {FILED_WALL_S} s of then; Gavel's driver scaled "
+            f"to it {driver_s:.1f} s, a tenth {driver_s / 10:.2f} s: {met} (Gavel's driver / this {driver_s / this:.1f}x)"
+        )
+
+
+def machine_scaled(report: dict[str, dict[str, object]]) -> tuple[float, float] | None:
+    """(this machine's time / the filing machine's, for the filed commit with plots; Gavel's
+    driver scaled by it), or None without --filed."""
+    filed = report.get(f"filed ({FILED_COMMIT})")
+    if filed is None:
+        return None
+    factor = float(filed["median_s"]) / FILED_WALL_S  # type: ignore[arg-type]
+    return factor, GAVEL_DRIVER_WALL_S * factor
 
 
 def case(engine: str, trace: str, cluster: str, window: str, seed: int, programs: str) -> dict[str, float]:
@@ -170,12 +200,20 @@ def main() -> int:
     )
     parser.add_argument("--whole-process-only", action="store_true", help="only case 3 (gavel simulate as a user runs it)")
     parser.add_argument("--baseline", type=Path, metavar="DIR", help="case 3 also from this checkout, for comparison")
+    parser.add_argument(
+        "--filed", type=Path, metavar="DIR",
+        help=f"case 3 also from a checkout of {FILED_COMMIT} (issue 12 filed), to scale Gavel's driver to this machine",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.whole_process_only:
-        whole = whole_process(args.runs, args.baseline)
+        whole = whole_process(args.runs, args.baseline, args.filed)
         if args.json:
-            print(json.dumps({"gavel_driver_wall_s": GAVEL_DRIVER_WALL_S, "whole_process": whole}, indent=2))
+            scaled = machine_scaled(whole)
+            print(json.dumps({
+                "gavel_driver_wall_s": GAVEL_DRIVER_WALL_S, "whole_process": whole,
+                "machine_factor": scaled[0] if scaled else None, "gavel_driver_scaled_s": scaled[1] if scaled else None,
+            }, indent=2))
         else:
             print_whole_process(whole, args.runs)
         return 0
@@ -199,7 +237,7 @@ def main() -> int:
     if not args.skip_large:
         large = case("fast", "generate:6000:4.0:0", "36:36:36", "2000:3000", 0, args.programs)
         report["large_36_36_36_6000_jobs"] = large
-    report["whole_process"] = whole_process(args.runs, args.baseline)
+    report["whole_process"] = whole_process(args.runs, args.baseline, args.filed)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
