@@ -29,13 +29,13 @@ from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
+    RoundPlan,
     RoundReport,
     admit_arrivals,
     begin_reset,
     close_round,
     force_reset_when_idle,
     open_round,
-    round_report,
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
@@ -43,7 +43,7 @@ from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext,
 from policy_service.core.validation import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
-from sim.physics import lease_outcome, true_rates
+from sim.physics import full_lease, lease_outcome, true_rates
 from sim.results import JobOutcome, RoundRecord, SimulationResult
 from sim.traces import TraceJob
 
@@ -103,6 +103,7 @@ def simulate(
     now_s = arrivals[0].arrival_time_s
     clock = RoundClock()
     running: list[LeaseResult] = []
+    full_leases: FullLeases = {}
     rounds: list[RoundRecord] = []
     solve_times: list[float] = []
     rejected: list[str] = []
@@ -152,14 +153,10 @@ def simulate(
         plan = open_round(state, now_s, settings, shuffle, profiling)
         # 6. dispatch
         clock.dispatched_at_s = now_s
-        kept, restore_s = plan.kept, settings.restore_s
-        running = [
-            _dispatch(state, table, entry, placement, now_s, 0.0 if entry in kept else restore_s, settings)
-            for entry, placement in plan.assignment.items()
-        ]
+        running = _dispatch_round(state, table, plan, now_s, settings, full_leases)
         if running:
             idle_passes = 0
-            rounds.append(round_record(round_report(state, len(rounds), now_s, plan, running, reset)))
+            rounds.append(record_round(state, len(rounds), now_s, plan, running, reset))
         elif not arrivals:
             idle_passes += 1
             if idle_passes > 2:
@@ -251,6 +248,38 @@ def _reallocate(
     return reply.solve_time_s
 
 
+# (job type, scale factor, accelerator type, restore s) -> physics.full_lease: the table is the run's
+FullLeases = dict[tuple[str, int, str, float], tuple[float, tuple[int], float]]
+
+
+def _dispatch_round(
+    state: MechanismState, table: ThroughputTable, plan: RoundPlan, now_s: float, settings: MechanismSettings,
+    full_leases: FullLeases,
+) -> list[LeaseResult]:
+    """The round's leases, in the plan's order: ``_dispatch`` of each. A single job's lease (nearly
+    every one) is written out: its steps and length come from ``full_leases``, worked out once per
+    (job type, scale factor, accelerator type, restore) for the run (physics.full_lease: the same
+    floats as lease_outcome), unless the job has fewer steps left than the lease would run."""
+    jobs, kept, restore_s, lease_s = state.jobs, plan.kept, settings.restore_s, settings.round_s
+    running = []
+    for entry, placement in plan.assignment.items():
+        lease_restore_s = 0.0 if entry in kept else restore_s
+        if len(entry) != 1:
+            running.append(_dispatch(state, table, entry, placement, now_s, lease_restore_s, settings))
+            continue
+        job = jobs[entry[0]]
+        key = (job.job_type, job.scale_factor, placement.accelerator_type, lease_restore_s)
+        full = full_leases.get(key)
+        if full is None:
+            full = full_leases[key] = full_lease(table, *key[:3], lease_s, lease_restore_s)
+        rate, steps, duration_s = full
+        remaining = job.total_steps - job.steps_done
+        if remaining < steps[0]:  # the job's last lease: its own steps
+            steps, duration_s = lease_outcome((rate,), (remaining,), lease_s, lease_restore_s)
+        running.append(LeaseResult(entry, placement, steps, now_s + duration_s))
+    return running
+
+
 def _dispatch(
     state: MechanismState, table: ThroughputTable, entry: Entry, placement: Placement, now_s: float, restore_s: float,
     settings: MechanismSettings,
@@ -282,6 +311,30 @@ def round_record(report: RoundReport) -> RoundRecord:
         lease_opportunities=report.lease_opportunities,
         reset=report.reset,
         leases=report.leases,
+    )
+
+
+def record_round(
+    state: MechanismState, round_id: int, start_s: float, plan: RoundPlan, running: Sequence[LeaseResult], reset: bool
+) -> RoundRecord:
+    """``round_record(round_report(...))`` in one step, without the report in between: the same
+    pass over the leases in the same order (the same sums), straight into the record."""
+    busy = dict.fromkeys(state.gpus, 0)
+    busy_s = dict.fromkeys(state.gpus, 0.0)
+    end_s = start_s
+    jobs_running = 0
+    for lease in running:
+        placement, finish_s = lease.placement, lease.finish_s
+        w, gpus = placement.accelerator_type, len(placement.worker_ids)
+        busy[w] += gpus
+        busy_s[w] += gpus * (finish_s - start_s)
+        if finish_s > end_s:
+            end_s = finish_s
+        jobs_running += len(lease.entry)
+    return RoundRecord(
+        round_id=round_id, start_s=start_s, end_s=end_s, busy_gpus_by_type=busy, busy_gpu_seconds_by_type=busy_s,
+        jobs_running=jobs_running, jobs_waiting=plan.jobs_waiting, leases_extended=plan.extended,
+        lease_opportunities=plan.opportunities, reset=reset, leases=len(plan.assignment),
     )
 
 

@@ -4,6 +4,7 @@ make exactly the same progress."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from common.throughputs import ThroughputTable
@@ -43,3 +44,16 @@ def lease_outcome(
     steps = tuple(min(int(t * run_s), r) for t, r in zip(throughputs_steps_per_s, steps_remaining, strict=True))
     duration_s = max((n / t for n, t in zip(steps, throughputs_steps_per_s, strict=True) if t > 0), default=0.0)
     return steps, restore_s + max(0.0, duration_s)
+
+
+def full_lease(
+    table: ThroughputTable, job_type: str, scale_factor: int, accelerator_type: str, lease_s: float, restore_s: float
+) -> tuple[float, tuple[int], float]:
+    """(steps/s, steps, seconds) of one job's lease, alone on ``accelerator_type``, when it has at
+    least those steps left: ``lease_outcome``'s answer for any such job (the min then takes the
+    lease's own steps), the same floats, so a run can look it up per (job type, scale factor,
+    accelerator type, restore) instead of working it out per lease. A job with fewer steps left
+    takes ``lease_outcome`` with the rate."""
+    rate = true_rates(table, (job_type,), scale_factor, accelerator_type)[0]
+    steps, duration_s = lease_outcome((rate,), (sys.maxsize,), lease_s, restore_s)
+    return rate, steps, duration_s  # type: ignore[return-value]

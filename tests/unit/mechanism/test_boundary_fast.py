@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
-import pytest
 
-from mechanism_service.core import reducers
 from mechanism_service.core.migration import fit_held, held_entries
 from mechanism_service.core.model import Entry, FrozenAllocation, JobState, MechanismState, Placement, share_matrix
 from mechanism_service.core.planning import count_extensions, fit_held_columns, kept_entries
@@ -146,10 +144,9 @@ def settled(s: MechanismState) -> tuple[object, ...]:
     )
 
 
-@pytest.mark.parametrize("few_cells", [0, 64], ids=["np.add.at", "loop"])
-def test_settling_is_the_plain_definition_s(few_cells: int, monkeypatch: pytest.MonkeyPatch):
-    """Either way of adding the leases' time to the ledgers (reducers._FEW_CELLS)."""
-    monkeypatch.setattr(reducers, "_FEW_CELLS", few_cells)
+def test_settling_is_the_plain_definition():
+    """The leases' time added through the ledgers' memoryview (reducers._ReceivedTime), rows
+    looked up again after each removal."""
     removed = finished = 0
     for seed in SEEDS:
         rng = random.Random(seed)
