@@ -165,6 +165,18 @@ def _shared_policy(name: str, preset: str, solver: str | None) -> Policy:
     return _new_policy(name, preset, solver, None)
 
 
+@functools.lru_cache(maxsize=256)
+def reads_previous(name: str, preset: str = "default", solver: str | None = None) -> bool:
+    """Whether the policy's answers depend on the allocation in force (``problem.previous``):
+    True unless the policy says it never reads it (a ``reads_previous`` of False), and for a
+    name or preset it cannot build (the answer then reports the error)."""
+    try:
+        policy = _new_policy(name, preset, solver, None)
+    except (GavelError, KeyError, TypeError, ValueError):
+        return True
+    return bool(getattr(policy, "reads_previous", True))
+
+
 def _new_policy(name: str, preset: str, solver: str | None, seed: int | None) -> Policy:
     entry = REGISTRY.entry(name)
     accepted = _accepted_parameters(name)
@@ -293,7 +305,9 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
             entities=[],
             prices_per_hour=context.prices_per_hour,
             table=context.table,
-            previous=request.previous or None,  # type: ignore[arg-type]
+            # (a policy that never reads the last allocation is not handed it: building it is
+            # ~10% of such an answer, and the mechanism's own entries need no checking)
+            previous=(request.previous or None) if getattr(policy, "reads_previous", True) else None,  # type: ignore[arg-type]
             policy_state=request.policy_state or None,
             admitted=True,
         )

@@ -39,7 +39,7 @@ from mechanism_service.core.rounds import (
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
-from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted
+from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted, reads_previous
 from policy_service.core.validation import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
@@ -200,7 +200,12 @@ def _reallocate(
     # Gavel's stateful random policies seed one stream per run (the continuation carries it);
     # ours draw afresh at each solve.
     seed = config.seed if settings.preset == "gavel" else config.seed + state.resets
-    snapshot = admitted_snapshot(state, now_s, rates=rates) if learning is None else None
+    snapshot = (
+        admitted_snapshot(
+            state, now_s, rates=rates, with_previous=reads_previous(config.policy, settings.preset, config.solver)
+        )
+        if learning is None else None
+    )
     if snapshot is not None:
         # The request's content column by column, answered as the mechanism installs it: the
         # same problem and allocation as answer(admitted=True) below, without a message per job

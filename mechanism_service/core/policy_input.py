@@ -99,14 +99,16 @@ AdmittedColumns = tuple[tuple[object, ...], ...]
 
 
 def admitted_snapshot(
-    state: MechanismState, now_s: float, *, rates: Rates | None = None
+    state: MechanismState, now_s: float, *, rates: Rates | None = None, with_previous: bool = True
 ) -> tuple[dict[str, int], AdmittedColumns, tuple[AllocationEntry, ...]] | None:
     """What allocation_request would send, for a policy called in this process (the simulator's
     fast path), without a PolicyJob per job built only to be read back field by field: (worker
     types, the jobs' fields column by column -- ids, job types, scale factors, priority weights,
     steps remaining, time since arrival, SLOs, isolated times --, the allocation in force). The
     same jobs, values and entries as the request; None when the request carries more than
-    that (each job's own throughputs, colocation classes, entities), so the caller sends it."""
+    that (each job's own throughputs, colocation classes, entities), so the caller sends it.
+    ``with_previous=False``: no entries of the allocation in force, for a policy that never
+    reads them (policy_service.answer.reads_previous)."""
     if rates is not None and rates.explicit:
         return None
     running = runnable_jobs(state)
@@ -118,7 +120,7 @@ def admitted_snapshot(
         for job in running
     ]
     columns = tuple(zip(*rows)) if rows else ((),) * 8
-    return dict(state.gpus), columns, previous_entries(state)
+    return dict(state.gpus), columns, previous_entries(state) if with_previous else ()
 
 
 def class_colocations(state: MechanismState, jobs: Sequence[JobState], rates: EstimatedRates) -> tuple[ClassColocation, ...]:

@@ -63,6 +63,13 @@ class MaxMinFairness:
     options: SolveOptions = field(default_factory=SolveOptions)
     name: str = "max_min_fairness_perf"
 
+    @property
+    def reads_previous(self) -> bool:
+        """Whether ``allocate`` looks at ``problem.previous``: only the packed program does (its
+        column generation starts from the last allocation's pairs, pair_columns.py), so a
+        caller answering in process may leave it out of the others' problems."""
+        return self.space_sharing
+
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
         if problem.num_jobs == 0:

@@ -285,7 +285,10 @@ class Space:
         num_types = self.problem.num_types
         if values is None:
             values = np.zeros(self.num_vars)
-        values = np.clip(np.nan_to_num(np.asarray(values, float)), 0.0, None)
+        values = np.asarray(values, float)
+        if not np.isfinite(values).all():  # (nan_to_num costs ~30 us even when it has nothing to do)
+            values = np.nan_to_num(values)
+        values = np.clip(values, 0.0, None)
         values[values < NOISE_FRACTION] = 0.0
         x = np.zeros((self.num_classes, num_types))
         mask = self.x_index >= 0

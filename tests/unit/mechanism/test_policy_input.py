@@ -106,7 +106,9 @@ def test_the_admitted_snapshot_is_the_requests_jobs_column_by_column():
     assert columns == tuple(tuple(getattr(job, name) for job in request.problem.jobs) for name in fields)
     assert columns[0] == ("j0", "j1") and columns[4] == (600, 300)
     assert worker_types == request.problem.worker_types
-    assert previous == request.problem.previous
+    assert previous == request.problem.previous and previous
+    # for a policy that never reads it: the same jobs, no allocation in force
+    assert admitted_snapshot(s, 1000.0, with_previous=False) == (worker_types, columns, ())
 
 
 def test_a_job_with_an_entity_is_left_to_the_request():

@@ -18,6 +18,7 @@ from policy_service.answer import (
     answer_admitted,
     computed_message,
     problem_from_message,
+    reads_previous,
 )
 from policy_service.core import REGISTRY, allocation_to_json, build_problem, validation
 from policy_service.core.validation import AdmittedJobs
@@ -41,7 +42,9 @@ def _previous(jobs: tuple[PolicyJob, ...]) -> tuple[AllocationEntry, ...]:
     )
 
 
-@pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed", "finish_time_fairness"])
+@pytest.mark.parametrize(
+    "policy", ["max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed", "finish_time_fairness"]
+)
 @pytest.mark.parametrize("n,seed", [(1, 0), (17, 1), (40, 2)])
 def test_the_admitted_answer_is_the_messages(policy: str, n: int, seed: int) -> None:
     jobs, packing = _jobs(n, seed), policy.endswith("_packed")
@@ -114,3 +117,11 @@ def test_a_previous_value_to_check_gets_the_checks_error() -> None:
     jobs = random_jobs(3, 7)
     with pytest.raises(Exception, match=r"previous_allocation\[0\].fractions.v100"):
         build_problem(COUNTS, jobs, table=gavel_table(), previous=[AllocationEntry((jobs[0].id,), {"v100": float("nan")})])  # type: ignore[list-item]
+
+
+def test_only_a_policy_that_says_it_never_reads_the_last_allocation_goes_without_it() -> None:
+    # (test_the_admitted_answer_is_the_messages holds the answers equal either way)
+    assert not reads_previous("max_min_fairness_perf") and not reads_previous("max_min_fairness")
+    assert reads_previous("max_min_fairness_packed")  # its column generation starts from the last pairs
+    assert reads_previous("fifo") and reads_previous("gandiva")  # no claim: handed it
+    assert reads_previous("no_such_policy") and reads_previous("max_min_fairness_perf", "no_such_preset")
