@@ -144,16 +144,134 @@ def charge_move_columns(state: MechanismState, queues: Queues, settings: Mechani
     return queues._replace(priority=priority, deficit_s=deficit_s)
 
 
-def held_columns(state: MechanismState, now_s: float, settings: MechanismSettings) -> list[tuple[Entry, str]]:
+class LedgerLists(NamedTuple):
+    """The ledgers' columns as flat Python lists, read once a round for a few rows (below
+    SMALL_ROWS): a cell (row, column) is ``row * types + column``, its members' rates ``2 * cell``
+    and ``2 * cell + 1``. One ``tolist`` a column for the round's passes (holds, their fit, the
+    queues) instead of a handful of numpy calls each."""
+
+    types: int
+    allocation: list[float]
+    received_s: list[float]
+    deficit_s: list[float]
+    rates: list[float]
+
+
+def ledger_lists(state: MechanismState) -> LedgerLists | None:
+    """The ledgers' columns as lists, or None above SMALL_ROWS rows (there numpy pays)."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    if rows > SMALL_ROWS:
+        return None
+    return LedgerLists(
+        len(ledgers.types),
+        ledgers.allocation_matrix(state.allocation).ravel().tolist(),
+        ledgers.received_s[:rows].ravel().tolist(),
+        ledgers.deficit_s[:rows].ravel().tolist(),
+        ledgers.throughputs[:rows].ravel().tolist(),
+    )
+
+
+class QueueLists(NamedTuple):
+    """Every type's candidates for ``pick_columns`` from lists (``queue_lists``): per column,
+    the live rows where every member runs, in admission order, split by whether the entry has
+    a priority there (``served``) or not; ``sort_keys[column][row]`` is the row's (priority,
+    deficit, allocation) there, as ``charge_move_columns(priority_columns(...))`` gives them."""
+
+    keys: list[Entry | None]
+    served: list[list[int]]
+    unserved: list[list[int]]
+    sort_keys: list[list[tuple[float, float, float] | None]]
+
+
+def plan_queues(state: MechanismState, settings: MechanismSettings, lists: LedgerLists | None) -> Queues | QueueLists:
+    """The queues ``pick_columns`` ranks, moves charged when ``settings.charge_moves``: from
+    ``lists`` where the round read them (a few rows), else on numpy columns."""
+    if lists is not None:
+        return queue_lists(state, settings, lists)
+    queues = priority_columns(state)
+    return charge_move_columns(state, queues, settings) if settings.charge_moves else queues
+
+
+def queue_lists(state: MechanismState, settings: MechanismSettings, lists: LedgerLists) -> QueueLists:
+    """``priority_columns`` and then, when ``settings.charge_moves``, ``charge_move_columns``,
+    fused on Python floats for the cells a pick can visit (the live rows whose every member
+    runs there): the same IEEE operations in the same order, so the same floats, without ~25
+    numpy calls on arrays of tens of cells (tests/unit/mechanism/test_planning_fast.py holds
+    the two equal). A type at a time, its cells zipped from strided slices of the lists."""
+    ledgers = state.entries
+    types, rows, keys = lists.types, ledgers.rows, ledgers.keys
+    allocation, received_s, deficit_s, rates = lists.allocation, lists.received_s, lists.deficit_s, lists.rates
+    charging = settings.charge_moves
+    ran_on: list[str | None] = [None] * rows  # row -> the type it ran on last round
+    if charging:
+        row_of = ledgers.row_of
+        for entry, placement in state.previous_assignment.items():
+            row = row_of.get(entry)
+            if row is not None:
+                ran_on[row] = placement.accelerator_type
+    round_s, restores = settings.round_s, settings.move_charge_restores
+    measured, restore_s = bool(state.move_costs_by_job_type), settings.restore_s
+    pairs = len(ledgers.row_of) > len(state.jobs)  # as charge_move_columns: members counted only then
+
+    def charge(entry: Entry | None, cost_s: float) -> tuple[float, float]:
+        """(charge_s, the priority's factor) of a move (x 1 for a single: exact, as restores x cost)."""
+        charge_s = restores * (len(entry) if pairs and entry else 1) * cost_s
+        left_s = round_s - charge_s
+        return charge_s, (0.0 if 0.0 >= left_s else left_s) / round_s  # np.maximum(0.0, left_s) / round_s
+
+    charges: list[tuple[float, float] | None] = [None] * rows  # row -> its move's charge (measured: at its first move)
+    if charging and not measured:  # one cost for all: a single's charge, a pair's
+        single, pair = charge((0,), restore_s), charge((0, 1), restore_s)
+        charges = [pair if entry is not None and len(entry) == 2 else single for entry in keys]
+    served: list[list[int]] = []
+    unserved: list[list[int]] = []
+    sort_keys: list[list[tuple[float, float, float] | None]] = []
+    type_time_s = state.type_time_s
+    for k, w in enumerate(ledgers.types):
+        total_s = type_time_s[w]
+        served_k: list[int] = []
+        unserved_k: list[int] = []
+        keys_k: list[tuple[float, float, float] | None] = [None] * rows
+        served.append(served_k)
+        unserved.append(unserved_k)
+        sort_keys.append(keys_k)
+        cells = zip(
+            range(rows), keys, allocation[k::types], received_s[k::types], deficit_s[k::types],
+            rates[2 * k :: 2 * types], rates[2 * k + 1 :: 2 * types], ran_on, charges,
+        )
+        for row, entry, share, received, deficit, first_rate, second_rate, ran, charge_of in cells:
+            if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
+                continue
+            if share == 0.0:
+                keys_k[row] = (0.0, deficit, share)
+                unserved_k.append(row)
+                continue
+            received = received / total_s if total_s > 0 else 0.0
+            priority = share / received if received > 0 else share * UNSERVED_FACTOR
+            if charging and priority != 0.0 and ran != w:  # it would start afresh here: charged its move
+                if charge_of is None:  # (a cost looked up for the rows that move, as charge_move_columns does)
+                    charge_of = charges[row] = charge(entry, move_cost_s(state, entry, settings))
+                priority *= charge_of[1]
+                deficit -= charge_of[0]
+            keys_k[row] = (priority, deficit, share)
+            (served_k if priority > 0.0 else unserved_k).append(row)
+    return QueueLists(keys, served, unserved, sort_keys)
+
+
+def held_columns(
+    state: MechanismState, now_s: float, settings: MechanismSettings, lists: LedgerLists | None = None
+) -> list[tuple[Entry, str]]:
     """migration.held_entries on columns: last round's entries that keep their type this round
     (its docstring says which), decided for all of them at once; the same arithmetic in the same
-    order, the cost migration.move_cost_s's (one for all while no job type was measured)."""
+    order, the cost migration.move_cost_s's (one for all while no job type was measured).
+    ``lists``: the ledgers' columns as the round read them (``ledger_lists``), when it did."""
     share_limit = settings.move_overhead_share
     previous = state.previous_assignment
     if share_limit is None or not previous:
         return []
     if len(previous) <= SMALL_ROWS:
-        return _held_small(state, now_s, settings, share_limit)
+        return _held_small(state, now_s, settings, share_limit, lists)
     ledgers, jobs = state.entries, state.jobs
     entries = list(previous)
     count = len(entries)
@@ -188,27 +306,56 @@ def held_columns(state: MechanismState, now_s: float, settings: MechanismSetting
 
 
 def _held_small(
-    state: MechanismState, now_s: float, settings: MechanismSettings, share_limit: float
+    state: MechanismState, now_s: float, settings: MechanismSettings, share_limit: float, lists: LedgerLists | None
 ) -> list[tuple[Entry, str]]:
-    """``held_columns`` for a few entries: the ledgers' cells read in one gather, the tests made
-    an entry at a time on Python floats (the same IEEE operations, in the same order)."""
-    ledgers, jobs = state.entries, state.jobs
+    """``held_columns`` for a few entries: the ledgers' cells read from ``lists`` (or in one
+    gather), the tests made an entry at a time on Python floats (the same IEEE operations, in
+    the same order)."""
+    ledgers = state.entries
     row_of, column_of = ledgers.row_of, ledgers.column_of
+    types = len(ledgers.types)  # the arrays are C-ordered rows x types: a cell is row x types + column
+    if lists is not None:  # the cells that can hold (a share, every member runs), read as found
+        allocation, rates = lists.allocation, lists.rates
+        deficits_s, received_s = lists.deficit_s, lists.received_s
+        cells = [
+            (entry, w, share, rates[2 * cell], rates[2 * cell + 1], deficits_s[cell], received_s[cell])
+            for entry, p in state.previous_assignment.items()
+            if (row := row_of.get(entry)) is not None
+            and (share := allocation[cell := row * types + column_of[w := p.accelerator_type]]) > 0.0
+            and rates[2 * cell] > 0.0
+            and rates[2 * cell + 1] > 0.0
+        ]
+        return _holds(state, now_s, settings, share_limit, cells)
     found = [(entry, p.accelerator_type, row) for entry, p in state.previous_assignment.items() if (row := row_of.get(entry)) is not None]
     if not found:
         return []
-    types = len(ledgers.types)  # the arrays are C-ordered rows x types: a cell is row x types + column
-    cells = np.array([row * types + column_of[w] for _, w, row in found])
-    shares = ledgers.allocation_matrix(state.allocation).take(cells).tolist()
-    rates = ledgers.throughputs.reshape(-1, 2).take(cells, axis=0).tolist()
-    deficits_s, received_s = ledgers.deficit_s.take(cells).tolist(), ledgers.received_s.take(cells).tolist()
+    at = np.array([row * types + column_of[w] for _, w, row in found])
+    shares = ledgers.allocation_matrix(state.allocation).take(at).tolist()
+    pairs = ledgers.throughputs.reshape(-1, 2).take(at, axis=0).tolist()
+    deficits, received = ledgers.deficit_s.take(at).tolist(), ledgers.received_s.take(at).tolist()
+    gathered = [
+        (entry, w, share, first_rate, second_rate, deficit_s, received_s)
+        for (entry, w, _), share, (first_rate, second_rate), deficit_s, received_s in zip(found, shares, pairs, deficits, received)
+        if share > 0.0 and first_rate > 0.0 and second_rate > 0.0  # (a NaN fails, as in numpy)
+    ]
+    return _holds(state, now_s, settings, share_limit, gathered)
+
+
+def _holds(
+    state: MechanismState,
+    now_s: float,
+    settings: MechanismSettings,
+    share_limit: float,
+    cells: Iterable[tuple[Entry, str, float, float, float, float, float]],
+) -> list[tuple[Entry, str]]:
+    """``_held_small``'s tests past the first (a share there, every member runs there), on each
+    candidate's (entry, type, share, first and second member's rate, deficit_s, received_s)."""
+    jobs = state.jobs
     measured, uniform_cost_s = bool(state.move_costs_by_job_type), max(0.0, settings.restore_s)
     stretches, round_s, seed_s = state.stretch_rounds, settings.round_s, settings.seed_s
     overshoot, since_reset_s = settings.move_overshoot_moves, now_s - state.last_reset_s
     held = []
-    for (entry, w, _), share, (first_rate, second_rate), deficit_s, received in zip(found, shares, rates, deficits_s, received_s):
-        if not (share > 0.0 and first_rate > 0.0 and second_rate > 0.0):  # (a NaN fails, as in numpy)
-            continue
+    for entry, w, share, first_rate, second_rate, deficit_s, received in cells:
         cost_s = move_cost_s(state, entry, settings) if measured else uniform_cost_s
         if float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s:
             continue
@@ -251,16 +398,28 @@ _STEPS_DONE = operator.attrgetter("steps_done")
 
 
 def fit_held_columns(
-    state: MechanismState, held: Sequence[tuple[Entry, str]], reserved: Sequence[tuple[Entry, str]]
+    state: MechanismState,
+    held: Sequence[tuple[Entry, str]],
+    reserved: Sequence[tuple[Entry, str]],
+    lists: LedgerLists | None = None,
 ) -> list[tuple[Entry, str]]:
     """migration.fit_held with its pass over the jobs that never ran on columns: the newcomers
     found in C (their ``first_run_s`` is None), the GPUs their allocation takes on each type
     summed from the ledgers' allocation matrix (integers: the same counts as one subtraction at
-    a time); the reserved and held entries, few, as the plain form walks them."""
+    a time; from ``lists`` where the round read them); the reserved and held entries, few, as
+    the plain form walks them."""
     left = dict(state.gpus)
     jobs, ledgers = state.jobs, state.entries
     newcomers = list(itertools.compress(jobs.values(), map(operator.is_, map(_FIRST_RUN, jobs.values()), itertools.repeat(None))))
-    if newcomers:
+    if newcomers and lists is not None:
+        allocation, types, row_of = lists.allocation, lists.types, ledgers.row_of
+        columns = [(k, w) for w, k in ledgers.column_of.items() if w in left]
+        for job in newcomers:
+            first_cell = row_of[(job.index,)] * types
+            for k, w in columns:
+                if allocation[first_cell + k] > 0.0:
+                    left[w] -= job.scale_factor
+    elif newcomers:
         count = len(newcomers)
         rows = np.fromiter(map(ledgers.row_of.__getitem__, zip(map(_INDEX, newcomers))), np.intp, count)
         scale = np.fromiter(map(_SCALE_FACTOR, newcomers), np.int64, count)
@@ -289,7 +448,7 @@ _SCALE_FACTOR = operator.attrgetter("scale_factor")
 
 def pick_columns(
     state: MechanismState,
-    queues: Queues,
+    queues: Queues | QueueLists,
     order: Sequence[str],
     settings: MechanismSettings,
     *,
@@ -307,8 +466,11 @@ def pick_columns(
         taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
     column_of, keys = state.entries.column_of, queues.keys
-    ranked_rows = _ranked_rows_small if len(queues.live) <= SMALL_ROWS else _ranked_rows
-    ranking = ranked_rows(queues, settings.only_allocated_run)
+    if isinstance(queues, QueueLists):
+        ranking = _ranked_lists(queues, settings.only_allocated_run)
+    else:
+        ranked_rows = _ranked_rows_small if len(queues.live) <= SMALL_ROWS else _ranked_rows
+        ranking = ranked_rows(queues, settings.only_allocated_run)
     for allocated, w in _passes(order, settings):
         free = left[w]
         if free == 0:
@@ -374,6 +536,31 @@ def _ranked_rows_small(queues: Queues, fifo: bool) -> Ranking:
             rows.sort(key=list(zip(p, deficit_s[k], allocation[k])).__getitem__, reverse=True)  # keys made in C
             ranked[k] = rows
         return rows if allocated is None else [r for r in rows if (p[r] > 0.0) == allocated]
+
+    return ranking
+
+
+def _ranked_lists(queues: QueueLists, fifo: bool) -> Ranking:
+    """``_ranked_rows`` on ``queue_lists``' candidates: a part (those with a priority there, or
+    those without) sorted alone is that part of the whole sorted (a stable sort); the whole is
+    put back in admission order before it is sorted, so ties keep it."""
+    ranked: dict[tuple[int, bool | None], list[int]] = {}
+    served, unserved, sort_keys = queues.served, queues.unserved, queues.sort_keys
+
+    def ranking(k: int, allocated: bool | None) -> list[int]:
+        if fifo and allocated is None:  # only entries with a priority run
+            allocated = True
+        rows = ranked.get((k, allocated))
+        if rows is None:
+            if allocated is None:
+                rows = sorted(served[k] + unserved[k])
+            elif allocated:
+                rows = list(served[k])
+            else:
+                rows = [] if fifo else list(unserved[k])
+            rows.sort(key=sort_keys[k].__getitem__, reverse=True)
+            ranked[(k, allocated)] = rows
+        return rows
 
     return ranking
 
@@ -510,18 +697,23 @@ def _place_extensions_first(
     a gang that would fit on one server), else the lowest free workers."""
     used: set[int] = set()
     previous_of = state.previous_assignment.get
-    for entry, _ in entries:
-        previous = previous_of(entry)
+    fresh: list[tuple[Entry, int]] = []  # the entries placed afresh, largest first
+    for picked in entries:
+        previous = previous_of(picked[0])
         if previous is not None and previous.accelerator_type == w and used.isdisjoint(previous.worker_ids):
-            assignment[entry] = previous
+            assignment[picked[0]] = previous
             used.update(previous.worker_ids)
-    free = [[g for g in server if g not in used] for server in servers] if used else [list(server) for server in servers]
+        else:
+            fresh.append(picked)
+    free: list[list[int]] | None = None  # each server's free workers, listed at the first fresh entry
     first = 0  # servers before this one are full
-    for entry, scale_factor in entries:
+    for entry, scale_factor in fresh:
         if entry in assignment:
             continue
         if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
             continue
+        if free is None:  # (most rounds extend every entry: then no server is listed)
+            free = [list(itertools.filterfalse(used.__contains__, server)) for server in servers]
         while first < len(free) and not free[first]:
             first += 1
         room = next((k for k in range(first, len(free)) if len(free[k]) >= scale_factor), None) if scale_factor > 1 else first

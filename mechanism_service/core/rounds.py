@@ -21,14 +21,14 @@ import numpy as np
 from mechanism_service.core.migration import next_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import (
-    charge_move_columns,
     count_extensions,
     fit_held_columns,
     held_columns,
     kept_entries,
+    ledger_lists,
     pick_columns,
     place,
-    priority_columns,
+    plan_queues,
     type_order,
 )
 from mechanism_service.core.policy_input import advance_isolated_time
@@ -195,10 +195,9 @@ def open_round(
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
     profiled = frozenset(entry for entry, _ in reserved)
-    reserved += fit_held_columns(state, held_columns(state, now_s, settings), reserved)  # moves not yet paid for
-    queues = priority_columns(state)
-    if settings.charge_moves:
-        queues = charge_move_columns(state, queues, settings)
+    lists = ledger_lists(state)  # a few rows: the ledgers read once as lists for every pass (None: numpy)
+    reserved += fit_held_columns(state, held_columns(state, now_s, settings, lists), reserved, lists)  # moves not yet paid for
+    queues = plan_queues(state, settings, lists)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
     kept = kept_entries(state, assignment)
