@@ -149,3 +149,20 @@ def next_stretches(
     """Rounds each entry of this round will have run on its GPUs: one more for an extension, 1
     for a fresh start."""
     return {entry: previous.get(entry, 0) + 1 if entry in kept else 1 for entry in assignment}
+
+
+def kept_and_stretches(
+    previous: Mapping[Entry, Placement], stretches: Mapping[Entry, int], assignment: Mapping[Entry, Placement]
+) -> tuple[frozenset[Entry], dict[Entry, int]]:
+    """planning.kept_entries (the entries that keep last round's placement: its very object,
+    or an equal one) and ``next_stretches`` of them, in one pass over the assignment."""
+    previous_of, stretch_of = previous.get, stretches.get
+    kept = []
+    following = {}
+    for entry, placement in assignment.items():
+        if (last := previous_of(entry)) is placement or last == placement:
+            kept.append(entry)
+            following[entry] = stretch_of(entry, 0) + 1
+        else:
+            following[entry] = 1
+    return frozenset(kept), following

@@ -172,16 +172,24 @@ def ledger_lists(state: MechanismState) -> LedgerLists | None:
     )
 
 
+class TypeQueue(NamedTuple):
+    """One type's candidates for ``pick_columns`` from lists: the live rows where every member
+    runs there, in admission order, split by whether the entry has a priority there (``served``)
+    or not; ``sort_keys[row]`` is the row's (priority, deficit, allocation) there, as
+    ``charge_move_columns(priority_columns(...))`` gives them (None: not a candidate)."""
+
+    served: list[int]
+    unserved: list[int]
+    sort_keys: list[tuple[float, float, float] | None]
+
+
 class QueueLists(NamedTuple):
-    """Every type's candidates for ``pick_columns`` from lists (``queue_lists``): per column,
-    the live rows where every member runs, in admission order, split by whether the entry has
-    a priority there (``served``) or not; ``sort_keys[column][row]`` is the row's (priority,
-    deficit, allocation) there, as ``charge_move_columns(priority_columns(...))`` gives them."""
+    """Every type's queue from lists (``queue_lists``): ``column(k)`` is the type in ledger
+    column k's, made at its first call (a type the reserved entries fill is never ranked, so
+    never made)."""
 
     keys: list[Entry | None]
-    served: list[list[int]]
-    unserved: list[list[int]]
-    sort_keys: list[list[tuple[float, float, float] | None]]
+    column: Callable[[int], TypeQueue]
 
 
 def plan_queues(state: MechanismState, settings: MechanismSettings, lists: LedgerLists | None) -> Queues | QueueLists:
@@ -196,67 +204,93 @@ def plan_queues(state: MechanismState, settings: MechanismSettings, lists: Ledge
 def queue_lists(state: MechanismState, settings: MechanismSettings, lists: LedgerLists) -> QueueLists:
     """``priority_columns`` and then, when ``settings.charge_moves``, ``charge_move_columns``,
     fused on Python floats for the cells a pick can visit (the live rows whose every member
-    runs there): the same IEEE operations in the same order, so the same floats, without ~25
-    numpy calls on arrays of tens of cells (tests/unit/mechanism/test_planning_fast.py holds
-    the two equal). A type at a time, its cells zipped from strided slices of the lists."""
+    runs there), a type when the pick first asks for it: the same IEEE operations in the same
+    order, so the same floats, without ~25 numpy calls on arrays of tens of cells
+    (tests/unit/mechanism/test_planning_lists.py holds the two equal). The state must not
+    change until the pick is done."""
+    made: dict[int, TypeQueue] = {}
+    moves: list[tuple[list[str | None], list[tuple[float, float] | None]]] = []  # made with the first type's
+
+    def column(k: int) -> TypeQueue:
+        queue = made.get(k)
+        if queue is None:
+            if not moves:
+                moves.append(_moves(state, settings))
+            queue = made[k] = _type_queue(state, settings, lists, k, *moves[0])
+        return queue
+
+    return QueueLists(state.entries.keys, column)
+
+
+def _moves(
+    state: MechanismState, settings: MechanismSettings
+) -> tuple[list[str | None], list[tuple[float, float] | None]]:
+    """Per ledger row: the type it ran on last round (None: none, or moves are not charged),
+    and what a move costs it, (charge_s, the priority's factor) (None: looked up at its first
+    move, when job types were measured)."""
     ledgers = state.entries
-    types, rows, keys = lists.types, ledgers.rows, ledgers.keys
-    allocation, received_s, deficit_s, rates = lists.allocation, lists.received_s, lists.deficit_s, lists.rates
-    charging = settings.charge_moves
-    ran_on: list[str | None] = [None] * rows  # row -> the type it ran on last round
-    if charging:
-        row_of = ledgers.row_of
-        for entry, placement in state.previous_assignment.items():
-            row = row_of.get(entry)
-            if row is not None:
-                ran_on[row] = placement.accelerator_type
-    round_s, restores = settings.round_s, settings.move_charge_restores
-    measured, restore_s = bool(state.move_costs_by_job_type), settings.restore_s
-    pairs = len(ledgers.row_of) > len(state.jobs)  # as charge_move_columns: members counted only then
+    rows = ledgers.rows
+    ran_on: list[str | None] = [None] * rows
+    charges: list[tuple[float, float] | None] = [None] * rows
+    if not settings.charge_moves:
+        return ran_on, charges
+    row_of = ledgers.row_of
+    for entry, placement in state.previous_assignment.items():
+        row = row_of.get(entry)
+        if row is not None:
+            ran_on[row] = placement.accelerator_type
+    if not state.move_costs_by_job_type:  # one cost for all: a single's charge, a pair's
+        single, pair = _move_charge(state, settings, (0,), settings.restore_s), _move_charge(state, settings, (0, 1), settings.restore_s)
+        charges = [pair if entry is not None and len(entry) == 2 else single for entry in ledgers.keys]
+    return ran_on, charges
 
-    def charge(entry: Entry | None, cost_s: float) -> tuple[float, float]:
-        """(charge_s, the priority's factor) of a move (x 1 for a single: exact, as restores x cost)."""
-        charge_s = restores * (len(entry) if pairs and entry else 1) * cost_s
-        left_s = round_s - charge_s
-        return charge_s, (0.0 if 0.0 >= left_s else left_s) / round_s  # np.maximum(0.0, left_s) / round_s
 
-    charges: list[tuple[float, float] | None] = [None] * rows  # row -> its move's charge (measured: at its first move)
-    if charging and not measured:  # one cost for all: a single's charge, a pair's
-        single, pair = charge((0,), restore_s), charge((0, 1), restore_s)
-        charges = [pair if entry is not None and len(entry) == 2 else single for entry in keys]
-    served: list[list[int]] = []
-    unserved: list[list[int]] = []
-    sort_keys: list[list[tuple[float, float, float] | None]] = []
-    type_time_s = state.type_time_s
-    for k, w in enumerate(ledgers.types):
-        total_s = type_time_s[w]
-        served_k: list[int] = []
-        unserved_k: list[int] = []
-        keys_k: list[tuple[float, float, float] | None] = [None] * rows
-        served.append(served_k)
-        unserved.append(unserved_k)
-        sort_keys.append(keys_k)
-        cells = zip(
-            range(rows), keys, allocation[k::types], received_s[k::types], deficit_s[k::types],
-            rates[2 * k :: 2 * types], rates[2 * k + 1 :: 2 * types], ran_on, charges,
-        )
-        for row, entry, share, received, deficit, first_rate, second_rate, ran, charge_of in cells:
-            if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
-                continue
-            if share == 0.0:
-                keys_k[row] = (0.0, deficit, share)
-                unserved_k.append(row)
-                continue
-            received = received / total_s if total_s > 0 else 0.0
-            priority = share / received if received > 0 else share * UNSERVED_FACTOR
-            if charging and priority != 0.0 and ran != w:  # it would start afresh here: charged its move
-                if charge_of is None:  # (a cost looked up for the rows that move, as charge_move_columns does)
-                    charge_of = charges[row] = charge(entry, move_cost_s(state, entry, settings))
-                priority *= charge_of[1]
-                deficit -= charge_of[0]
-            keys_k[row] = (priority, deficit, share)
-            (served_k if priority > 0.0 else unserved_k).append(row)
-    return QueueLists(keys, served, unserved, sort_keys)
+def _move_charge(state: MechanismState, settings: MechanismSettings, entry: Entry, cost_s: float) -> tuple[float, float]:
+    """(charge_s, the priority's factor) of the entry's move, as charge_move_columns makes them:
+    members counted only where the entries have pairs (x 1 for a single: exact, as restores x
+    cost), the factor np.maximum(0.0, round - charge) / round."""
+    members = len(entry) if len(state.entries.row_of) > len(state.jobs) else 1
+    charge_s = settings.move_charge_restores * members * cost_s
+    left_s = settings.round_s - charge_s
+    return charge_s, (0.0 if 0.0 >= left_s else left_s) / settings.round_s
+
+
+def _type_queue(
+    state: MechanismState,
+    settings: MechanismSettings,
+    lists: LedgerLists,
+    k: int,
+    ran_on: list[str | None],
+    charges: list[tuple[float, float] | None],
+) -> TypeQueue:
+    """``queue_lists``' queue for the type in column k, its cells zipped from strided slices."""
+    ledgers = state.entries
+    types, rows, w = lists.types, ledgers.rows, ledgers.types[k]
+    total_s, charging = state.type_time_s[w], settings.charge_moves
+    served: list[int] = []
+    unserved: list[int] = []
+    sort_keys: list[tuple[float, float, float] | None] = [None] * rows
+    cells = zip(
+        range(rows), ledgers.keys, lists.allocation[k::types], lists.received_s[k::types], lists.deficit_s[k::types],
+        lists.rates[2 * k :: 2 * types], lists.rates[2 * k + 1 :: 2 * types], ran_on, charges,
+    )
+    for row, entry, share, received, deficit, first_rate, second_rate, ran, charge in cells:
+        if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
+            continue
+        if share == 0.0:
+            sort_keys[row] = (0.0, deficit, share)
+            unserved.append(row)
+            continue
+        received = received / total_s if total_s > 0 else 0.0
+        priority = share / received if received > 0 else share * UNSERVED_FACTOR
+        if charging and priority != 0.0 and ran != w:  # it would start afresh here: charged its move
+            if charge is None:  # (a cost looked up for the rows that move, as charge_move_columns does)
+                charge = charges[row] = _move_charge(state, settings, entry, move_cost_s(state, entry, settings))
+            priority *= charge[1]
+            deficit -= charge[0]
+        sort_keys[row] = (priority, deficit, share)
+        (served if priority > 0.0 else unserved).append(row)
+    return TypeQueue(served, unserved, sort_keys)
 
 
 def held_columns(
@@ -545,20 +579,21 @@ def _ranked_lists(queues: QueueLists, fifo: bool) -> Ranking:
     those without) sorted alone is that part of the whole sorted (a stable sort); the whole is
     put back in admission order before it is sorted, so ties keep it."""
     ranked: dict[tuple[int, bool | None], list[int]] = {}
-    served, unserved, sort_keys = queues.served, queues.unserved, queues.sort_keys
+    column = queues.column
 
     def ranking(k: int, allocated: bool | None) -> list[int]:
         if fifo and allocated is None:  # only entries with a priority run
             allocated = True
         rows = ranked.get((k, allocated))
         if rows is None:
+            served, unserved, sort_keys = column(k)
             if allocated is None:
-                rows = sorted(served[k] + unserved[k])
+                rows = sorted(served + unserved)  # (admission order again: ties keep it even against a NaN)
             elif allocated:
-                rows = list(served[k])
+                rows = list(served)
             else:
-                rows = [] if fifo else list(unserved[k])
-            rows.sort(key=sort_keys[k].__getitem__, reverse=True)
+                rows = [] if fifo else list(unserved)
+            rows.sort(key=sort_keys.__getitem__, reverse=True)
             ranked[(k, allocated)] = rows
         return rows
 

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanism_service.core.migration import next_stretches
+from mechanism_service.core.migration import kept_and_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import (
     count_extensions,
     fit_held_columns,
     held_columns,
-    kept_entries,
     ledger_lists,
     pick_columns,
     place,
@@ -200,12 +199,11 @@ def open_round(
     queues = plan_queues(state, settings, lists)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
-    kept = kept_entries(state, assignment)
+    kept, state.stretch_rounds = kept_and_stretches(state.previous_assignment, state.stretch_rounds, assignment)
     extended, opportunities = count_extensions(state, assignment, kept)
     state.leases_extended += extended
     state.lease_opportunities += opportunities
-    state.stretch_rounds = next_stretches(state.stretch_rounds, assignment, kept)
     state.previous_assignment = assignment
     record_first_runs(state, assignment, now_s)
-    running = sum(len(e) for e in assignment)
+    running = sum(map(len, assignment))
     return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running, profiled)

@@ -1,7 +1,8 @@
 """The planner's list forms for a few ledger rows (core/planning.py: ``ledger_lists``,
 ``queue_lists``, and ``held_columns``, ``fit_held_columns`` and ``pick_columns`` given the lists)
-against the numpy columns and the row forms, on the random states of test_planning_fast.py. The
-schedule must not change by a bit, so every comparison is exact."""
+against the numpy columns and the row forms, and migration.kept_and_stretches against the two
+passes it fuses, on the random states of test_planning_fast.py. The schedule must not change by
+a bit, so every comparison is exact."""
 
 from __future__ import annotations
 
@@ -9,13 +10,21 @@ import random
 from dataclasses import replace
 
 from mechanism_service.core import planning
-from mechanism_service.core.migration import charge_moves, fit_held, held_entries, note_move_cost
-from mechanism_service.core.model import MechanismState
+from mechanism_service.core.migration import (
+    charge_moves,
+    fit_held,
+    held_entries,
+    kept_and_stretches,
+    next_stretches,
+    note_move_cost,
+)
+from mechanism_service.core.model import MechanismState, Placement
 from mechanism_service.core.planning import (
     QueueLists,
     charge_move_columns,
     fit_held_columns,
     held_columns,
+    kept_entries,
     ledger_lists,
     pick,
     pick_columns,
@@ -75,13 +84,16 @@ def test_queue_lists_hold_the_charged_columns_floats_for_every_candidate():
         if settings.charge_moves:
             queues = charge_move_columns(s, queues, settings)
         fused = queue_lists(s, settings, lists)
-        for k in range(len(s.entries.types)):
+        for k in random.Random(seed).sample(range(len(s.entries.types)), len(s.entries.types)):  # made in any order
+            served, unserved, sort_keys = fused.column(k)
+            assert fused.column(k) is fused.column(k)  # made once
             runs = [r for r in range(s.entries.rows) if queues.live[r] and queues.runs[r, k]]
-            assert sorted(fused.served[k] + fused.unserved[k]) == runs, seed
-            assert fused.served[k] == [r for r in runs if queues.priority[r, k] > 0.0], seed
+            assert sorted(served + unserved) == runs, seed
+            assert served == [r for r in runs if queues.priority[r, k] > 0.0], seed
+            assert all(sort_keys[r] is None for r in set(range(s.entries.rows)) - set(runs))
             for r in runs:
                 expected = (float(queues.priority[r, k]), float(queues.deficit_s[r, k]), float(queues.allocation[r, k]))
-                assert fused.sort_keys[k][r] == expected, (seed, r, k)
+                assert sort_keys[r] == expected, (seed, r, k)
                 charged += expected[1] != s.entries.deficit_s[r, k]
                 zero_factor += expected[0] == 0.0 and expected[2] != 0.0
     assert charged > 50 and zero_factor > 0  # moves were charged, some to a zero priority
@@ -126,3 +138,26 @@ def test_holds_and_their_fit_from_lists_are_the_row_forms():
         held_any += bool(held)
         fitted += len(fitting)
     assert held_any > 20 and fitted > 5
+
+
+def test_kept_and_stretches_are_kept_entries_and_next_stretches():
+    kept_any = fresh_any = 0
+    for seed in SEEDS:
+        s = columnar_state(seed)
+        rng = random.Random(seed)
+        assignment = {}
+        for entry in s.entries:
+            last = s.previous_assignment.get(entry)
+            roll = rng.random()
+            if last is not None and roll < 0.4:
+                assignment[entry] = last  # the very object
+            elif last is not None and roll < 0.6:
+                assignment[entry] = Placement(last.accelerator_type, tuple(last.worker_ids))  # an equal one
+            elif roll < 0.8:
+                assignment[entry] = Placement(rng.choice(list(s.gpus)), (rng.randrange(4),))
+        kept, stretches = kept_and_stretches(s.previous_assignment, s.stretch_rounds, assignment)
+        assert kept == kept_entries(s, assignment), seed
+        assert list(stretches.items()) == list(next_stretches(s.stretch_rounds, assignment, kept).items()), seed
+        kept_any += len(kept)
+        fresh_any += len(assignment) - len(kept)
+    assert kept_any > 20 and fresh_any > 20
