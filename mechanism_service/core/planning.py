@@ -10,7 +10,9 @@ ledgers' columns (model.Ledgers) instead of a walk over every entry and type, th
 pass over each type's sorted candidates. The row forms (migration.held_entries, migration.fit_held,
 ``priority_rows``, migration.charge_moves, ``pick``) are their definitions:
 tests/unit/mechanism/test_planning_fast.py and test_boundary_fast.py hold each columnar form to
-them, exactly.
+them, exactly. For a few rows (SMALL_ROWS) a round reads the columns once as lists
+(``ledger_lists``) and the holds, their fit and the queues (``queue_lists``: priorities and
+moves' charges fused) run on Python floats: test_planning_lists.py holds them to both.
 """
 
 from __future__ import annotations
