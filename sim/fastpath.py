@@ -35,6 +35,7 @@ from mechanism_service.core.rounds import (
     begin_reset,
     close_round,
     force_reset_when_idle,
+    lease_totals,
     open_round,
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
@@ -324,18 +325,7 @@ def record_round(
 ) -> RoundRecord:
     """``round_record(round_report(...))`` in one step, without the report in between: the same
     pass over the leases in the same order (the same sums), straight into the record."""
-    busy = dict.fromkeys(state.gpus, 0)
-    busy_s = dict.fromkeys(state.gpus, 0.0)
-    end_s = start_s
-    jobs_running = 0
-    for lease in running:
-        placement, finish_s = lease.placement, lease.finish_s
-        w, gpus = placement.accelerator_type, len(placement.worker_ids)
-        busy[w] += gpus
-        busy_s[w] += gpus * (finish_s - start_s)
-        if finish_s > end_s:
-            end_s = finish_s
-        jobs_running += len(lease.entry)
+    end_s, busy, busy_s, jobs_running = lease_totals(state, start_s, running)
     return RoundRecord(
         round_id=round_id, start_s=start_s, end_s=end_s, busy_gpus_by_type=busy, busy_gpu_seconds_by_type=busy_s,
         jobs_running=jobs_running, jobs_waiting=plan.jobs_waiting, leases_extended=plan.extended,

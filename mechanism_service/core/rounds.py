@@ -166,6 +166,18 @@ class RoundReport:
 def round_report(
     state: MechanismState, round_id: int, start_s: float, plan: RoundPlan, results: Iterable[LeaseResult], reset: bool
 ) -> RoundReport:
+    end_s, busy, busy_s, running = lease_totals(state, start_s, results)
+    return RoundReport(
+        round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset,
+        len(plan.assignment),
+    )
+
+
+def lease_totals(
+    state: MechanismState, start_s: float, results: Iterable[LeaseResult]
+) -> tuple[float, dict[str, int], dict[str, float], int]:
+    """(when the round's last lease ended, GPUs leased per type, GPU-seconds per type, jobs
+    running) of a round's leases, summed in their order."""
     busy = dict.fromkeys(state.gpus, 0)
     busy_s = dict.fromkeys(state.gpus, 0.0)
     end_s = start_s
@@ -178,10 +190,7 @@ def round_report(
         if finish_s > end_s:  # max(end_s, finish_s), without the call
             end_s = finish_s
         running += len(lease.entry)
-    return RoundReport(
-        round_id, start_s, end_s, busy, busy_s, running, plan.jobs_waiting, plan.extended, plan.opportunities, reset,
-        len(plan.assignment),
-    )
+    return end_s, busy, busy_s, running
 
 
 def open_round(
