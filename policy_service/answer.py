@@ -228,6 +228,8 @@ def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[
     entries = [
         ((job_id,), dict(zip(worker_types, row))) for job_id, row in zip(job_ids, _cleaned(allocation.job_fractions))
     ]
+    if not allocation.pairs.num_pairs:  # nothing packed (an unpacked policy's every answer)
+        return entries
     pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
     entries += [
         ((job_ids[a], job_ids[b]), dict(zip(worker_types, row)))

@@ -303,10 +303,11 @@ class Space:
             mask = self.pair_index >= 0
             z[mask] = values[self.pair_index[mask]]
             pairs, w = partners_to_class_pairs(self.problem, self.classes, self.partners, z)
-        else:
+        else:  # no pair variables: nothing to select
             pairs, w = np.zeros((0, 2), np.int64), np.zeros((0, num_types))
-        used = w.sum(axis=1) > 0
-        pairs, w = pairs[used], w[used]
+        if len(pairs):
+            used = w.sum(axis=1) > 0
+            pairs, w = pairs[used], w[used]
         sizes = self.classes.sizes.astype(float)
         return _repair(x, pairs, w, sizes, self.class_scale_factors, self.problem.worker_counts)
 
@@ -326,7 +327,7 @@ class Space:
                 pair_time=_readonly(w),
             )
         else:
-            shares = PairShares.none(problem.num_jobs, num_types)
+            shares = _no_pair_shares(problem.num_jobs, num_types)
         return Allocation(
             policy=policy,
             status=status,
@@ -341,10 +342,23 @@ class Space:
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _no_pair_shares(num_jobs: int, num_types: int) -> PairShares:
+    """PairShares.none, made once per shape: its arrays are read-only and the dataclass frozen,
+    so the allocations of a simulation's hundreds of unpacked answers can share it."""
+    return PairShares.none(num_jobs, num_types)
+
+
 def _repair(
     x: np.ndarray, pairs: np.ndarray, w: np.ndarray, sizes: np.ndarray, scale_factors: np.ndarray, counts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scale down classes over 100% of their time, then types over their GPU count."""
+    if not len(pairs):  # the same arithmetic without the pairs' terms (most answers have none)
+        factor = np.minimum(1.0, 1.0 / np.maximum(x.sum(axis=1), 1e-300))
+        x = x * factor[:, None]
+        used = ((sizes * scale_factors)[:, None] * x).sum(axis=0)
+        type_factor = np.where(used > counts, counts / np.maximum(used, 1e-300), 1.0)
+        return x * type_factor, pairs.astype(np.int64), w * type_factor
     a, b = pairs[:, 0], pairs[:, 1]
     same = a == b
     time_used = x.sum(axis=1)
@@ -407,14 +421,15 @@ def build_space(
     fits = (counts > 0)[None, :] & (
         class_sf[:, None] <= problem.gang_capacity[None, :] if options.exclude_oversized_gangs else True
     )
-    fits = np.broadcast_to(fits, (classes.num_classes, num_types))  # (C, K) even when not excluding
+    if fits.shape != (classes.num_classes, num_types):  # (C, K) even when not excluding
+        fits = np.broadcast_to(fits, (classes.num_classes, num_types))
 
     x_allowed = fits.copy()
     if options.prune_dominated:
         x_allowed &= class_tput > 0
+    num_x = int(np.count_nonzero(x_allowed))
     x_index = np.full((classes.num_classes, num_types), -1, dtype=np.int64)
-    x_index[x_allowed] = np.arange(int(x_allowed.sum()))
-    num_x = int(x_allowed.sum())
+    x_index[x_allowed] = np.arange(num_x)
     c_idx, k_idx = np.nonzero(x_allowed)
     b_rows, b_cols, b_vals = [c_idx], [x_index[c_idx, k_idx]], [np.ones(len(c_idx))]
     u_rows, u_cols, u_vals = [k_idx], [x_index[c_idx, k_idx]], [sizes[c_idx] * class_sf[c_idx]]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -125,6 +125,10 @@ class Colocation:
 
     @staticmethod
     def empty(num_jobs: int, num_types: int) -> Colocation:
+        return _empty_colocation(num_jobs, num_types)
+
+    @staticmethod
+    def _made_empty(num_jobs: int, num_types: int) -> Colocation:
         return Colocation(
             key_of_job=_readonly(np.full(num_jobs, -1, dtype=np.int64)),
             key_pairs=_readonly(np.zeros((0, 2), dtype=np.int64)),
@@ -169,6 +173,14 @@ class Colocation:
         table = np.where(swapped[:, None, None], table[:, :, ::-1], table)
         out[found] = table
         return index, out
+
+
+
+@lru_cache(maxsize=256)
+def _empty_colocation(num_jobs: int, num_types: int) -> Colocation:
+    """Colocation.empty, made once per shape: read-only arrays in a frozen dataclass, shared by
+    the hundreds of unpacked problems of a simulation."""
+    return Colocation._made_empty(num_jobs, num_types)
 
 
 @dataclass(frozen=True, eq=False)

@@ -258,15 +258,20 @@ def _admitted_columns(
     numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s)
     if not all(_all_numbers(column) for column in numbers):
         return None
+    # In range on the Python numbers (a NaN fails both comparisons, an infinity the upper one):
+    # three numpy reductions cost more than the comparisons at a few dozen jobs.
+    for column, limit in zip(numbers, (MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S)):
+        if not all(0 <= v <= limit for v in column):
+            return None
+    # Each job can run somewhere (a type with enough GPUs where it has a throughput): a property
+    # of its key, checked once per key.
+    count_list = counts.tolist()
+    for (_, scale_factor), row in dict(zip(zip(job_types, scale_factors_given), rows)).items():
+        if not any(count >= scale_factor and steps_per_s > 0 for count, steps_per_s in zip(count_list, row)):
+            return None
     values = np.array(numbers, dtype=float).reshape(3, num_jobs)
-    limits = np.array([[MAX_TOTAL_STEPS], [MAX_TIME_S], [MAX_TIME_S]])
-    if not (np.isfinite(values).all() and (values >= 0).all() and (values <= limits).all()):
-        return None
     throughputs = np.array(rows, dtype=float).reshape(num_jobs, num_types)
     scale_factors = np.array(scale_factors_given, dtype=np.int64)
-    fits = counts[None, :] >= scale_factors[:, None]
-    if not (fits & (throughputs > 0)).any(axis=1).all():
-        return None
     slo = np.array([np.nan if v is None else float(v) for v in jobs.slo_s], dtype=float)
     weights = np.array([float(v) for v in jobs.priority_weights], dtype=float)
     return (
