@@ -431,8 +431,9 @@ def build_space(
     x_index = np.full((classes.num_classes, num_types), -1, dtype=np.int64)
     x_index[x_allowed] = np.arange(num_x)
     c_idx, k_idx = np.nonzero(x_allowed)
-    b_rows, b_cols, b_vals = [c_idx], [x_index[c_idx, k_idx]], [np.ones(len(c_idx))]
-    u_rows, u_cols, u_vals = [k_idx], [x_index[c_idx, k_idx]], [sizes[c_idx] * class_sf[c_idx]]
+    x_cols = x_index[c_idx, k_idx]  # (read-only below: both triplets may share it)
+    b_rows, b_cols, b_vals = [c_idx], [x_cols], [np.ones(len(c_idx))]
+    u_rows, u_cols, u_vals = [k_idx], [x_cols], [sizes[c_idx] * class_sf[c_idx]]
 
     pairs, partners = PairClasses.none(num_types), None
     pair_index = np.zeros((0, num_types), dtype=np.int64)

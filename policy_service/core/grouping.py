@@ -79,16 +79,18 @@ def _group_rows(rows: list[list[float]]) -> JobClasses:
     """group_jobs over rows given as lists, by a dict (classes in order of first appearance)."""
     class_by_row: dict[tuple[float, ...], int] = {}
     first: list[int] = []
+    sizes: list[int] = []
     class_of_job = []
     for i, row in enumerate(map(tuple, rows)):
         c = class_by_row.get(row)
         if c is None:
             c = class_by_row[row] = len(first)
             first.append(i)
+            sizes.append(0)
+        sizes[c] += 1
         class_of_job.append(c)
-    classes = np.array(class_of_job, dtype=np.int64)
     return JobClasses(
-        class_of_job=classes,
+        class_of_job=np.array(class_of_job, dtype=np.int64),
         representative=np.array(first, dtype=np.int64),
-        sizes=np.bincount(classes, minlength=len(first)).astype(np.int64),
+        sizes=np.array(sizes, dtype=np.int64),  # (counted here: what bincount of the classes gives)
     )

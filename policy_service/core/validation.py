@@ -16,6 +16,7 @@ solves again rather than failing every solve.
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
@@ -270,7 +271,8 @@ def _admitted_columns(
         if not any(count >= scale_factor and steps_per_s > 0 for count, steps_per_s in zip(count_list, row)):
             return None
     values = np.array(numbers, dtype=float).reshape(3, num_jobs)
-    throughputs = np.array(rows, dtype=float).reshape(num_jobs, num_types)
+    # (flat from the rows: half the time of np.array on a list of tuples)
+    throughputs = np.fromiter(itertools.chain.from_iterable(rows), float, num_jobs * num_types).reshape(num_jobs, num_types)
     scale_factors = np.array(scale_factors_given, dtype=np.int64)
     slo = np.array([np.nan if v is None else float(v) for v in jobs.slo_s], dtype=float)
     weights = np.array([float(v) for v in jobs.priority_weights], dtype=float)

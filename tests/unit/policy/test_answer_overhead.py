@@ -1,13 +1,13 @@
 """The small-size forms of the simulator's answer path held to the general ones: _repair
 without pairs, the cached empty Colocation and PairShares, the admitted columns' range and
-runnable checks done on Python numbers."""
+runnable checks done on Python numbers, the small grouping's class sizes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from policy_service.core import formulation, validation
+from policy_service.core import formulation, grouping, validation
 from policy_service.core.allocation import PairShares
 from policy_service.core.problem import Colocation
 from tests.unit.policy.builders import gavel_table
@@ -99,3 +99,14 @@ def test_admitted_checks_on_python_numbers_match_numpy(seed: int) -> None:
     got = validation._admitted_columns(jobs, worker_types, counts, table)
     rows = [tuple(float(table.isolated(t, sf, w)) for w in worker_types) for t, sf in picked]
     assert (got is not None) == _numpy_accepts(jobs, rows, counts)
+
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_small_grouping_counts_sizes_as_bincount(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    columns = [rng.choice([0.0, 0.5, 1.25, np.nan], size=(n, 3)), rng.choice([1, 2, 4], size=n)]
+    classes = grouping.group_jobs(columns, n)
+    want = np.bincount(classes.class_of_job, minlength=classes.num_classes).astype(np.int64)
+    assert classes.sizes.dtype == np.int64 and np.array_equal(classes.sizes, want)
