@@ -288,11 +288,12 @@ def apply_allocation(
         if missing:
             columns = allocation_columns(state, allocation)
     if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
-        relaid = steady_allocation(
+        relaid, relaid_shares = steady_allocation(
             state, allocation, settings.steady_types_tolerance, settings.steady_max_split_jobs, columns=columns,
+            with_shares=True,
         )
-        if relaid is not allocation:
-            allocation, columns = relaid, allocation_columns(state, relaid)
+        if relaid_shares is not None:  # the same entries in the same order: the same rows
+            allocation, columns = relaid, (columns[0], relaid_shares)
     state.allocation = _install(state, allocation, columns)
     state.policy_state = policy_state
     state.needs_allocation = False
@@ -369,6 +370,21 @@ class LeaseResult:
     steps: tuple[int, ...]
     finish_s: float
     ended: Literal["", "crashed", "lost", "unreported"] = ""
+
+    def __init__(
+        self, entry: Entry, placement: Placement, steps: tuple[int, ...], finish_s: float,
+        ended: Literal["", "crashed", "lost", "unreported"] = "",
+    ) -> None:
+        # Written out (the generated one's work, ~0.2 us less a call): one is built per lease
+        # settled, ~60,000 in the simulator's calibration run.
+        _SET(self, "entry", entry)
+        _SET(self, "placement", placement)
+        _SET(self, "steps", steps)
+        _SET(self, "finish_s", finish_s)
+        _SET(self, "ended", ended)
+
+
+_SET = object.__setattr__  # a frozen dataclass sets its fields so in its own __init__
 
 
 def settle_round(

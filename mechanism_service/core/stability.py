@@ -38,6 +38,7 @@ import functools
 import itertools
 import operator
 from collections.abc import Iterable, Mapping
+from typing import Literal, overload
 
 import numpy as np
 
@@ -51,10 +52,24 @@ SUPPORT_SHARE = 1e-6
 _ZERO_SHARE = 1e-9
 
 
+@overload
 def steady_allocation(
     state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None = None,
-    *, columns: tuple[np.ndarray, np.ndarray] | None = None,
-) -> Allocation:
+    *, columns: tuple[np.ndarray, np.ndarray] | None = None, with_shares: Literal[False] = False,
+) -> Allocation: ...
+
+
+@overload
+def steady_allocation(
+    state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None = None,
+    *, columns: tuple[np.ndarray, np.ndarray] | None = None, with_shares: Literal[True],
+) -> tuple[Allocation, np.ndarray | None]: ...
+
+
+def steady_allocation(
+    state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None = None,
+    *, columns: tuple[np.ndarray, np.ndarray] | None = None, with_shares: bool = False,
+) -> Allocation | tuple[Allocation, np.ndarray | None]:
     """``answer`` with its single-job entries re-laid so each job runs on its home type as much
     as its throughput allows (module docstring); the state's ``allocation`` is the one installed
     before this answer. An answer that splits more than ``max_split_jobs`` jobs over several
@@ -62,7 +77,19 @@ def steady_allocation(
     a round boundary (docs/mechanism.md, "A boundary at cluster scale"). ``columns``: the
     answer's entries' ledger rows (-1: none) and shares over the ledgers' types, in the answer's
     order (reducers.allocation_columns), when the caller has them; gathered here otherwise.
-    Returns ``answer`` itself when nothing is re-laid."""
+    Returns ``answer`` itself when nothing is re-laid. ``with_shares``: a pair, the allocation
+    and, when it is re-laid, its shares over the ledgers' types row for row as ``columns`` (the
+    same floats as share_matrix of it: the re-laid rows are the solved shares, 0.0 where the dict
+    names none; None when nothing is re-laid), so the caller need not gather them again."""
+    relaid, shares = _steady(state, answer, tolerance, max_split_jobs, columns)
+    return (relaid, shares) if with_shares else relaid
+
+
+def _steady(
+    state: MechanismState, answer: Allocation, tolerance: float, max_split_jobs: int | None,
+    columns: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[Allocation, np.ndarray | None]:
+    """steady_allocation's work: the allocation and its shares (None when nothing is re-laid)."""
     types = list(state.gpus)
     ledgers = state.entries
     count = len(answer)
@@ -78,9 +105,9 @@ def steady_allocation(
     single = (lengths == 1) & given
     chosen = single.nonzero()[0]
     if not len(chosen) or len(types) < 2:
-        return answer
+        return answer, None
     rows = answer_rows[chosen]
-    columns_of_types = [ledgers.column_of[w] for w in types]
+    columns_of_types = np.fromiter(map(ledgers.column_of.__getitem__, types), np.intp, len(types))
     rates = ledgers.throughputs[rows[:, None], columns_of_types, 0]
     # (Column-major, as the column gather makes it: the sums over jobs below add in that order,
     # and the LP's bounds are the same floats only when they do.)
@@ -95,7 +122,7 @@ def steady_allocation(
     types_given = support.sum(axis=1)
     split = int(np.count_nonzero(types_given >= 2))
     if split == 0 or (max_split_jobs is not None and split > max_split_jobs):
-        return answer  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
+        return answer, None  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
     singles = list(itertools.compress(answer, single.tolist()))
     laid = types_given > 0  # every job the answer gives time
     scale = np.fromiter(map(_SCALE, map(state.jobs.__getitem__, map(_FIRST, singles))), float, len(singles))
@@ -122,12 +149,20 @@ def steady_allocation(
     if solved is None:
         solved = _solve(*problem, tolerance)
     if solved is None:
-        return answer
+        return answer, None
     out = dict(answer)
     relaid = singles if everyone else list(itertools.compress(singles, laid.tolist()))
-    for entry, x in zip(relaid, solved.tolist(), strict=True):
-        out[entry] = {w: v for w, v in zip(types, x, strict=True) if v > 0.0}
-    return out
+    # Each job's positive shares: a solved share is > _ZERO_SHARE or exactly 0.0, so its truth
+    # is "> 0.0" (compress in C, ~30% less than a comprehension's test).
+    solved_rows = solved.tolist()
+    out.update(zip(relaid, [dict(itertools.compress(zip(types, x), x)) for x in solved_rows], strict=True))
+    # The re-laid rows' shares: a share the dict does not name is 0.0, and a ledger type outside
+    # ``types`` is named by none.
+    out_shares = answer_shares.copy()
+    positions = chosen if everyone else chosen[laid]
+    out_shares[positions] = 0.0
+    out_shares[positions[:, None], columns_of_types] = solved
+    return out, out_shares
 
 
 _SCALE = operator.attrgetter("scale_factor")
@@ -177,7 +212,7 @@ def _all_on_home(
 
 def _home_types(
     state: MechanismState, singles: list[Entry], rows: np.ndarray, shares: np.ndarray, types: list[str],
-    columns_of_types: list[int],
+    columns_of_types: np.ndarray,
 ) -> np.ndarray:
     """(n,) the column of each job's home type: where the installed allocation gives it most
     time, else (a new job) where the answer does. The installed allocation, not the type the job
@@ -197,7 +232,7 @@ def _home_types(
     best = held.argmax(axis=1)
     most = held[np.arange(len(best)), best]
     home = np.where(most > 0.0, best, home)
-    tied = (most > 0.0) & (np.count_nonzero(held == most[:, None], axis=1) > 1)
+    tied = (most > 0.0) & ((held == most[:, None]).sum(axis=1) > 1)
     if tied.any():
         home = _home_types_of(installed, singles, tied.nonzero()[0].tolist(), types, home)
     return home
@@ -249,6 +284,25 @@ def _structure(n: int, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return arrays
 
 
+@functools.lru_cache(maxsize=64)
+def _shape_arrays(n: int, num_types: int, tolerance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The LP's arrays that depend on its shape and tolerance only, made once (like
+    ``_structure``): row lower bounds, the level rows' upper bounds (ones), each job's first
+    cell (j * K), and the coefficients' template, (n, K, 3) with every budget coefficient 1.0
+    (the rest filled per solve). Read-only: HiGHS copies what it is passed, a solve copies the
+    template."""
+    row_lower = np.full(2 * n + num_types, -_INF)
+    # A job's throughput stays within [1 - tol, 1] of the answer's: more on its home type would
+    # be time taken from the others' share of the GPUs, not the answer re-laid.
+    row_lower[:n] = 1.0 - tolerance
+    value_template = np.empty((n, num_types, 3))
+    value_template[:, :, 1] = 1.0
+    arrays = (row_lower, np.ones(n), np.arange(n) * num_types, value_template)
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
 def _solve(
     rates: np.ndarray, levels: np.ndarray, budget: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
     support: np.ndarray, home: np.ndarray, tolerance: float,
@@ -262,18 +316,14 @@ def _solve(
     relative = rates / levels[:, None]  # a job's throughput per unit of time, as a share of its level
     cells = n * num_types
     start, index, zeros, continuous = _structure(n, num_types)
-    value = np.empty((n, num_types, 3))  # each column's (level, budget, capacity) coefficients
+    row_lower, ones, job_cells, value_template = _shape_arrays(n, num_types, tolerance)
+    value = value_template.copy()  # each column's (level, budget, capacity) coefficients
     value[:, :, 0] = relative
-    value[:, :, 1] = 1.0
     value[:, :, 2] = scale[:, None]
-    jobs = np.arange(n)
     cost = np.zeros(cells)
-    cost[jobs * num_types + home] = -relative[jobs, home]  # HiGHS minimises
-    row_lower = np.full(2 * n + num_types, -highspy.kHighsInf)
-    # A job's throughput stays within [1 - tol, 1] of the answer's: more on its home type would
-    # be time taken from the others' share of the GPUs, not the answer re-laid.
-    row_lower[:n] = 1.0 - tolerance
-    row_upper = np.concatenate([np.ones(n), budget, capacity])
+    home_cells = job_cells + home
+    cost[home_cells] = -relative.reshape(-1)[home_cells]  # HiGHS minimises
+    row_upper = np.concatenate((ones, budget, capacity))
     highs = _highs()
     status = highs.passModel(
         cells, 2 * n + num_types, 3 * cells, _COLWISE, _MINIMIZE, 0.0, cost, zeros, support.reshape(-1).astype(float),
@@ -289,4 +339,5 @@ def _solve(
 
 
 _COLWISE = 1  # highspy.MatrixFormat.kColwise
+_INF = float("inf")  # highspy.kHighsInf
 _MINIMIZE = 1  # highspy.ObjSense.kMinimize
