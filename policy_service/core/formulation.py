@@ -362,16 +362,14 @@ def _repair(
     a, b = pairs[:, 0], pairs[:, 1]
     same = a == b
     time_used = x.sum(axis=1)
-    if len(pairs):
-        per_pair = w.sum(axis=1)
-        np.add.at(time_used, a, np.where(same, 2.0, 1.0) * per_pair / sizes[a])
-        np.add.at(time_used, b[~same], per_pair[~same] / sizes[b[~same]])
+    per_pair = w.sum(axis=1)
+    np.add.at(time_used, a, np.where(same, 2.0, 1.0) * per_pair / sizes[a])
+    np.add.at(time_used, b[~same], per_pair[~same] / sizes[b[~same]])
     factor = np.minimum(1.0, 1.0 / np.maximum(time_used, 1e-300))
     x = x * factor[:, None]
-    w = w * np.minimum(factor[a], factor[b])[:, None] if len(pairs) else w
+    w = w * np.minimum(factor[a], factor[b])[:, None]
     used = ((sizes * scale_factors)[:, None] * x).sum(axis=0)
-    if len(pairs):
-        used = used + (scale_factors[a][:, None] * w).sum(axis=0)
+    used = used + (scale_factors[a][:, None] * w).sum(axis=0)
     type_factor = np.where(used > counts, counts / np.maximum(used, 1e-300), 1.0)
     return x * type_factor, pairs.astype(np.int64), w * type_factor
 
