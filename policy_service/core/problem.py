@@ -175,7 +175,6 @@ class Colocation:
         return index, out
 
 
-
 @lru_cache(maxsize=256)
 def _empty_colocation(num_jobs: int, num_types: int) -> Colocation:
     """Colocation.empty, made once per shape: read-only arrays in a frozen dataclass, shared by
