@@ -114,6 +114,52 @@ class FrozenAllocation(dict):  # type: ignore[type-arg]
         return FrozenAllocation, (dict(self),)
 
 
+class JobTable(dict):  # type: ignore[type-arg]
+    """The active jobs (index -> JobState, admission order) with their indices by job id kept
+    beside them (``index_of``): an answer, keyed by job ids, is mapped to indices without a pass
+    over every job (20,000 jobs: ~1.5-4 ms a solve). Only the reducers add and remove jobs, and
+    only by ``table[index] = job`` and ``pop``; the other ways of changing a dict are refused."""
+
+    __slots__ = ("index_of",)
+
+    def __init__(self, jobs: Mapping[int, JobState] | Iterable[tuple[int, JobState]] = ()) -> None:
+        super().__init__(jobs)
+        self.index_of: dict[str, int] = {job.job_id: index for index, job in self.items()}
+
+    def __setitem__(self, index: int, job: JobState) -> None:
+        replaced = self.get(index)
+        if replaced is not None:
+            self._forget(index, replaced)
+        dict.__setitem__(self, index, job)
+        self.index_of[job.job_id] = index
+
+    def __delitem__(self, index: int) -> None:
+        self._forget(index, self[index])
+        dict.__delitem__(self, index)
+
+    def pop(self, index: int, *default: JobState) -> JobState:  # type: ignore[override]
+        if index not in self and default:
+            return default[0]
+        job = self[index]  # KeyError as a dict's, when missing with no default
+        del self[index]
+        return job
+
+    def _forget(self, index: int, job: JobState) -> None:
+        if self.index_of.get(job.job_id) == index:
+            del self.index_of[job.job_id]
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("jobs are added and removed one at a time (table[index] = job, pop), to keep index_of true")
+
+    update = setdefault = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+    def copy(self) -> JobTable:  # type: ignore[override]
+        return JobTable(self)
+
+    def __reduce__(self) -> tuple[type[JobTable], tuple[dict[int, JobState]]]:
+        return JobTable, (dict(self),)
+
+
 class _TypeColumns(Mapping[str, float]):
     """One entry's row of one ledger array, by type: reads give floats, writes go to the array."""
 
@@ -417,7 +463,7 @@ class ProfilingState:
 class MechanismState:
     gpus: dict[str, int]  # accelerator type -> GPUs, in registration order
     servers: dict[str, list[list[int]]]  # type -> servers -> worker ids (ascending)
-    jobs: dict[int, JobState] = field(default_factory=dict)  # active jobs, admission order
+    jobs: dict[int, JobState] = field(default_factory=JobTable)  # active jobs, admission order
     # entry -> ledger, admission order (a dict given here becomes Ledgers over the types of gpus)
     entries: Ledgers = field(default_factory=dict)  # type: ignore[assignment]
     type_time_s: dict[str, float] = field(default_factory=dict)  # time handed out per type
@@ -441,6 +487,8 @@ class MechanismState:
     move_costs_by_job_type: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.jobs, JobTable):
+            self.jobs = JobTable(self.jobs)
         if not isinstance(self.entries, Ledgers):
             self.entries = as_ledgers(self.gpus, self.entries)
 
@@ -459,7 +507,9 @@ class MechanismState:
         for name, value in state[1].items():
             object.__setattr__(self, name, value)
         if isinstance(self.jobs, JobColumns):
-            self.jobs = {job.index: job for job in self.jobs.rows()}
+            self.jobs = JobTable({job.index: job for job in self.jobs.rows()})
+        elif not isinstance(self.jobs, JobTable):  # a snapshot of before the table: a dict
+            self.jobs = JobTable(self.jobs)
         if isinstance(self.completed, JobColumns):
             self.completed = self.completed.rows()
         if not isinstance(self.entries, Ledgers):
