@@ -148,13 +148,19 @@ def write_sweep(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> tu
     from sim.plots import plot_sweep
 
     rows = list(rows)
+    csv_path = write_sweep_csv(rows, out_dir)
+    return csv_path, plot_sweep(rows, csv_path.parent / "sweep_jct.png")
+
+
+def write_sweep_csv(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """Write sweep.csv into out_dir (its plot apart: ``write_sweep``); returns its path."""
     out = _directory(out_dir)
     csv_path = out / "sweep.csv"
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(SWEEP_COLUMNS)
         writer.writerows([_cell(getattr(row, c)) for c in SWEEP_COLUMNS] for row in rows)
-    return csv_path, plot_sweep(rows, out / "sweep_jct.png")
+    return csv_path
 
 
 def write_jobs_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pathlib.Path:

@@ -15,10 +15,10 @@ all busy the gain shrinks. docs/mechanism.md, "As a user runs it (issue 12)", ha
     plotter.finish()                       # hands the work over, waits for the files
 
 The work goes over the child's stdin as one pickle: (name of a ``plot_*`` function of
-sim/plots.py, its arguments) pairs; the child inherits stderr, so a warning or a traceback of
-matplotlib reaches the user as it would in process. If the child cannot be started or fails,
-``finish`` draws the same plots in this process, so the files are the same either way (and a
-real error is raised from here, as before). A parent that leaves without ``finish`` stops the
+sim/plots.py, its arguments) pairs; the child inherits stderr, so a warning of matplotlib
+reaches the user as it would in process. If the child cannot be started or fails, ``finish``
+draws the same plots in this process, so the files are the same either way, and a real error is
+raised from here, once: a failing child only says so by its exit code. A parent that leaves without ``finish`` stops the
 child; one that dies without a word closes the child's stdin, and the child exits at end of file.
 """
 
@@ -30,7 +30,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import traceback
 from collections.abc import Sequence
 
 # The package root the child must import sim from: this checkout's, whatever the current
@@ -110,13 +109,20 @@ def _close(child: subprocess.Popen[bytes]) -> None:
 
 
 def draw(work: Sequence[tuple[str, tuple[object, ...]]]) -> None:
-    """Draw each (plot function's name, arguments) with sim/plots.py, in this process."""
+    """Draw each (plot function's name, arguments) with sim/plots.py, in this process: every
+    plot that can be, then the first error raised, if any."""
     if not work:
         return
     import sim.plots as plots  # noqa: PLC0415 - matplotlib only where plots are drawn
 
+    failed: list[Exception] = []
     for name, args in work:
-        getattr(plots, name)(*args)
+        try:
+            getattr(plots, name)(*args)
+        except Exception as e:  # noqa: BLE001, PERF203 - raised below, once the others are drawn
+            failed.append(e)
+    if failed:
+        raise failed[0]
 
 
 def main() -> int:
@@ -125,14 +131,17 @@ def main() -> int:
     # line) and closes this stdin, which ends this process; a traceback of its own would only
     # add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import sim.plots  # noqa: F401, PLC0415 - the point: imported before the work arrives
-
-    _warm_up()
     try:
-        work = pickle.load(sys.stdin.buffer)
-    except EOFError:
-        return 0  # the parent left without plots
-    return draw_on_two_cores(work)
+        import sim.plots  # noqa: F401, PLC0415 - the point: imported before the work arrives
+
+        _warm_up()
+        try:
+            work = pickle.load(sys.stdin.buffer)
+        except EOFError:
+            return 0  # the parent left without plots
+        return draw_on_two_cores(work)
+    except Exception:  # noqa: BLE001 - the exit code says it; the parent draws and reports the error once
+        return 1
 
 
 def _warm_up() -> None:
@@ -167,8 +176,8 @@ def draw_on_two_cores(work: Sequence[tuple[str, tuple[object, ...]]]) -> int:
         try:
             draw(work[1::2])
             code = 0
-        except BaseException:  # noqa: BLE001 - reported here; the exit code tells the parent
-            traceback.print_exc()
+        except BaseException:  # noqa: BLE001, S110 - the exit code tells the parent, which reports the error once
+            pass
         finally:
             sys.stderr.flush()
             os._exit(code)

@@ -18,9 +18,18 @@ import pathlib
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+# Every figure is drawn on an Agg canvas of its own, whatever backend the user chose for
+# interactive work: an MPLBACKEND that matplotlib does not know fails its import, so it is not
+# shown to the import (and is put back at once).
+_BACKEND = os.environ.pop("MPLBACKEND", None)
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, PercentFormatter
+finally:
+    if _BACKEND is not None:
+        os.environ["MPLBACKEND"] = _BACKEND
 
 from sim.metrics import (
     SECONDS_PER_HOUR,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.cli.progress import ProgressBar
-from services.cli.simulate_cmd import COMPARISON_FILES, ENGINES, RUN_FILES, write_results
+from services.cli.simulate_cmd import COMPARISON_FILES, ENGINES, RUN_FILES, plots_failed, write_results
 
 # The simulator and the policies are imported by run (services/cli/__init__.py).
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"hours ({results[name].wall_s:.1f} s)",
             flush=True,
         )
-    write_results(results, summaries, out)
+    plot_error = write_results(results, summaries, out)
 
     print()
     print(render_comparison(compare(summaries)), end="")
@@ -128,6 +128,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print()
     print(verdict(summaries))
     print(f"(the demo took {time.perf_counter() - started_s:.0f} s)")
+    if plot_error:
+        raise plots_failed(out, plot_error, skip_hint=False)
     return 0
 
 

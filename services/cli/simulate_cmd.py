@@ -9,7 +9,8 @@ A generated trace is saved as DIR/trace.trace, so the run can be repeated with -
 child process started once the inputs are checked imports matplotlib while the runs go on and
 draws the plots at the end (sim/plot_process.py): the whole command's wall time, not its CPU
 time, is what that saves.
-Exit codes: 0 done; 2 bad input (one line naming the flag or file).
+Exit codes: 0 done; 1 the plots could not be drawn (the other files are written); 2 bad input (one
+line naming the flag or file).
 
 The simulator, the policies and the plots are imported by the functions that run (see
 services/cli/__init__.py): ``gavel simulate --help`` starts without the solver stack.
@@ -25,7 +26,7 @@ import pathlib
 from typing import TYPE_CHECKING
 
 from mechanism_service.core.settings import PRESETS
-from services.cli.common import per_hour, print_json
+from services.cli.common import CommandFailed, per_hour, print_json
 from services.cli.progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Replay a trace (--trace) or a generated one (--jobs with --jobs-per-hour or --static) on a simulated "
             "cluster and report job completion times, utilisation, lease extensions, solve times, cost and "
-            "finish-time fairness. Exit codes: 0 done; 2 bad input."
+            "finish-time fairness. Exit codes: 0 done; 1 the plots could not be drawn (the rest is written); "
+            "2 bad input."
         ),
     )
     source = p.add_argument_group("the jobs: a trace file, or a generated trace with Gavel's job distribution")
@@ -205,9 +207,11 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     if args.trace is None:
         out.mkdir(parents=True, exist_ok=True)
         write_trace(trace, out / "trace.trace")
-    write_results(results, summaries, out, plots=args.plots, plotter=plotter)
+    plot_error = write_results(results, summaries, out, plots=args.plots, plotter=plotter)
     if args.json:
         print_json(results_json(results, summaries, out))
+        if plot_error:
+            raise plots_failed(out, plot_error)
         return 0
     print()
     print(render_comparison(compare(summaries)), end="")
@@ -216,7 +220,9 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         for policy, summary in summaries.items():
             print(describe_estimation(policy, summary))
     print()
-    print(describe_files(out, policies, learned=estimation.learned, plots=args.plots))
+    print(describe_files(out, policies, learned=estimation.learned, plots=args.plots and not plot_error))
+    if plot_error:
+        raise plots_failed(out, plot_error)
     return 0
 
 
@@ -297,10 +303,15 @@ def run_all(
 def write_results(
     results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path, *, plots: bool = True,
     plotter: PlotProcess | None = None,
-) -> None:
-    """The runs' files; with a ``plotter``, its child draws the plots (all written on return)."""
+) -> str | None:
+    """The runs' files; with a ``plotter``, its child draws the plots (all written on return).
+    Returns why the plots could not be drawn, or None: the other files stand without them, so
+    the caller reports the results first and the failure after."""
     from sim.output import write_comparison, write_run
+    from sim.plot_process import PlotProcess
 
+    if plots and plotter is None:
+        plotter = PlotProcess(None)  # no child: drawn here, at the end, where a failure is caught
     if len(results) == 1:
         (policy,) = results
         write_run(results[policy], summaries[policy], out, plots=plots, plotter=plotter)
@@ -308,8 +319,20 @@ def write_results(
         for policy in results:
             write_run(results[policy], summaries[policy], out / policy, plots=plots, plotter=plotter)
         write_comparison(results, summaries, out, plots=plots, plotter=plotter)
-    if plotter is not None:
+    if plotter is None:
+        return None
+    try:
         plotter.finish()
+    except Exception as e:  # noqa: BLE001 - matplotlib fails in many ways; the results stand without the plots
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def plots_failed(out: pathlib.Path, reason: str, *, skip_hint: bool = True) -> CommandFailed:
+    """The one line a run whose plots could not be drawn ends with (exit 1); ``skip_hint``: the
+    command has --no-plots."""
+    hint = " (--no-plots skips the plots)" if skip_hint else ""
+    return CommandFailed(f"the plots could not be drawn ({reason}); the other files are in {out}{hint}")
 
 
 def results_json(

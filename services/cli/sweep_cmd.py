@@ -5,7 +5,8 @@ Each seed s generates the trace Gavel generates with seed s at each rate (the sa
 arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do. Runs use the
 bus-free path in worker processes (spawned: a fork would copy the parent's solver state).
 Files: sweep.csv (policy, jobs_per_hour, seed, avg_jct_s) and sweep_jct.png (sim/output.py).
-Exit codes: 0 done; 2 bad input (one line naming the flag).
+Exit codes: 0 done; 1 the plot could not be drawn (sweep.csv is written); 2 bad input (one line
+naming the flag).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="policies x input rates x seeds on generated traces, on all cores; average JCT against input rate",
         description=(
             "Run every (policy, jobs/hour, seed) on the trace Gavel generates with that seed and rate, on all cores, "
-            "and plot average JCT against input rate. Exit codes: 0 done; 2 bad input."
+            "and plot average JCT against input rate. Exit codes: 0 done; 1 the plot could not be drawn; 2 bad input."
         ),
     )
     p.add_argument("--policies", required=True, metavar="A,B,...", help="policies to compare (gavel policy list)")
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         positive_rate,
         seed_number,
     )
-    from sim.output import write_sweep
+    from services.cli.simulate_cmd import plots_failed
+    from sim.output import write_sweep_csv
 
     # 1. every input, checked before any process starts
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
@@ -125,7 +127,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     # 3. files and the table (runs in grid order, whatever order they finished in)
     rows = [outcomes[i].row for i in range(len(runs))]
-    paths = write_sweep(rows, out)
+    # The numbers first: a plot that cannot be drawn must not cost the sweep's results.
+    csv_path = write_sweep_csv(rows, out)
+    plot_error = None
+    try:
+        from sim.plots import plot_sweep  # matplotlib: only once there is something to draw
+
+        png_path = plot_sweep(rows, out / "sweep_jct.png")
+    except Exception as e:  # noqa: BLE001 - matplotlib fails in many ways; the CSV stands without the plot
+        plot_error = f"{type(e).__name__}: {e}"
     if args.json:
         print_json(
             {
@@ -144,10 +154,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 ],
             }
         )
+        if plot_error:
+            raise plots_failed(out, plot_error, skip_hint=False)
         return 0
     print_sweep_table(rows, policies, len(seeds))
     print()
-    print(f"wrote {paths[0]} and {paths[1]}")
+    print(f"wrote {csv_path}" if plot_error else f"wrote {csv_path} and {png_path}")
+    if plot_error:
+        raise plots_failed(out, plot_error, skip_hint=False)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -273,3 +274,58 @@ def test_the_progress_bar_redraws_on_a_terminal_and_stays_quiet_elsewhere():
         "fifo [################--------] 20/30 jobs, 20.0 h simulated, 20.0 s",
         "fifo [########################] 30/30 jobs, 30.0 h simulated, 30.0 s",
     ]
+
+
+def test_plots_that_cannot_be_drawn_end_the_run_with_one_line_after_its_results(tmp_path, capsys):
+    """A file in the way of a plot (here a directory named jct_cdf.png): the results are
+    printed and written, every other plot is drawn, and the run ends with exit 1 and one line
+    (no traceback, neither the plot process's nor this one's)."""
+    out = tmp_path / "run"
+    (out / "jct_cdf.png").mkdir(parents=True)
+    code, stdout, stderr = gavel(
+        capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--policy", "max_min_fairness_perf", "--out", str(out),
+    )
+    assert code == 1
+    assert "max_min_fairness_perf" in stdout  # the results came first
+    assert stderr.startswith("gavel: the plots could not be drawn (IsADirectoryError:")
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert f"the other files are in {out} (--no-plots skips the plots)" in stderr
+    assert {"summary.json", "jobs.csv", "utilization.png", "queue.png"} <= {p.name for p in out.iterdir()}
+    assert (out / "queue.png").stat().st_size > 0 and (out / "utilization.png").stat().st_size > 0
+
+
+def test_an_mplbackend_matplotlib_does_not_know_does_not_stop_the_plots(tmp_path):
+    """The plots are drawn on Agg canvases whatever MPLBACKEND says (a user's interactive
+    setting); the variable is left as it was."""
+    code = (
+        "import os, sim.plots; "
+        "from sim.plot_process import draw_on_two_cores; "
+        "from tests.sim.test_plots import toy_run; "
+        f"work = [('plot_jct_cdf', (toy_run(), {str(tmp_path / 'jct.png')!r})), ('plot_queue', (toy_run(), {str(tmp_path / 'queue.png')!r}))]; "
+        "assert draw_on_two_cores(work) == 0; "
+        "print(os.environ['MPLBACKEND'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "MPLBACKEND": "no-such-backend"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no-such-backend"
+    assert (tmp_path / "jct.png").stat().st_size > 0 and (tmp_path / "queue.png").stat().st_size > 0
+
+
+def test_a_sweep_whose_plot_cannot_be_drawn_keeps_its_csv_and_ends_with_one_line(tmp_path, capsys):
+    """About 4 s (one run on a worker process)."""
+    out = tmp_path / "sweep"
+    (out / "sweep_jct.png").mkdir(parents=True)
+    code, stdout, stderr = gavel(
+        capsys, "sweep", "--policies", "fifo", "--rates", "2", "--jobs", "12", "--cluster", "2:2:2",
+        "--processes", "1", "--out", str(out),
+    )
+    assert code == 1
+    assert f"wrote {out / 'sweep.csv'}\n" in stdout and "sweep_jct.png" not in stdout
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("gavel: the plots could not be drawn (IsADirectoryError:") and last.endswith(f"are in {out}")
+    assert "Traceback" not in stderr
+    with (out / "sweep.csv").open() as f:
+        assert [r["policy"] for r in csv.DictReader(f)] == ["fifo"]

@@ -4,6 +4,7 @@ without handing work over stops the child with nothing drawn."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from sim.output import write_comparison, write_run
 from sim.metrics import summarize
-from sim.plot_process import PlotProcess, draw_on_two_cores
+from sim.plot_process import PlotProcess, draw, draw_on_two_cores
 from tests.sim.test_plots import PRICES, toy_run
 
 RUN_PLOTS = ("jct_cdf.png", "utilization.png", "queue.png")
@@ -82,3 +83,24 @@ def test_plots_drawn_on_two_cores_are_all_drawn_and_a_failing_half_is_reported(t
     broken = [work[0], ("plot_queue", (object(), tmp_path / "broken.png"))]
     assert draw_on_two_cores(broken) == 1
     assert not (tmp_path / "broken.png").exists()
+
+
+def test_a_failing_plot_process_says_so_by_its_exit_code_only(tmp_path) -> None:
+    """The parent draws what the child could not and raises the real error, once: a traceback
+    from the child as well would say it twice."""
+    work = [("plot_jct_cdf", (object(), tmp_path / "a.png")), ("plot_queue", (object(), tmp_path / "b.png"))]
+    child = subprocess.Popen([sys.executable, "-m", "sim.plot_process"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = child.communicate(pickle.dumps(work), timeout=120)
+    assert child.returncode == 1 and err == b""
+
+
+def test_drawing_in_process_draws_every_plot_it_can_then_raises_the_first_error(tmp_path) -> None:
+    result = toy_run()
+    work = [
+        ("plot_jct_cdf", (object(), tmp_path / "broken.png")),
+        ("plot_queue", (result, tmp_path / "queue.png")),
+        ("plot_utilization", (result, tmp_path / "utilization.png")),
+    ]
+    with pytest.raises(AttributeError):
+        draw(work)
+    assert (tmp_path / "queue.png").stat().st_size > 0 and (tmp_path / "utilization.png").stat().st_size > 0
