@@ -103,7 +103,11 @@ def whole_process(
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(runs):
             if driver is not None:
-                times.setdefault((DRIVER_LABEL, True), []).append(timed([str(driver.resolve())]))
+                try:
+                    times.setdefault((DRIVER_LABEL, True), []).append(timed([str(driver.resolve())]))
+                except subprocess.CalledProcessError as e:
+                    tail = e.stderr.decode(errors="replace").strip().splitlines()[-3:] if e.stderr else []
+                    raise SystemExit(f"sim_speed.py: --gavel-driver {driver} exited with {e.returncode}: " + " | ".join(tail)) from None
             for plots in (True, False):
                 for label, tree in trees.items():
                     if not plots and label in without_flag:
@@ -233,7 +237,7 @@ def main() -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.gavel_driver is not None and not os.access(args.gavel_driver, os.X_OK):
+    if args.gavel_driver is not None and not (args.gavel_driver.is_file() and os.access(args.gavel_driver, os.X_OK)):
         parser.error(f"--gavel-driver {args.gavel_driver}: not an executable file")
     if args.whole_process_only:
         whole = whole_process(args.runs, args.baseline, args.filed, args.gavel_driver)
