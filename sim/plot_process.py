@@ -18,8 +18,9 @@ The work goes over the child's stdin as one pickle: (name of a ``plot_*`` functi
 sim/plots.py, its arguments) pairs; the child inherits stderr, so a warning of matplotlib
 reaches the user as it would in process. If the child cannot be started or fails, ``finish``
 draws the same plots in this process, so the files are the same either way, and a real error is
-raised from here, once: a failing child only says so by its exit code. A parent that leaves without ``finish`` stops the
-child; one that dies without a word closes the child's stdin, and the child exits at end of file.
+raised from here, once: a failing child only says so by its exit code. A parent that leaves
+without ``finish`` stops the child; one that dies without a word closes the child's stdin, and
+the child exits at end of file.
 """
 
 from __future__ import annotations
