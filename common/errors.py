@@ -79,6 +79,16 @@ class UnroutableError(BusError):
         self.routing_key = routing_key
 
 
+class MisroutedError(BusError):
+    """A message arrived under another routing key than its own. Every service publishes a
+    message under its own key, so only a foreign or hostile publisher can do this; a handler that
+    dispatches on the message's type would otherwise act on it, or drop it without a word."""
+
+    def __init__(self, message_type: str, own_key: str, routing_key: str) -> None:
+        super().__init__(f"a {message_type} belongs on {own_key}, it arrived on {routing_key}")
+        self.routing_key = routing_key
+
+
 class PublishError(BusError):
     """The broker refused or did not confirm a publish."""
 

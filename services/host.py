@@ -29,8 +29,8 @@ from typing import Protocol
 
 import structlog
 
-from common.bus import Bus, DeadLetter, Handler, Subscription
-from common.errors import BrokerUnreachableError, ServiceError
+from common.bus import Bus, DeadLetter, Delivery, Handler, Subscription
+from common.errors import BrokerUnreachableError, MisroutedError, ServiceError
 from common.messages.base import Message
 
 log = structlog.get_logger("gavel.host")
@@ -45,6 +45,20 @@ class Service(Protocol):
     async def start(self, bus: Bus) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+def _own_key_only(handler: Handler) -> Handler:
+    """``handler`` for deliveries under their message's own routing key; any other raises
+    MisroutedError, which the bus dead-letters with that reason (services dispatch on a
+    message's type, and must not act on one a hostile publisher sent under another key)."""
+
+    async def checked(d: Delivery) -> None:
+        own = d.message.routing_key()
+        if own != d.routing_key:
+            raise MisroutedError(type(d.message).__name__, own, d.routing_key)
+        await handler(d)
+
+    return checked
 
 
 class ServiceBus:
@@ -105,7 +119,7 @@ class ServiceBus:
         durable: bool = True,
     ) -> Subscription:
         sub = await self._bus.subscribe(
-            queue, bindings, handler, prefetch=prefetch, concurrency=concurrency, durable=durable
+            queue, bindings, _own_key_only(handler), prefetch=prefetch, concurrency=concurrency, durable=durable
         )
         self.subscriptions.append(sub)
         return sub
