@@ -463,7 +463,7 @@ class ProfilingState:
 class MechanismState:
     gpus: dict[str, int]  # accelerator type -> GPUs, in registration order
     servers: dict[str, list[list[int]]]  # type -> servers -> worker ids (ascending)
-    jobs: dict[int, JobState] = field(default_factory=JobTable)  # active jobs, admission order
+    jobs: JobTable = field(default_factory=JobTable)  # active jobs, admission order (a dict given here becomes one)
     # entry -> ledger, admission order (a dict given here becomes Ledgers over the types of gpus)
     entries: Ledgers = field(default_factory=dict)  # type: ignore[assignment]
     type_time_s: dict[str, float] = field(default_factory=dict)  # time handed out per type

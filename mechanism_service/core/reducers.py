@@ -16,7 +16,7 @@ import numpy as np
 from common.errors import JobFieldError
 from common.job_checks import check_job
 from mechanism_service.core.model import (
-    Entry, EntryLedger, FrozenAllocation, JobState, JobTable, MechanismState, Placement, share_matrix,
+    Entry, EntryLedger, FrozenAllocation, JobState, MechanismState, Placement, share_matrix,
 )
 from mechanism_service.core.rates import Rates
 from mechanism_service.core.settings import MechanismSettings
@@ -274,8 +274,7 @@ def apply_allocation(
     """Install a new allocation (job-id tuples -> type -> fraction) and remember the isolated
     baseline it came with (see policy_input.advance_isolated_time)."""
     jobs = state.jobs
-    index_of = jobs.index_of if isinstance(jobs, JobTable) else dict(zip(map(_JOB_ID, jobs.values()), jobs))
-    allocation = _answer_entries(fractions, index_of)
+    allocation = _answer_entries(fractions, jobs.index_of)  # (a state's jobs are always a JobTable)
     columns = allocation_columns(state, allocation)  # read by the re-lay and the install alike
     # (as many entries as the ledgers, each with a ledger: every entry is named, none missing)
     named_all = len(allocation) == len(state.entries) and bool((columns[0] >= 0).all())
