@@ -226,6 +226,7 @@ class MechanismService:
         deadlines: bool = True,
         elastic_types: tuple[str, ...] = (),
         admission_batch_s: float = 0.0,
+        crash_point: Callable[[str], None] | None = None,
     ) -> None:
         self._clock: Clock = LockstepClock() if lockstep else clock
         self._lockstep = lockstep
@@ -254,6 +255,11 @@ class MechanismService:
         # Live: wait this long (wall time) after a submission wakes an idle loop, so a burst is
         # admitted by one boundary. Virtual and lockstep time need none (nothing races them).
         self._admission_batch_s = admission_batch_s
+        # Fault injection (sim/faults.py): called with the name of each point where a crash
+        # matters to durability ("boundary.before_journal": the boundary's commands are not
+        # written yet; "boundary.after_journal": written, none published); raising there is a
+        # crash of the round loop, as a SIGKILL would be.
+        self._crash_point = crash_point or (lambda point: None)
         self.memory = Memory(shuffle=shuffle, policy=policy, preset=settings.preset)
         self._rates: Rates = self._make_rates()
         # Workers must time their leases as we time rounds (issue 9: a scaled mechanism and a
@@ -1393,6 +1399,7 @@ class MechanismService:
                     accelerator_type=placement.accelerator_type, workers=workers,
                 )
         # Write ahead: the boundary's whole memory, commands included, before any goes out.
+        self._crash_point("boundary.before_journal")
         if self._journal is not None:
             # Encoded only for the journal (a restart republishes them): without one, this was a
             # fifth of the in-process simulator's time.
@@ -1400,6 +1407,7 @@ class MechanismService:
             memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
             if settled or reset or commands or had_commands or self._replay_too_long():
                 self._journal.save_snapshot(memory)
+        self._crash_point("boundary.after_journal")
         for command in commands:
             if command.worker_id in memory.lost_workers:  # type: ignore[attr-defined]
                 continue  # lost while this boundary was going out: its lease ended with it

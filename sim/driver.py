@@ -18,6 +18,7 @@ from policy_service.answer import SolveContext
 from policy_service.service import PolicyService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.host import Service, ServiceHost
+from services.journal import Journal
 from sim.clock import VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
@@ -72,9 +73,11 @@ async def simulate_services(
     *,
     progress: Progress | None = None,
     observers: Sequence[Service] = (),
+    journal: Journal | None = None,
 ) -> SimulationResult:
     """``observers``: more services on the same bus (a live dashboard, a test's listener); they
-    start before the simulation does."""
+    start before the simulation does. ``journal``: the mechanism keeps one (as a service does),
+    for the invariants to be checked over it (mechanism_service/core/invariants.py)."""
     table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
@@ -104,6 +107,7 @@ async def simulate_services(
         solver=config.solver,
         stop_when=stop_when,
         more_arrivals=lambda: not replayer.done,
+        journal=journal,
     )
 
     fleet = SimulatedFleet(
