@@ -19,7 +19,8 @@ same schedule as the in-process simulator.
 
 Durability: with a journal, every accepted input is written before it is acknowledged, and the
 whole memory at each boundary before its commands go out (services/journal.py); a
-restarted mechanism resumes from it. Each start is a new incarnation (``memory.epoch``), which
+restarted mechanism resumes from it. The journal is also the audit trail (core/audit.py): what
+each boundary leased, settled and charged, and every job's end, for the invariant checker. Each start is a new incarnation (``memory.epoch``), which
 every command carries.
 
 Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"): with
@@ -75,6 +76,7 @@ from common.topics import POLICY_REQUEST_QUEUE
 from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
+from mechanism_service.core import audit
 from mechanism_service.core import status as status_core
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
@@ -121,6 +123,10 @@ SOLVES_PER_BOUNDARY = 8
 MAX_WORKER_GPUS = 1024
 NO_LAUNCH = ("", "")  # a job's command and working directory when it gave neither: its type's catalog entry
 NO_ANSWER_GRACE_S = 2.0  # a policy replica answers in milliseconds; after this, ask who listens
+
+
+# A lease being settled: its id, its result, and each member with its steps and GPU-seconds before
+_Charging = tuple[str, LeaseResult, list[tuple[JobState, int, float]]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -367,6 +373,13 @@ class MechanismService:
         if self._journal is not None:
             self._journal.append(kind, wire_bytes(d), at_s)
 
+    def _audit_end(self, job_id: str, outcome: str, reason: str, now_s: float) -> None:
+        """A job's end (or a submission refused on receipt) in the audit trail, committed with
+        the next commit (a boundary's, or its handler's)."""
+        if self._journal is not None:
+            record = audit.EndRecord(job_id, outcome, reason, now_s, self.memory.epoch)
+            self._journal.append(audit.ENDED, audit.encode_end(record), now_s)
+
     async def _durable(self) -> None:
         """Return once what was recorded is committed (one commit for every handler waiting)."""
         if self._journal is None or not self._journal_pending():
@@ -553,12 +566,15 @@ class MechanismService:
             await self._on_job(d, message)
 
     async def _on_job(self, d: Delivery, message: JobSubmitted) -> None:
-        receipt = self._receive(message, self._clock.now_s())
+        now_s = self._clock.now_s()
+        receipt = self._receive(message, now_s)
         if receipt.outcome in ("new", "refused"):
             # journaled with the arrival it was given (a replay's arrivals are in the trace); an
             # absorbed duplicate or a conflict changes nothing worth replaying
             stamp = receipt.job.arrival_s if receipt.job is not None and not self._lockstep else None
             self._record("submitted", d, stamp)
+        if receipt.outcome == "refused":
+            self._audit_end(message.spec.job_id, audit.REFUSED, receipt.reason, now_s)
         if receipt.outcome == "new":
             self._wake.set()
         await self._durable()
@@ -621,6 +637,9 @@ class MechanismService:
             for kill in self._kills_for_cancel(message.job_id, message.reason):
                 self._log.info("lease_killed", job_id=message.job_id, worker_id=kill.worker_id, lease_id=kill.lease_id)
                 await self._publish(kill)  # not mandatory: a worker that is gone runs nothing
+        if changed and event is not None:  # a job not admitted yet: cancelled at once
+            self._audit_end(event.job_id, "cancelled", event.reason, now_s)
+            await self._durable()
         if event is not None:
             await self._publish(event, f"job-end:{event.job_id}")  # again if it was before: deduplicated
         if message.reply_to:
@@ -848,6 +867,8 @@ class MechanismService:
             if kind == "epoch":  # a start since the snapshot: the next one is after it
                 self.memory.epoch = max(self.memory.epoch, int(body))
                 continue
+            if kind in audit.AUDIT_KINDS:  # outputs, for the checker: never replayed
+                continue
             message = DEFAULT_CODEC.decode(body).message
             if kind == "worker" and isinstance(message, WorkerRegistered):
                 self._apply_worker(message)
@@ -948,7 +969,9 @@ class MechanismService:
                 state = self._ensure_state()
                 # 2. settle
                 round_start_s = memory.round_clock.close(max(r.finish_s for r in results), settings) if results else now_s
+                charging = self._before_settle(state, results) if self._journal is not None else []
                 finished = close_round(state, results, round_start_s, settings)
+                settled = self._settled(charging)
                 for job in finished:
                     await self._publish_end(job)
                 finished += await self._fail_attempts(state, failing, now_s)
@@ -971,7 +994,7 @@ class MechanismService:
                 assert memory.shuffle is not None
                 plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state))
                 memory.round_clock.dispatched_at_s = now_s
-                await self._dispatch(state, plan, now_s, bool(reset), settled=bool(results))
+                await self._dispatch(state, plan, now_s, bool(reset), settled=settled, any_settled=bool(results))
                 if plan.assignment:
                     self._idle_boundaries = 0
         except asyncio.CancelledError:
@@ -1003,6 +1026,7 @@ class MechanismService:
             self._forget(job_id)
             memory.observations.cancelled[job_id] = status_core.cancelled_row(job, reason, now_s)
             self._log.info("job_cancelled", job_id=job_id, reason=reason, admitted=True, steps_done=job.steps_done)
+            self._audit_end(job_id, "cancelled", reason, now_s)
             await self._publish(JobCancelled(job_id, reason, now_s, job.steps_done), f"job-end:{job_id}")
         memory.cancelling.clear()
 
@@ -1030,6 +1054,7 @@ class MechanismService:
             memory.intake.known.pop(job.job_id, None)  # nothing of it was accepted: the id is free again
             self._forget(job.job_id)
             memory.launch.pop(job.job_id, None)
+            self._audit_end(job.job_id, "rejected", verdict.reason, now_s)
             await self._publish_rejection(job.job_id, verdict.reason)
         if newly_held:  # once per boundary, not once per job: a trace can arrive before its fleet
             self._log.warning(
@@ -1133,10 +1158,10 @@ class MechanismService:
             members = [memory.state.jobs.get(i) for i in lease.entry]
             steps = tuple(by_job[m.job_id].steps_done if m is not None and m.job_id in by_job else 0 for m in members)
             lost = lease_id in memory.ended_leases
-            # A lease that lost its worker counts no time beyond what it reported: the job got
-            # nothing after that, and must not lose priority for it.
-            unreported_s = 0.0 if lost else self._clock.now_s() - lease.dispatched_at_s
-            elapsed = max((r.elapsed_s for r in by_job.values()), default=unreported_s)
+            # A lease counts the time its reports account for, and none beyond (invariant I4,
+            # docs/reliability.md): one that lost its worker, or whose reports never came, got its
+            # job nothing credited after that, and must not cost it priority.
+            elapsed = max((r.elapsed_s for r in by_job.values()), default=0.0)
             ended = "lost" if lost else ("crashed" if any(r.outcome == "crashed" for r in by_job.values()) else "")
             if not ended and any(m is not None and m.job_id not in by_job for m in members):
                 # No report by the round's timeout: the job may still be running on its worker,
@@ -1175,6 +1200,7 @@ class MechanismService:
             self.memory.launch.pop(job_id, None)
             self._forget(job_id)
             self._log.warning("job_failed", job_id=job_id, reason=reason)
+            self._audit_end(job_id, "failed", reason, now_s)
             await self._publish(JobFailed(job_id, reason, now_s), f"job-end:{job_id}")
         return ended
 
@@ -1187,12 +1213,15 @@ class MechanismService:
     async def _publish_end(self, job: JobState) -> None:
         self.memory.launch.pop(job.job_id, None)
         self._forget(job.job_id)
+        now_s = self._clock.now_s()
         if job.steps_remaining <= 0 and job.last_finish_s is not None:
             message: Message = JobCompleted(job.job_id, job.last_finish_s, job.last_finish_s - job.arrival_s, job.steps_done)
+            self._audit_end(job.job_id, "completed", "", now_s)
         else:
             reason = "a gang got fewer steps than GPUs too many times"
             self.memory.observations.failed[job.job_id] = reason
-            message = JobFailed(job.job_id, reason, self._clock.now_s())
+            message = JobFailed(job.job_id, reason, now_s)
+            self._audit_end(job.job_id, "failed", reason, now_s)
         await self._publish(message, f"job-end:{job.job_id}")
 
     async def _reallocate(self, state: MechanismState, now_s: float) -> None:
@@ -1286,10 +1315,12 @@ class MechanismService:
                 withdraw_job(state, index)
                 memory.observations.rejected[job_id] = reason
                 memory.intake.known.pop(job_id, None)
+                self._audit_end(job_id, "rejected", reason, now_s)
                 await self._publish_rejection(job_id, reason)
             else:
                 remove_job(state, index, dropped=True)
                 memory.observations.failed[job_id] = reason
+                self._audit_end(job_id, "failed", reason, now_s)
                 await self._publish(JobFailed(job_id, reason, now_s), f"job-end:{job_id}")
 
     async def _send_request(self, request: Message) -> None:
@@ -1343,7 +1374,10 @@ class MechanismService:
                 action=f"the request waits there; keeping the last allocation after {self._allocation_timeout_s:g} s",
             )
 
-    async def _dispatch(self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool, *, settled: bool) -> None:
+    async def _dispatch(
+        self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool, *,
+        settled: list[audit.SettledLease], any_settled: bool,
+    ) -> None:
         memory = self.memory
         assignment = plan.assignment
         commands: list[Message] = []
@@ -1405,8 +1439,10 @@ class MechanismService:
             # fifth of the in-process simulator's time.
             had_commands = bool(memory.commands)
             memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
-            if settled or reset or commands or had_commands or self._replay_too_long():
-                self._journal.save_snapshot(memory)
+            if any_settled or reset or commands or had_commands or self._replay_too_long():
+                record = self._boundary_record(state, round_id if assignment else -1, now_s, assignments, settled)
+                self._journal.append(audit.BOUNDARY, audit.encode_boundary(record), now_s)
+                self._journal.save_snapshot(memory)  # commits the record with it
         self._crash_point("boundary.after_journal")
         for command in commands:
             if command.worker_id in memory.lost_workers:  # type: ignore[attr-defined]
@@ -1415,6 +1451,51 @@ class MechanismService:
         if assignment:
             started = RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments))
             await self._publish(started, f"round-started:{round_id}")
+
+    def _before_settle(self, state: MechanismState, results: list[LeaseResult]) -> list[_Charging]:
+        """Each settled lease's members as they stand before the settle (the audit records
+        what the settle then credited and charged them)."""
+        round_id = self.memory.round_id - 1  # the running round's
+        out = []
+        for result in results:
+            jobs = [job for i in result.entry if (job := state.jobs.get(i)) is not None]
+            members = [(job, job.steps_done, sum(job.gpu_seconds_by_type.values())) for job in jobs]
+            out.append((f"{round_id}:{'+'.join(str(i) for i in result.entry)}", result, members))
+        return out
+
+    @staticmethod
+    def _settled(charging: list[_Charging]) -> list[audit.SettledLease]:
+        return [
+            audit.SettledLease(
+                lease_id, tuple(job.job_id for job, _, _ in members), len(result.placement.worker_ids), result.ended,
+                tuple(job.steps_done - steps for job, steps, _ in members),
+                tuple(sum(job.gpu_seconds_by_type.values()) - gpu_s for job, _, gpu_s in members),
+            )
+            for lease_id, result, members in charging
+        ]
+
+    def _boundary_record(
+        self, state: MechanismState, round_id: int, now_s: float, assignments: list[Assignment], settled: list[audit.SettledLease]
+    ) -> audit.BoundaryRecord:
+        memory = self.memory
+        leases: dict[str, audit.LeaseRecord] = {}
+        for a in assignments:  # one per worker of a lease: a gang's are joined
+            gpus = tuple((a.worker_id, k) for k in a.gpu_ids)
+            known = leases.get(a.lease_id)
+            leases[a.lease_id] = audit.LeaseRecord(
+                a.lease_id, a.job_ids, a.accelerator_type, (known.gpus if known else ()) + gpus, a.extended
+            )
+        # A GPU the state has and no worker owns would be a leak: named, not a crash, so the
+        # checker says it
+        pool = tuple(
+            memory.worker_of.get(gpu, ("?", gpu)) for servers in state.servers.values() for server in servers for gpu in server
+        )
+        return audit.BoundaryRecord(
+            epoch=memory.epoch, at_s=now_s, round_id=round_id, leases=tuple(leases.values()), settled=tuple(settled),
+            workers=tuple((w, t, g) for t, servers in memory.servers.items() for w, g in servers),
+            pool=pool, charges_from_previous_end=self._settings.round_start_from_previous_end,
+            round_s=self._settings.round_s, worker_grace_s=self._settings.worker_grace_s or 0.0,
+        )
 
     def _replay_too_long(self) -> bool:
         """A boundary that only admitted jobs may skip its snapshot (replaying the submissions
