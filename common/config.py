@@ -19,6 +19,10 @@ from common.errors import ConfigError
 T = TypeVar("T")
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+# Messages waiting in the mechanism's submissions queue before a publish is refused: a few
+# seconds of the mechanism's intake (bench/flood.py measures it), so a submitter hears at once
+# that the mechanism is behind instead of queueing hours of work.
+DEFAULT_SUBMISSIONS_MAX_LENGTH = 10_000
 
 
 def _get(env: Mapping[str, str], name: str, default: T, parse: Callable[[str, str], T]) -> T:
@@ -36,6 +40,15 @@ def _positive_int(name: str, raw: str) -> int:
     if v <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
     return v
+
+
+def _positive_int_or_none(name: str, raw: str) -> int | None:
+    if raw.lower() == "none":
+        return None
+    try:
+        return _positive_int(name, raw)
+    except ConfigError:
+        raise ConfigError(f"{name} must be a positive integer or 'none', got {raw!r}") from None
 
 
 def _positive_float(name: str, raw: str) -> float:
@@ -105,6 +118,10 @@ class BusSettings:
     publish_retries: int = 5  # GAVEL_PUBLISH_RETRIES: after a lost connection, retry this many times
     connect_timeout_s: float = 10.0  # GAVEL_CONNECT_TIMEOUT_S
     reconnect_interval_s: float = 1.0  # GAVEL_RECONNECT_INTERVAL_S: between attempts after a drop
+    # GAVEL_SUBMISSIONS_MAX_LENGTH: the mechanism's submissions queue holds at most this many
+    # messages waiting; a publish past it is refused (backpressure, common/topology.py). None
+    # ("none"): no bound, for a queue declared before the bound existed.
+    submissions_max_length: int | None = DEFAULT_SUBMISSIONS_MAX_LENGTH
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BusSettings:
@@ -119,6 +136,9 @@ class BusSettings:
             publish_retries=_get(env, "GAVEL_PUBLISH_RETRIES", d.publish_retries, _positive_int),
             connect_timeout_s=_get(env, "GAVEL_CONNECT_TIMEOUT_S", d.connect_timeout_s, _positive_float),
             reconnect_interval_s=_get(env, "GAVEL_RECONNECT_INTERVAL_S", d.reconnect_interval_s, _positive_float),
+            submissions_max_length=_get(
+                env, "GAVEL_SUBMISSIONS_MAX_LENGTH", d.submissions_max_length, _positive_int_or_none
+            ),
         )
 
 

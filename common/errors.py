@@ -11,6 +11,8 @@
     │   │                      may be starting, so `gavel serve` waits; a refusal is a BusError
     │   ├── UnroutableError    a mandatory publish matched no queue (nobody would receive it)
     │   ├── PublishError       the broker did not confirm a publish (nack, timeout, lost channel)
+    │   │   └── QueueFullError a bounded queue (x-max-length, reject-publish) refused it: full;
+    │   │                      publish_many raises it after the batch, naming what was refused
     │   └── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
     ├── PolicyError            the policy library (see policy_service.core)
     │   ├── UnknownPolicyError a name not in the registry; lists the known ones
@@ -91,6 +93,21 @@ class MisroutedError(BusError):
 
 class PublishError(BusError):
     """The broker refused or did not confirm a publish."""
+
+
+class QueueFullError(PublishError):
+    """A queue the message routes to is bounded (``x-max-length`` with ``reject-publish``,
+    common/topology.py) and full: the broker refused the message there (queues with room still
+    took their copy, as RabbitMQ does). From ``publish_many``: raised once every message of the
+    batch is settled; ``refused`` holds the positions of the refused ones, in order, and
+    ``message_ids`` the ids of all."""
+
+    def __init__(
+        self, message: str, *, refused: tuple[int, ...] = (), message_ids: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.message_ids = message_ids
 
 
 class SubscriptionError(BusError):

@@ -14,7 +14,12 @@ def make_bus(settings: BusSettings, *, source: str, clock: Clock | None = None) 
     """The bus the settings ask for. RabbitMQ support needs the ``amqp`` extra (aio-pika)."""
     codec = Codec(limits=CodecLimits(max_body_bytes=settings.max_message_bytes))
     if settings.kind == "memory":
-        return InMemoryBus(codec=codec, clock=clock, source=source, prefetch=settings.prefetch)
+        from common.topology import queue_bounds
+
+        return InMemoryBus(
+            codec=codec, clock=clock, source=source, prefetch=settings.prefetch,
+            max_lengths=queue_bounds(settings.submissions_max_length),
+        )
     try:
         from services.bus.rabbit import RabbitBus
     except ImportError as e:  # pragma: no cover - depends on the installed extras

@@ -11,20 +11,26 @@ to catch a message that could not cross a real wire.
 
 ``drain()`` waits until no delivery is in flight anywhere: the simulator's virtual clock advances
 only then.
+
+Bounded queues (``max_lengths``, by queue name; the embedded default takes the topology's bound
+from its settings, as RabbitBus does): a queue holds at most that many messages waiting (not
+counting those dispatched to a consumer and not yet settled, as RabbitMQ counts), and refuses a
+publish past it with QueueFullError while every other queue of the route still takes its copy,
+as RabbitMQ's ``reject-publish`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
 from common.bus import DeadLetter, Delivery, Handler
 from common.clock import Clock
 from common.codec import DEFAULT_CODEC, Codec, Envelope, id_sequence
-from common.errors import BusClosedError, DecodeError, SubscriptionError, UnroutableError
+from common.errors import BusClosedError, DecodeError, QueueFullError, SubscriptionError, UnroutableError
 from common.messages.base import Message
 from common.topics import check_subscription, topic_matches
 from services.bus.consumer import ConsumerLoop
@@ -54,11 +60,12 @@ class _Item:
 
 
 class _Queue:
-    __slots__ = ("name", "durable", "pending", "consumers", "next_consumer")
+    __slots__ = ("name", "durable", "max_length", "pending", "consumers", "next_consumer")
 
-    def __init__(self, name: str, durable: bool) -> None:
+    def __init__(self, name: str, durable: bool, max_length: int | None = None) -> None:
         self.name = name
         self.durable = durable
+        self.max_length = max_length  # messages waiting at most (None: unbounded)
         self.pending: collections.deque[_Item] = collections.deque()
         self.consumers: list[MemorySubscription] = []
         self.next_consumer = 0
@@ -128,9 +135,12 @@ class InMemoryBroker:
     RabbitMQ; closing one connection cancels only its own subscriptions.
     """
 
-    def __init__(self, *, codec: Codec = DEFAULT_CODEC, serialize: bool = False) -> None:
+    def __init__(
+        self, *, codec: Codec = DEFAULT_CODEC, serialize: bool = False, max_lengths: Mapping[str, int] | None = None
+    ) -> None:
         self.codec = codec
         self.serialize = serialize
+        self.max_lengths = dict(max_lengths or {})  # queue name -> bound (common/topology.queue_bounds)
         self._queues: dict[str, _Queue] = {}
         self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
         self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
@@ -149,6 +159,10 @@ class InMemoryBroker:
             queues = [self._queues[name] for name in names]
             self._routes[key] = queues
         return queues
+
+    def full(self, queues: Sequence[_Queue]) -> list[_Queue]:
+        """The bounded queues among ``queues`` with no room for one more message."""
+        return [q for q in queues if q.max_length is not None and len(q.pending) >= q.max_length]
 
     def enqueue(self, q: _Queue, item: _Item) -> None:
         self.activity += 1
@@ -178,7 +192,7 @@ class InMemoryBroker:
         check_subscription(queue, bindings)
         q = self._queues.get(queue)
         if q is None:
-            q = self._queues[queue] = _Queue(queue, durable=True)
+            q = self._queues[queue] = _Queue(queue, durable=True, max_length=self.max_lengths.get(queue))
         for pattern in bindings:
             if (pattern, queue) not in self._bindings:
                 self._bindings.append((pattern, queue))
@@ -197,7 +211,7 @@ class InMemoryBroker:
         check_subscription(queue, bindings)
         q = self._queues.get(queue)
         if q is None:
-            q = self._queues[queue] = _Queue(queue, durable)
+            q = self._queues[queue] = _Queue(queue, durable, self.max_lengths.get(queue) if durable else None)
         elif q.durable != durable:
             raise SubscriptionError(f"queue {queue!r} exists with durable={q.durable}")
         elif not durable and q.consumers:
@@ -313,8 +327,10 @@ class InMemoryBus:
         prefetch: int = 32,
         serialize: bool = False,
         id_factory: Callable[[], str] | None = None,
+        max_lengths: Mapping[str, int] | None = None,
     ) -> None:
-        self.broker = broker or InMemoryBroker(codec=codec, serialize=serialize)
+        # max_lengths: the bounded queues of a private broker (a shared one has its own)
+        self.broker = broker or InMemoryBroker(codec=codec, serialize=serialize, max_lengths=max_lengths)
         self._codec = self.broker.codec
         self._clock = clock or WallClock()
         self._source = source
@@ -373,6 +389,9 @@ class InMemoryBus:
             if mandatory:
                 raise UnroutableError(key)
             return message_id
+        full = broker.full(queues)
+        if full:  # as reject-publish: the queues with room take it, the publisher hears of the rest
+            queues = [q for q in queues if q not in full]
         envelope = Envelope(
             message_id, message.SCHEMA, message.VERSION, source or self._source, self._clock.now_s(), correlation_id
         )
@@ -389,6 +408,9 @@ class InMemoryBus:
         else:
             for q in queues:
                 broker.enqueue(q, _Item(message, envelope, None, key))
+        if full:
+            names = ", ".join(q.name for q in full)
+            raise QueueFullError(f"a queue that {key!r} routes to is full ({names}): refused there")
         return message_id
 
     async def publish_many(
@@ -398,11 +420,21 @@ class InMemoryBus:
         source: str | None = None,
         on_confirmed: Callable[[int], None] | None = None,
     ) -> list[str]:
-        ids = []
-        for m in messages:
-            ids.append(await self.publish(m, source=source))
+        ids: list[str] = []
+        refused: list[int] = []
+        first: QueueFullError | None = None
+        for i, m in enumerate(messages):
+            message_id = self._new_id()
+            try:
+                await self.publish(m, source=source, message_id=message_id)
+            except QueueFullError as e:  # the rest are published all the same, as RabbitBus does
+                refused.append(i)
+                first = first or e
+            ids.append(message_id)
             if on_confirmed is not None:
                 on_confirmed(len(ids))
+        if first is not None:
+            raise QueueFullError(f"{len(refused)} of {len(ids)} refused: {first}", refused=tuple(refused), message_ids=tuple(ids))
         return ids
 
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
@@ -410,8 +442,12 @@ class InMemoryBus:
         queues = self.broker.route(routing_key)
         if not queues and mandatory:
             raise UnroutableError(routing_key)
+        full = self.broker.full(queues)
         for q in queues:
-            self.broker.enqueue(q, _Item(None, None, bytes(body), routing_key))
+            if q not in full:
+                self.broker.enqueue(q, _Item(None, None, bytes(body), routing_key))
+        if full:
+            raise QueueFullError(f"a queue that {routing_key!r} routes to is full ({', '.join(q.name for q in full)})")
 
     # -- consuming ------------------------------------------------------------------------------
 

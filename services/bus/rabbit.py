@@ -18,7 +18,13 @@ Reliability choices, each answering a measured pitfall of aio-pika 10 / RabbitMQ
   with the reason in ``x-gavel-reason`` and then acknowledged (a plain reject would lose the
   reason); if that republish fails the message is rejected, and the queue's DLX still keeps it;
 - each subscription has its own channel, so its prefetch (``basic.qos``) is its own and closing
-  it hands unacknowledged deliveries back to the broker.
+  it hands unacknowledged deliveries back to the broker;
+- a bounded queue of common/topology.py (the mechanism's submissions) is declared with
+  ``x-max-length`` and ``x-overflow: reject-publish``: a publish it refuses is nacked, raised as
+  QueueFullError (``publish_many`` goes on with the rest and names the refused ones at the end).
+  A queue that exists with other arguments (one made before the bound) makes RabbitMQ refuse the
+  declaration (406 PRECONDITION_FAILED): that is a SubscriptionError that names the queue, what
+  differs and what to do, rather than a consumer quietly running without the bound.
 """
 
 from __future__ import annotations
@@ -45,11 +51,13 @@ from common.errors import (
     BusError,
     DecodeError,
     PublishError,
+    QueueFullError,
     SubscriptionError,
     UnroutableError,
 )
 from common.messages.base import Message
 from common.topics import check_subscription
+from common.topology import bound_arguments, queue_bounds
 from services.bus.acks import AckBatcher
 from services.bus.consumer import ConsumerLoop
 from services.clock import WallClock
@@ -227,6 +235,7 @@ class RabbitBus:
         self._dlx: AbstractExchange | None = None
         self._subscriptions: list[RabbitSubscription] = []
         self._declared_queues: set[str] = set()
+        self._bounds = queue_bounds(settings.submissions_max_length)  # queue (below the exchange) -> bound
         self.reconnects = 0  # times the robust connection came back after a drop
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -239,6 +248,25 @@ class RabbitBus:
     def queue_name(self, queue: str) -> str:
         """The broker-side name of a subscription queue."""
         return f"{self.exchange_name}.{queue}"
+
+    def queue_arguments(self, queue: str) -> dict[str, object]:
+        """What every declaration of ``queue`` carries: the DLX, and its bound if it has one."""
+        return {"x-dead-letter-exchange": self.dlx_name, **bound_arguments(self._bounds.get(queue))}
+
+    def _inequivalent(self, queue: str, e: aiormq.exceptions.ChannelPreconditionFailed) -> SubscriptionError:
+        """RabbitMQ refuses to redeclare a queue with other arguments (and closes the channel):
+        say which queue, what the broker said differs, and the two ways out."""
+        name = self.queue_name(queue)
+        said = str(e.args[1] if len(e.args) > 1 else e).removeprefix("PRECONDITION_FAILED - ")
+        bound = self._bounds.get(queue)
+        wanted = f"with at most {bound} messages waiting" if bound is not None else "without a bound"
+        setting = f"GAVEL_SUBMISSIONS_MAX_LENGTH={bound if bound is not None else 'none'}"
+        return SubscriptionError(
+            f"queue {name!r} exists with other arguments than this gavel declares {wanted} ({setting}): {said}. "
+            "Keep it as it is with GAVEL_SUBMISSIONS_MAX_LENGTH set to its own bound ('none': it has none); or, for "
+            f"the bound, run so until it is empty (rabbitmqctl list_queues name messages), delete it (rabbitmqctl "
+            f"delete_queue {name}) and start again"
+        )
 
     async def start(self) -> None:
         url = self._settings.amqp_url
@@ -340,25 +368,42 @@ class RabbitBus:
         single publisher near 4k/s on this class of machine; a window lifts that limit.
 
         One watchdog replaces a timer per message (a sixth of the publishing CPU): the batch
-        fails if ``confirm_timeout_s`` passes with no confirm at all."""
+        fails if ``confirm_timeout_s`` passes with no confirm at all.
+
+        A message a full bounded queue refuses does not stop the batch: the rest are published,
+        and then QueueFullError names the refused ones (``on_confirmed`` counts every message the
+        broker settled, refused or not)."""
         window = asyncio.Semaphore(self._publish_window)
         confirmed = 0
+        refused: list[int] = []
+        full: list[QueueFullError] = []
 
-        async def one(m: Message) -> str:
+        async def one(i: int, m: Message) -> str:
             nonlocal confirmed
+            message_id = self._new_id()
             async with window:
-                message_id = await self._publish_message(m, source=source, timed=False)
+                try:
+                    await self._publish_message(m, source=source, message_id=message_id, timed=False)
+                except QueueFullError as e:
+                    refused.append(i)
+                    full.append(e)
             confirmed += 1
             if on_confirmed is not None:
                 on_confirmed(confirmed)
             return message_id
 
-        batch = asyncio.gather(*(one(m) for m in messages))
+        batch = asyncio.gather(*(one(i, m) for i, m in enumerate(messages)))
         seen = -1
         while True:
             done, _ = await asyncio.wait({batch}, timeout=self._settings.confirm_timeout_s)
             if done:
-                return list(batch.result())
+                ids = list(batch.result())
+                if refused:
+                    raise QueueFullError(
+                        f"{len(refused)} of {len(ids)} refused: {full[0]}",
+                        refused=tuple(sorted(refused)), message_ids=tuple(ids),
+                    )
+                return ids
             if confirmed == seen:
                 batch.cancel()
                 await asyncio.gather(batch, return_exceptions=True)
@@ -398,6 +443,11 @@ class RabbitBus:
                 # Basic.Return: with mandatory=True, no queue is bound for this key.
                 raise UnroutableError(routing_key) from None
             except aiormq.exceptions.DeliveryError as e:
+                if isinstance(e.frame, aiormq.spec.Basic.Nack):
+                    # the one nack our topology makes: a bounded queue is full (reject-publish)
+                    raise QueueFullError(
+                        f"a queue that {routing_key!r} routes to is full (x-max-length): the broker refused it"
+                    ) from None
                 raise PublishError(f"broker refused the publish to {routing_key!r}: {e.frame}") from None
             except asyncio.TimeoutError:
                 raise PublishError(
@@ -446,8 +496,10 @@ class RabbitBus:
                 durable=durable,
                 exclusive=not durable,
                 auto_delete=not durable,
-                arguments={"x-dead-letter-exchange": self.dlx_name},
+                arguments=self.queue_arguments(queue),
             )
+        except aiormq.exceptions.ChannelPreconditionFailed as e:
+            raise self._inequivalent(queue, e) from None
         except aiormq.exceptions.ChannelClosed as e:
             raise SubscriptionError(f"cannot declare queue {name!r}: {e}") from None
         exchange = await channel.get_exchange(self.exchange_name, ensure=False)
@@ -471,9 +523,11 @@ class RabbitBus:
         if await self._consumers_of(name) is not None:
             return
         try:
-            amqp_queue = await channel.declare_queue(name, durable=True, arguments={"x-dead-letter-exchange": self.dlx_name})
+            amqp_queue = await channel.declare_queue(name, durable=True, arguments=self.queue_arguments(queue))
             for pattern in bindings:
                 await amqp_queue.bind(exchange, pattern)
+        except aiormq.exceptions.ChannelPreconditionFailed as e:  # made meanwhile, by another gavel
+            raise self._inequivalent(queue, e) from None
         except aiormq.exceptions.ChannelAccessRefused:
             # A least-privilege producer (the CLI's broker user) may check the queue but not make
             # it; the channel it used is gone with the refusal, so this bus cannot go on either.

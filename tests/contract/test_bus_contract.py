@@ -345,3 +345,106 @@ async def test_consumer_count_tells_a_missing_queue_an_idle_one_and_a_consumed_o
     await first.cancel()
     await second.cancel()
     assert await bus.consumer_count("idle.queue") == 0
+
+
+# -- bounded queues: backpressure on submissions (issue 13) ------------------------------------------
+
+
+async def bounded(harness, bound: int, source: str = "test"):  # noqa: ANN201
+    """A connection whose bounded queues of common/topology.py (the mechanism's submissions) hold
+    at most ``bound`` messages waiting: RabbitMQ's from the settings, as every gavel declares them;
+    the in-memory bus's from its broker's, as the embedded default makes it (services.bus.make_bus)."""
+    from common.topology import queue_bounds
+    from services.bus.memory import InMemoryBroker
+
+    if harness.is_rabbit:
+        return await harness.connect(source, submissions_max_length=bound)
+    if not hasattr(harness, "_bounded_broker"):
+        harness._bounded_broker = InMemoryBroker(serialize=harness.kind == "memory-serialized", max_lengths=queue_bounds(bound))
+    bus = InMemoryBus(harness._bounded_broker, source=source)
+    await bus.start()
+    harness._buses.append(bus)
+    return bus
+
+
+async def test_a_full_bounded_queue_refuses_a_publish_that_other_queues_still_take(harness):
+    """x-max-length with reject-publish: past the bound the publisher is told (QueueFullError),
+    nothing is dropped without a word; a queue with room keeps its copy, as RabbitMQ does; once
+    the consumer has taken some, there is room again."""
+    from common.errors import QueueFullError
+    from common.topology import MECHANISM_SUBMISSIONS as SUBMISSIONS
+
+    bus = await bounded(harness, 3)
+    await bus.declare(SUBMISSIONS.name, SUBMISSIONS.bindings)
+    audit = Collector()
+    await bus.subscribe("audit", ["job.submitted"], audit)  # unbounded
+    outcomes = []
+    for i in range(5):
+        try:
+            await bus.publish(submitted(i))
+            outcomes.append("accepted")
+        except QueueFullError as e:
+            outcomes.append("refused")
+            assert "full" in str(e)
+    assert outcomes == ["accepted"] * 3 + ["refused"] * 2
+    await audit.wait_for_count(5)
+    assert job_ids(audit) == [str(i) for i in range(5)]
+    mechanism = Collector()
+    await bus.subscribe(SUBMISSIONS.name, SUBMISSIONS.bindings, mechanism)
+    await mechanism.wait_for_count(3)
+    await bus.publish(submitted(5))  # room again
+    await mechanism.wait_for_count(4)
+    assert job_ids(mechanism) == ["0", "1", "2", "5"]
+
+
+async def test_publish_many_publishes_the_rest_and_then_names_the_refused(harness):
+    from common.errors import QueueFullError
+    from common.topology import MECHANISM_SUBMISSIONS as SUBMISSIONS
+
+    bus = await bounded(harness, 3)
+    await bus.declare(SUBMISSIONS.name, SUBMISSIONS.bindings)
+    settled: list[int] = []
+    with pytest.raises(QueueFullError) as refused:
+        await bus.publish_many([submitted(i) for i in range(6)], on_confirmed=settled.append)
+    assert refused.value.refused == (3, 4, 5)
+    assert len(set(refused.value.message_ids)) == 6 and settled[-1] == 6
+    mechanism = Collector()
+    await bus.subscribe(SUBMISSIONS.name, SUBMISSIONS.bindings, mechanism)
+    await mechanism.wait_for_count(3)
+    assert [d.envelope.message_id for d in mechanism.deliveries] == list(refused.value.message_ids[:3])
+
+
+async def test_the_bound_counts_messages_waiting_not_those_a_consumer_holds(harness):
+    """As RabbitMQ counts x-max-length (ready messages only): a consumer's prefetch is on top."""
+    from common.errors import QueueFullError
+    from common.topology import MECHANISM_SUBMISSIONS as SUBMISSIONS
+
+    bus = await bounded(harness, 2)
+    release = asyncio.Event()
+    held = Collector()
+
+    async def hold(d: Delivery) -> None:
+        await held(d)
+        await release.wait()
+
+    await bus.subscribe(SUBMISSIONS.name, SUBMISSIONS.bindings, hold, prefetch=1)
+    await bus.publish(submitted(0))
+    await held.wait_for_count(1)  # delivered, unacknowledged: not counted
+    await bus.publish(submitted(1))
+    await bus.publish(submitted(2))
+    with pytest.raises(QueueFullError):
+        await bus.publish(submitted(3))
+    release.set()
+    await held.wait_for_count(3)
+    assert job_ids(held) == ["0", "1", "2"]
+
+
+async def test_an_unbounded_setting_declares_no_bound(harness):
+    from common.topology import MECHANISM_SUBMISSIONS as SUBMISSIONS
+
+    bus = await harness.connect(submissions_max_length=None) if harness.is_rabbit else await harness.connect()
+    await bus.declare(SUBMISSIONS.name, SUBMISSIONS.bindings)
+    await bus.publish_many([submitted(i) for i in range(50)])  # nothing refused
+    mechanism = Collector()
+    await bus.subscribe(SUBMISSIONS.name, SUBMISSIONS.bindings, mechanism)
+    await mechanism.wait_for_count(50)

@@ -666,7 +666,10 @@ def test_the_definitions_declare_every_submission_queue_with_exactly_its_binding
         name = bus.queue_name(topology_queue.name)
         assert name in queues, f"definitions.json does not declare {name} ({topology_queue.consumer}'s)"
         q = queues[name]
-        assert (q["durable"], q["auto_delete"], q["arguments"]) == (True, False, {"x-dead-letter-exchange": DLX}), name
+        # the bus's own arguments: the dead-letter exchange, and the default bound where there is one
+        arguments = bus.queue_arguments(topology_queue.name)
+        assert arguments["x-dead-letter-exchange"] == DLX
+        assert (q["durable"], q["auto_delete"], q["arguments"]) == (True, False, arguments), name
         declared = sorted(
             (b["source"], b["destination_type"], b["routing_key"], json.dumps(b["arguments"]))
             for b in d["bindings"] if b["destination"] == name
@@ -1468,3 +1471,16 @@ def test_a_real_worker_joins_as_its_user_and_a_time_scaled_mechanism_refuses_it(
     assert "clock" in refused[worker_id] and "wall" in refused[worker_id], refused[worker_id]
     worker.terminate()
     assert worker.wait(timeout=60) == 0, _logs(services_running)
+
+
+def test_the_submissions_bound_is_the_same_in_compose_and_the_definitions() -> None:
+    """The bound is a queue argument: a service declaring another one is refused (406), so the
+    services' setting must be the x-max-length the broker's definitions load (issue 13)."""
+    from common.config import BusSettings
+    from common.topology import MECHANISM_SUBMISSIONS
+
+    queues = {q["name"]: q for q in definitions()["queues"]}
+    declared = queues[f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}"]["arguments"]
+    for name in GAVEL_SERVICES:
+        bound = BusSettings.from_env(environment(name)).submissions_max_length
+        assert (declared["x-max-length"], declared["x-overflow"]) == (bound, "reject-publish"), name
