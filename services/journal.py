@@ -160,6 +160,35 @@ class Journal:
         self._db.close()
 
 
+def read_events(path: str | pathlib.Path, *, label: str = "mechanism journal") -> Iterator[tuple[int, str, bytes, float | None]]:
+    """A journal's events (seq, kind, body, at_s), in order, read-only: a checker may read the
+    journal of a running mechanism, and must never create, upgrade or claim one. A file that is
+    missing, not SQLite or another service's is a ``JournalError`` naming it."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise JournalError(f"{path} is a directory; name the journal's file")
+    if not path.exists():
+        raise JournalError(f"{path}: no such journal")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise JournalError(_reason(path, e)) from None
+    try:
+        try:
+            _check_tables(path, db, label)
+            names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "events" not in names:
+                raise JournalError(f"{path} is an SQLite database but not a {label} (it has no events)")
+            owner = db.execute("SELECT value FROM meta WHERE key = 'owner'").fetchone() if "meta" in names else None
+            if owner is not None and owner[0] != label:
+                raise JournalError(f"{path} is a {owner[0]}, not a {label}")
+            yield from db.execute("SELECT seq, kind, body, at_s FROM events ORDER BY seq")
+        except sqlite3.DatabaseError as e:
+            raise JournalError(_reason(path, e)) from None
+    finally:
+        db.close()
+
+
 def wire_bytes(d: Delivery) -> bytes:
     """What a journal keeps of a delivery: its bytes as received (no second encoding), or, on the
     in-memory bus that hands objects over, their encoding with the same envelope."""

@@ -108,6 +108,15 @@ async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 
         raise AssertionError(f"{len(observer.completions)} of 32 jobs completed\n{cluster.logs()}") from None
 
 
+def check_journal(cluster: Cluster, journal: Path) -> None:
+    """I1-I3 over the mechanism's journal (`gavel check-journal`, read-only while it runs); I4 is
+    not checked under the gavel preset's accounting."""
+    done = cluster.gavel("check-journal", str(journal), "--finished", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], report["violations"][:5]
+    assert report["checked"]["I1"] == 32 and report["checked"]["I2"] > 0 and report["checked"]["I3"] > 0
+
+
 def check_invariants(observer: Observer) -> None:
     # every job completed exactly once (a repeat after a restart carries the same id and time)
     assert all(len(times) == 1 for times in observer.completions.values()), observer.completions
@@ -124,6 +133,7 @@ async def test_separate_processes_make_the_in_process_schedule(cluster, observer
     await start_system(cluster, observer, tmp_path / "mechanism.sqlite")
     await wait_for_all(observer, cluster)
     check_invariants(observer)
+    check_journal(cluster, tmp_path / "mechanism.sqlite")
     jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
     assert jcts == pytest.approx(EXPECTED, abs=1e-6)
     assert observer.solved_by == {"policy-a", "policy-b"}  # both replicas took requests
@@ -142,6 +152,7 @@ async def test_a_mechanism_killed_mid_run_resumes_from_its_journal(cluster, obse
     cluster.start("mechanism", *mechanism_args(journal))
     await wait_for_all(observer, cluster)
     check_invariants(observer)
+    check_journal(cluster, journal)
     jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
     # the issue allows a round per job; the journal makes it exact
     assert jcts == pytest.approx(EXPECTED, abs=1e-6)
