@@ -20,6 +20,13 @@ Arrivals. On a live cluster a trace keeps its spacing: each job arrives its trac
 minus the first one's after the mechanism received the trace (on the mechanism's clock: with
 ``--time-scale 100`` an hour of trace passes in 36 s). ``--now`` makes every job arrive at once.
 A mechanism replaying in lockstep takes the trace's own times.
+
+Backpressure (issue 13). The mechanism's queue holds at most GAVEL_SUBMISSIONS_MAX_LENGTH
+submissions waiting (common/topology.py); the broker refuses each one past that (a nack). Those
+are not submitted: the command says how many were accepted, lists the refused ones (all of them
+with --json) and why, and exits 1. The batch is sealed with the number the broker accepted, so
+the mechanism's answer (and a lockstep replay) waits for no job it will never get; the seal
+itself is tried again while the queue is full, until --timeout-s.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from common.errors import JobFieldError, SubscriptionError, TraceError
+from common.errors import JobFieldError, QueueFullError, SubscriptionError, TraceError
 from common.job_checks import check_job, check_number
 from services.cli.common import CommandFailed, load_table, positive_number, print_json, print_lines
 from services.cli.progress import ProgressBar
@@ -45,12 +52,13 @@ from services.cli.progress import ProgressBar
 if TYPE_CHECKING:
     from common.bus import Bus
     from common.config import Settings
-    from common.messages import JobSpec
+    from common.messages import JobSpec, SubmissionsSealed
     from common.throughputs import ThroughputTable
     from common.topology import DurableQueue
     from sim.traces import TraceJob
 
 REASONS_SHOWN = 10  # refused jobs listed one per line; `gavel jobs` shows every reason
+SEAL_RETRY_S = (0.05, 1.0)  # the seal to a full queue: tried again after 50 ms, doubling to 1 s
 FLAG_OF_FIELD = {
     "job_id": "--job-id", "job_type": "--job-type", "total_steps": "--steps", "scale_factor": "--scale-factor",
     "priority_weight": "--priority-weight", "slo_s": "--slo-s", "entity": "--entity", "command": "--command",
@@ -66,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Publishes to the durable queues of the mechanism and the estimator (kept while they are down), then "
         "reports what the mechanism made of them: new, already known (same id and spec), refused (why). A trace's jobs get ids "
         "under a prefix of their own, and arrive with their trace's spacing, counted from when the "
-        "mechanism receives the trace. Exit codes: 0 submitted; 1 some job refused, or no broker; 2 bad input.",
+        "mechanism receives the trace. Exit codes: 0 submitted; 1 some job refused (by the mechanism, or by the broker: "
+        "its queue full), or no broker; 2 bad input.",
     )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -116,7 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
     p.add_argument(
         "--timeout-s", type=positive_number, default=10.0,
-        help="wait this long for the mechanism to say what it made of the jobs (default 10)",
+        help="wait this long for the mechanism to say what it made of the jobs, and for room in its full queue for "
+        "the seal that ends the batch (default 10)",
     )
     p.add_argument("--no-wait", action="store_true", help="publish and return: do not wait for the mechanism's answer")
     p.add_argument("--json", action="store_true", help='print {"job_ids": [...], "new": n, "known": n, "refused": n, ...}')
@@ -352,6 +362,38 @@ async def _declare_or_warn(queue: DurableQueue, bus: Bus, connect: Callable[[], 
         await spare.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """What the broker did not accept: the positions in the batch, and why, as the user reads it."""
+
+    positions: tuple[int, ...]
+    reason: str
+
+
+def queue_full_reason(settings: Settings) -> str:
+    bound = settings.bus.submissions_max_length
+    at_most = f"at most {bound} waiting, GAVEL_SUBMISSIONS_MAX_LENGTH" if bound is not None else "its own bound"
+    return f"the mechanism's submissions queue is full ({at_most}): it is behind; submit these again later"
+
+
+async def _seal(bus: Bus, seal: SubmissionsSealed, deadline_s: float) -> bool:
+    """Whether the seal got in. It goes to the same bounded queue as the jobs: while that is
+    full, try again (the mechanism is draining it) until ``deadline_s`` (time.monotonic); a batch
+    never sealed leaves no answer for us (and a lockstep replay waiting)."""
+    import asyncio
+
+    pause_s = SEAL_RETRY_S[0]
+    while True:
+        try:
+            await bus.publish(seal)
+            return True
+        except QueueFullError:
+            if time.monotonic() + pause_s > deadline_s:
+                return False
+            await asyncio.sleep(pause_s)
+            pause_s = min(pause_s * 2, SEAL_RETRY_S[1])
+
+
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
     from common.messages import JobSubmitted, SubmissionsSealed
     from services.cli.replies import Replies
@@ -379,42 +421,69 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
             submissions = [
                 JobSubmitted(spec, batch.batch_id, offset) for spec, offset in zip(specs, batch.offsets_s, strict=True)
             ]
-            await bus.publish_many(submissions, on_confirmed=confirmed)
-            reply_to = "" if args.no_wait else replies.key
-            await bus.publish(SubmissionsSealed(batch.batch_id, total, reply_to, request_id))
-            publish_s = time.monotonic() - publishing
+            refused = Refused((), "")
+            try:
+                await bus.publish_many(submissions, on_confirmed=confirmed)
+            except QueueFullError as e:  # the rest were published; these were not taken
+                refused = Refused(e.refused, queue_full_reason(settings))
             if progress is not None:
                 progress.close()
-            if not args.no_wait:
+            reply_to = "" if args.no_wait else replies.key
+            # sealed with what the broker took: the mechanism waits for no job it will never get
+            seal = SubmissionsSealed(batch.batch_id, total - len(refused.positions), reply_to, request_id)
+            sealed = await _seal(bus, seal, time.monotonic() + args.timeout_s)
+            publish_s = time.monotonic() - publishing
+            if sealed and not args.no_wait:
                 try:
                     answer = await replies.wait(request_id, args.timeout_s)
                 except TimeoutError:
                     answer = None
     finally:
         await bus.close()
-    return _report(args, specs, answer, publish_s)
+    return _report(args, specs, answer, publish_s, refused, sealed=sealed)
 
 
-def _report(args: argparse.Namespace, specs: list[JobSpec], answer: object, publish_s: float) -> int:
+def _report(
+    args: argparse.Namespace, specs: list[JobSpec], answer: object, publish_s: float, full: Refused | None = None,
+    *, sealed: bool = True,
+) -> int:
     ids = [spec.job_id for spec in specs]
+    full = full or Refused((), "")
+    not_taken = [ids[i] for i in full.positions]  # refused by the broker: never reached the mechanism
     summary = answer if isinstance(answer, dict) else None
     refused = int(summary.get("refused", 0)) if summary else 0
     reasons: dict[str, str] = dict(summary.get("reasons", {})) if summary else {}  # type: ignore[call-overload]
     out: list[str] = []  # the answer, on stdout
     notes: list[str] = []  # beside it, on stderr
+    if not_taken:
+        # first: the one line that says what happened, then which (the first few; --json: all)
+        notes.append(f"gavel: {len(not_taken)} of {len(ids)} jobs not accepted: {full.reason}")
+        if not args.json:
+            notes += [f"gavel: job {job_id} not accepted (queue full)" for job_id in not_taken[:REASONS_SHOWN]]
+            if len(not_taken) > REASONS_SHOWN:
+                notes.append(f"gavel: ... and {len(not_taken) - REASONS_SHOWN} more not accepted (--json lists every one)")
     if args.json:
         print_json({
-            "job_ids": ids, "published": len(ids), "publish_s": publish_s, "confirmed": summary is not None,
+            "job_ids": ids, "published": len(ids), "accepted": len(ids) - len(not_taken), "publish_s": publish_s,
+            "confirmed": summary is not None,
             **({k: summary[k] for k in ("batch_id", "new", "known", "refused", "reasons")} if summary else {}),
+            "not_accepted": {"count": len(not_taken), "reason": full.reason, "job_ids": not_taken}, "sealed": sealed,
         })
-    elif len(ids) == 1 and not refused:
+    elif len(ids) == 1 and not refused and not not_taken:
         out.append(ids[0])
     elif len(ids) > 1:
         line = f"submitted {len(ids)} jobs ({ids[0]} .. {ids[-1]})"
+        if not_taken:
+            line += f": {len(ids) - len(not_taken)} accepted, {len(not_taken)} not accepted (queue full)"
         if summary:
-            line += f": {summary['new']} new, {summary['known']} already known, {refused} refused"
+            line += f"{';' if not_taken else ':'} {summary['new']} new, {summary['known']} already known, {refused} refused"
         out.append(line)
-    if summary is None and not args.no_wait:
+    if not sealed:
+        notes.append(
+            f"gavel: the batch could not be sealed: the mechanism's submissions queue stayed full for {args.timeout_s:g} s "
+            f"(is the mechanism running?); the {len(ids) - len(not_taken)} jobs accepted wait in its queue"
+        )
+    elif summary is None and not args.no_wait:
         notes.append(
             f"gavel: the mechanism has not said what it made of {'it' if len(ids) == 1 else 'them'} within "
             f"{args.timeout_s:g} s (is it running?); what was published waits in its queue"
@@ -427,7 +496,7 @@ def _report(args: argparse.Namespace, specs: list[JobSpec], answer: object, publ
             notes.append(f"gavel: ... {refused - min(len(reasons), REASONS_SHOWN)} more refused (gavel jobs shows why)")
     print_lines(out)
     print_lines(notes, sys.stderr)
-    return 1 if refused else 0
+    return 1 if refused or not_taken or not sealed else 0
 
 
 async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
@@ -441,7 +510,10 @@ async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
         # only the queues a cancel reaches (the mechanism's): the estimator learns of it from job.cancelled
         await _make_sure_the_queues_exist(bus, CancelJob.ROUTING_KEY, lambda: _bus(settings, args.amqp, "gavel-cancel"))
         async with Replies(bus) as replies:
-            await bus.publish(CancelJob(args.job_id, args.reason, replies.key, request_id))
+            try:
+                await bus.publish(CancelJob(args.job_id, args.reason, replies.key, request_id))
+            except QueueFullError:
+                raise CommandFailed(f"the cancel was not accepted: {queue_full_reason(settings)}") from None
             try:
                 answer = await replies.wait(request_id, args.timeout_s)
             except TimeoutError:
