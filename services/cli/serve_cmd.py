@@ -179,6 +179,14 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         timing.add_argument("--lockstep", action="store_true", help="virtual time that moves round by round (trace replays)")
     if only in (None, "fleet"):
         p.add_argument("--cluster", help="fleet: GPUs per type, v100=4,p100=4,k80=4 or 4:4:4")
+    if only == "fleet":
+        # Two fleets on one exchange sharing a name would share its command queue and take each
+        # other's commands; their servers are named <type>-<n>, so give them disjoint types too.
+        p.add_argument(
+            "--name", dest="fleet_name", default="fleet", metavar="NAME",
+            help="this fleet's name: its commands queue is <exchange>.NAME.commands (default fleet); two fleets on "
+            "one exchange need distinct names and disjoint accelerator types (their servers are named <type>-<n>)",
+        )
 
 
 def _clock(args: argparse.Namespace) -> Clock:
@@ -349,6 +357,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     lockstep=args.lockstep,
                     heartbeat_s=5.0 * (args.time_scale or 1.0),
                     clock_name=describe_clock(clock, lockstep=args.lockstep),
+                    name=getattr(args, "fleet_name", "fleet"),
                 )
             )
         else:
