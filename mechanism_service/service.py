@@ -125,10 +125,6 @@ NO_LAUNCH = ("", "")  # a job's command and working directory when it gave neith
 NO_ANSWER_GRACE_S = 2.0  # a policy replica answers in milliseconds; after this, ask who listens
 
 
-# A lease being settled: its id, its result, and each member with its steps and GPU-seconds before
-_Charging = tuple[str, LeaseResult, list[tuple[JobState, int, float]]]
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Lease:
     lease_id: str
@@ -266,6 +262,7 @@ class MechanismService:
         # written yet; "boundary.after_journal": written, none published); raising there is a
         # crash of the round loop, as a SIGKILL would be.
         self._crash_point = crash_point or (lambda point: None)
+        self._pool_changed = True  # workers joined or left since the last audit record (and at a start)
         self.memory = Memory(shuffle=shuffle, policy=policy, preset=settings.preset)
         self._rates: Rates = self._make_rates()
         # Workers must time their leases as we time rounds (issue 9: a scaled mechanism and a
@@ -448,6 +445,7 @@ class MechanismService:
         memory = self.memory
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
         self._cluster_grew = True
+        self._pool_changed = True
         self._job_types_here = None
         rejoined = memory.lost_workers.pop(w.worker_id, None) is not None  # a lost worker comes back as a new server
         if memory.state is not None:  # joined a running cluster
@@ -528,6 +526,7 @@ class MechanismService:
         accelerator_type, gpus = found
         memory.servers[accelerator_type].remove((worker_id, gpus))
         memory.last_heard_s.pop(worker_id, None)
+        self._pool_changed = True
         memory.lost_workers[worker_id] = {"accelerator_type": accelerator_type, "gpus": gpus, "lost_at_s": now_s, "reason": reason}
         self._job_types_here = None
         gone = sorted(g for g, (known, _) in memory.worker_of.items() if known == worker_id)
@@ -952,8 +951,10 @@ class MechanismService:
                 # 1. wait for the running round to end, or for work
                 results: list[LeaseResult] = []
                 failing: list[tuple[str, str]] = []
+                lease_ids: list[str] = []
                 if memory.expected:
                     await self._wait_for_round()
+                    lease_ids = list(memory.expected)  # in the order of the results
                     results, failing = self._collect_results()
                     if self._lockstep and results:
                         self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
@@ -969,9 +970,9 @@ class MechanismService:
                 state = self._ensure_state()
                 # 2. settle
                 round_start_s = memory.round_clock.close(max(r.finish_s for r in results), settings) if results else now_s
-                charging = self._before_settle(state, results) if self._journal is not None else []
+                charging = audit.settling(lease_ids, results, state.jobs.get) if self._journal is not None else None
                 finished = close_round(state, results, round_start_s, settings)
-                settled = self._settled(charging)
+                settled = audit.settled_leases(charging) if charging is not None else []
                 for job in finished:
                     await self._publish_end(job)
                 finished += await self._fail_attempts(state, failing, now_s)
@@ -1136,6 +1137,7 @@ class MechanismService:
         if memory.state is None:
             gpus = {w: sum(g for _, g in servers) for w, servers in memory.servers.items() if servers}
             memory.state = new_state(gpus, self._settings.gpus_per_server)
+            self._pool_changed = True
             # GPU ids as new_state numbers them: types in sorted order, servers as registered
             for w in memory.state.gpus:
                 gpu_ids = (i for server in memory.state.servers[w] for i in server)
@@ -1376,7 +1378,7 @@ class MechanismService:
 
     async def _dispatch(
         self, state: MechanismState, plan: RoundPlan, now_s: float, reset: bool, *,
-        settled: list[audit.SettledLease], any_settled: bool,
+        settled: list[list[object]], any_settled: bool,
     ) -> None:
         memory = self.memory
         assignment = plan.assignment
@@ -1440,8 +1442,8 @@ class MechanismService:
             had_commands = bool(memory.commands)
             memory.commands = [DEFAULT_CODEC.encode(c, source=self.name, sent_at_s=now_s) for c in commands]
             if any_settled or reset or commands or had_commands or self._replay_too_long():
-                record = self._boundary_record(state, round_id if assignment else -1, now_s, assignments, settled)
-                self._journal.append(audit.BOUNDARY, audit.encode_boundary(record), now_s)
+                record = self._boundary_record(state, round_id if assignment else -1, now_s)
+                self._journal.append(audit.BOUNDARY, audit.encode_boundary_columns(record, assignments, settled), now_s)
                 self._journal.save_snapshot(memory)  # commits the record with it
         self._crash_point("boundary.after_journal")
         for command in commands:
@@ -1452,48 +1454,22 @@ class MechanismService:
             started = RoundStarted(round_id, now_s, self._settings.round_s, tuple(assignments))
             await self._publish(started, f"round-started:{round_id}")
 
-    def _before_settle(self, state: MechanismState, results: list[LeaseResult]) -> list[_Charging]:
-        """Each settled lease's members as they stand before the settle (the audit records
-        what the settle then credited and charged them)."""
-        round_id = self.memory.round_id - 1  # the running round's
-        out = []
-        for result in results:
-            jobs = [job for i in result.entry if (job := state.jobs.get(i)) is not None]
-            members = [(job, job.steps_done, sum(job.gpu_seconds_by_type.values())) for job in jobs]
-            out.append((f"{round_id}:{'+'.join(str(i) for i in result.entry)}", result, members))
-        return out
-
-    @staticmethod
-    def _settled(charging: list[_Charging]) -> list[audit.SettledLease]:
-        return [
-            audit.SettledLease(
-                lease_id, tuple(job.job_id for job, _, _ in members), len(result.placement.worker_ids), result.ended,
-                tuple(job.steps_done - steps for job, steps, _ in members),
-                tuple(sum(job.gpu_seconds_by_type.values()) - gpu_s for job, _, gpu_s in members),
-            )
-            for lease_id, result, members in charging
-        ]
-
-    def _boundary_record(
-        self, state: MechanismState, round_id: int, now_s: float, assignments: list[Assignment], settled: list[audit.SettledLease]
-    ) -> audit.BoundaryRecord:
+    def _boundary_record(self, state: MechanismState, round_id: int, now_s: float) -> audit.BoundaryRecord:
+        """The audit record of this boundary, its leases and settled leases aside (written as
+        columns); the workers and the pool only when they changed since the last one."""
         memory = self.memory
-        leases: dict[str, audit.LeaseRecord] = {}
-        for a in assignments:  # one per worker of a lease: a gang's are joined
-            gpus = tuple((a.worker_id, k) for k in a.gpu_ids)
-            known = leases.get(a.lease_id)
-            leases[a.lease_id] = audit.LeaseRecord(
-                a.lease_id, a.job_ids, a.accelerator_type, (known.gpus if known else ()) + gpus, a.extended
+        workers = pool = None
+        if self._pool_changed:
+            self._pool_changed = False
+            workers = tuple((w, t, g) for t, servers in memory.servers.items() for w, g in servers)
+            # A GPU the state has and no worker owns would be a leak: named, not a crash, so the
+            # checker says it
+            pool = tuple(
+                memory.worker_of.get(gpu, ("?", gpu)) for servers in state.servers.values() for server in servers for gpu in server
             )
-        # A GPU the state has and no worker owns would be a leak: named, not a crash, so the
-        # checker says it
-        pool = tuple(
-            memory.worker_of.get(gpu, ("?", gpu)) for servers in state.servers.values() for server in servers for gpu in server
-        )
         return audit.BoundaryRecord(
-            epoch=memory.epoch, at_s=now_s, round_id=round_id, leases=tuple(leases.values()), settled=tuple(settled),
-            workers=tuple((w, t, g) for t, servers in memory.servers.items() for w, g in servers),
-            pool=pool, charges_from_previous_end=self._settings.round_start_from_previous_end,
+            epoch=memory.epoch, at_s=now_s, round_id=round_id, leases=(), settled=(), workers=workers, pool=pool,
+            charges_from_previous_end=self._settings.round_start_from_previous_end,
             round_s=self._settings.round_s, worker_grace_s=self._settings.worker_grace_s or 0.0,
         )
 

@@ -17,7 +17,7 @@ the event's consumers do (same message id), and flags only a second, different e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,13 +66,124 @@ class BoundaryRecord:
     round_id: int  # the round dispatched here; -1 when none was
     leases: tuple[LeaseRecord, ...]
     settled: tuple[SettledLease, ...]
-    workers: tuple[tuple[str, str, int], ...]  # live workers: (id, accelerator type, GPUs)
-    pool: tuple[GPU, ...]  # the GPUs the mechanism may lease, leased ones included
+    # The live workers, (id, accelerator type, GPUs), and the GPUs the mechanism may lease (leased
+    # ones included); None when unchanged since the boundary before (written after every start)
+    workers: tuple[tuple[str, str, int], ...] | None
+    pool: tuple[GPU, ...] | None
     # Gavel's accounting (the gavel preset) charges a round from the previous round's end, not
     # from its dispatch: charges then include idle gaps, and I4 is not checked.
     charges_from_previous_end: bool = False
     round_s: float = 0.0
     worker_grace_s: float = 0.0  # 0: workers are not watched
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """A closed round's leases as the settle found them, in flat columns (the audit's cost at
+    10,000 GPUs is a few list passes, not objects per lease, which also kept the cyclic collector
+    busy): per lease its id, GPUs, how it ended and its member count; per member, in lease order,
+    the job, its steps and GPU-seconds before the settle."""
+
+    lease_ids: list[str]
+    gpus: list[int]
+    ended: list[str]
+    counts: list[int]
+    jobs: list[Any]  # JobState objects (anything with job_id, steps_done, gpu_seconds_by_type)
+    steps_before: list[int]
+    gpu_s_before: list[float]
+
+
+def settling(lease_ids: Sequence[str], results: Sequence[Any], job_of: Callable[[int], Any]) -> Settling:
+    """Before the settle: ``results`` are LeaseResults, ``job_of`` finds an admitted job (None
+    when it is gone)."""
+    jobs: list[Any] = []
+    counts = []
+    for r in results:
+        before = len(jobs)
+        jobs.extend(job for i in r.entry if (job := job_of(i)) is not None)
+        counts.append(len(jobs) - before)
+    return Settling(
+        list(lease_ids), [len(r.placement.worker_ids) for r in results], [r.ended for r in results], counts, jobs,
+        [job.steps_done for job in jobs], [sum(job.gpu_seconds_by_type.values()) for job in jobs],
+    )
+
+
+def settled_leases(before: Settling) -> list[list[Any]]:
+    """After the settle, the wire form of the SettledLeases: the lease columns, then per member
+    its job id, the steps credited and the GPU-seconds charged (what its ledgers grew by)."""
+    jobs = before.jobs
+    return [
+        before.lease_ids, before.gpus, before.ended, before.counts,
+        [job.job_id for job in jobs],
+        [job.steps_done - steps for job, steps in zip(jobs, before.steps_before)],
+        [sum(job.gpu_seconds_by_type.values()) - gpu_s for job, gpu_s in zip(jobs, before.gpu_s_before)],
+    ]
+
+
+def encode_boundary(record: BoundaryRecord) -> bytes:
+    """A record as its wire form (tests, tools); the mechanism writes the same with
+    ``encode_boundary_columns``."""
+    assignments = [
+        (lease.lease_id, lease.job_ids, lease.accelerator_type, worker_id, (index,), lease.extended)
+        for lease in record.leases for worker_id, index in lease.gpus
+    ]
+    x = record.settled
+    settled = [
+        [s.lease_id for s in x], [s.gpus for s in x], [s.ended for s in x], [len(s.job_ids) for s in x],
+        [j for s in x for j in s.job_ids], [n for s in x for n in s.steps], [c for s in x for c in s.charged_gpu_s],
+    ]
+    return _pack(record, [list(column) for column in zip(*assignments)] if assignments else [[]] * 6, settled)
+
+
+def encode_boundary_columns(record: BoundaryRecord, assignments: Sequence[Any], settled: list[list[Any]]) -> bytes:
+    """What the mechanism writes: ``record`` without its leases and settled leases, which come
+    as the boundary's Assignments (one per worker of a lease) and ``settled_leases``' rows."""
+    columns = [
+        [a.lease_id for a in assignments], [a.job_ids for a in assignments], [a.accelerator_type for a in assignments],
+        [a.worker_id for a in assignments], [a.gpu_ids for a in assignments], [a.extended for a in assignments],
+    ]
+    return _pack(record, columns, settled)
+
+
+def _pack(record: BoundaryRecord, assignments: list[list[Any]], settled: list[list[Any]]) -> bytes:
+    body: dict[str, Any] = {
+        "epoch": record.epoch,
+        "at_s": record.at_s,
+        "round_id": record.round_id,
+        "assignments": assignments,
+        "settled": settled or [[]] * 7,
+        "charges_from_previous_end": record.charges_from_previous_end,
+        "round_s": record.round_s,
+        "worker_grace_s": record.worker_grace_s,
+    }
+    if record.workers is not None:
+        body["workers"] = [list(w) for w in record.workers]
+    if record.pool is not None:
+        body["pool"] = [list(g) for g in record.pool]
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def decode_boundary(body: bytes) -> BoundaryRecord:
+    m: Mapping[str, Any] = msgpack.unpackb(body, raw=False)
+    leases: dict[str, LeaseRecord] = {}
+    for lease_id, job_ids, accelerator_type, worker_id, gpu_ids, extended in zip(*m["assignments"]):
+        gpus = tuple((str(worker_id), int(k)) for k in gpu_ids)
+        known = leases.get(lease_id)
+        leases[lease_id] = LeaseRecord(
+            lease_id, tuple(job_ids), accelerator_type, (known.gpus if known else ()) + gpus, bool(extended)
+        )
+    return BoundaryRecord(
+        epoch=int(m["epoch"]),
+        at_s=float(m["at_s"]),
+        round_id=int(m["round_id"]),
+        leases=tuple(leases.values()),
+        settled=_settled(m["settled"]),
+        workers=tuple((str(w), str(t), int(g)) for w, t, g in m["workers"]) if "workers" in m else None,
+        pool=tuple((str(w), int(k)) for w, k in m["pool"]) if "pool" in m else None,
+        charges_from_previous_end=bool(m.get("charges_from_previous_end", False)),
+        round_s=float(m.get("round_s", 0.0)),
+        worker_grace_s=float(m.get("worker_grace_s", 0.0)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,46 +195,18 @@ class EndRecord:
     epoch: int
 
 
-def encode_boundary(record: BoundaryRecord) -> bytes:
-    return msgpack.packb(
-        {
-            "epoch": record.epoch,
-            "at_s": record.at_s,
-            "round_id": record.round_id,
-            "leases": [[x.lease_id, list(x.job_ids), x.accelerator_type, [list(g) for g in x.gpus], x.extended] for x in record.leases],
-            "settled": [
-                [x.lease_id, list(x.job_ids), x.gpus, x.ended, list(x.steps), list(x.charged_gpu_s)] for x in record.settled
-            ],
-            "workers": [list(w) for w in record.workers],
-            "pool": [list(g) for g in record.pool],
-            "charges_from_previous_end": record.charges_from_previous_end,
-            "round_s": record.round_s,
-            "worker_grace_s": record.worker_grace_s,
-        },
-        use_bin_type=True,
-    )
-
-
-def decode_boundary(body: bytes) -> BoundaryRecord:
-    m: Mapping[str, Any] = msgpack.unpackb(body, raw=False)
-    return BoundaryRecord(
-        epoch=int(m["epoch"]),
-        at_s=float(m["at_s"]),
-        round_id=int(m["round_id"]),
-        leases=tuple(
-            LeaseRecord(lid, tuple(jobs), w, tuple((str(wk), int(k)) for wk, k in gpus), bool(ext))
-            for lid, jobs, w, gpus, ext in m["leases"]
-        ),
-        settled=tuple(
-            SettledLease(lid, tuple(jobs), int(gpus), ended, tuple(int(s) for s in steps), tuple(float(c) for c in charged))
-            for lid, jobs, gpus, ended, steps, charged in m["settled"]
-        ),
-        workers=tuple((str(w), str(t), int(g)) for w, t, g in m["workers"]),
-        pool=tuple((str(w), int(k)) for w, k in m["pool"]),
-        charges_from_previous_end=bool(m.get("charges_from_previous_end", False)),
-        round_s=float(m.get("round_s", 0.0)),
-        worker_grace_s=float(m.get("worker_grace_s", 0.0)),
-    )
+def _settled(columns: list[list[Any]]) -> tuple[SettledLease, ...]:
+    lease_ids, gpus, ended, counts, job_ids, steps, charged = columns
+    out = []
+    at = 0
+    for lease_id, n, how, count in zip(lease_ids, gpus, ended, counts):
+        members = slice(at, at + count)
+        out.append(SettledLease(
+            lease_id, tuple(job_ids[members]), int(n), how, tuple(int(s) for s in steps[members]),
+            tuple(float(c) for c in charged[members]),
+        ))
+        at += count
+    return tuple(out)
 
 
 def encode_end(record: EndRecord) -> bytes:

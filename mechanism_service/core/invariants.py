@@ -22,6 +22,7 @@ I6 every dead letter has a reason, and only injected poison is dead-lettered.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -133,10 +134,16 @@ def check(
 
 def _read(rows: Iterable[Row]) -> _Journal:
     journal = _Journal()
+    workers: tuple[tuple[str, str, int], ...] = ()
+    pool: tuple[audit.GPU, ...] = ()
     for seq, kind, body, at_s in rows:
         try:
             if kind == audit.BOUNDARY:
-                journal.boundaries.append((seq, audit.decode_boundary(body)))
+                record = audit.decode_boundary(body)
+                # a record says the workers and the pool when they changed: carried forward
+                workers = record.workers if record.workers is not None else workers
+                pool = record.pool if record.pool is not None else pool
+                journal.boundaries.append((seq, dataclasses.replace(record, workers=workers, pool=pool)))
             elif kind == audit.ENDED:
                 journal.ends.append((seq, audit.decode_end(body)))
             elif kind in ("submitted", "progress", "worker", "lost"):
@@ -234,6 +241,7 @@ def _no_leaks(journal: _Journal, worker_leases: Sequence[WorkerLease] | None, ou
     """I3."""
     count = 0
     for seq, record in journal.boundaries:
+        assert record.workers is not None and record.pool is not None  # carried forward by _read
         live = {(w, k) for w, _, gpus in record.workers for k in range(gpus)}
         pool = set(record.pool)
         leased = {gpu for lease in record.leases for gpu in lease.gpus}
@@ -251,7 +259,7 @@ def _no_leaks(journal: _Journal, worker_leases: Sequence[WorkerLease] | None, ou
             if lost_seq >= seq or record.at_s <= lost_at_s + record.worker_grace_s + record.round_s:
                 continue
             back = any(lost_seq < s < seq and w == worker_id for s, w in journal.registered)
-            if not back and any(w == worker_id for w, _, _ in record.workers):
+            if not back and any(w == worker_id for w, _, _ in record.workers or ()):
                 out.append(Violation(
                     "I3", worker_id, f"lost at {lost_at_s:g} s and still in the cluster {where}, past its grace and a round"
                 ))
