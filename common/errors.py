@@ -2,6 +2,8 @@
 
     GavelError
     ├── ConfigError            a setting (environment variable, CLI flag) is missing or malformed
+    │   └── FaultSpecError     a simulation's fault spec (`gavel simulate --faults`) that does not
+    │                          parse; names the bad token (sim/faults.py)
     ├── CodecError
     │   ├── DecodeError        bytes that are not a valid message: the reason says why
     │   └── EncodeError        a message that cannot be put on the wire (not finite, too big, ...)
@@ -43,6 +45,14 @@ class GavelError(Exception):
 
 class ConfigError(GavelError):
     """A setting is missing or malformed. The message names the variable."""
+
+
+class FaultSpecError(ConfigError):
+    """A fault spec (``gavel simulate --faults``) that does not parse. ``token`` is the bad part."""
+
+    def __init__(self, token: str, message: str) -> None:
+        super().__init__(f"--faults: {token!r}: {message}")
+        self.token = token
 
 
 class CodecError(GavelError):

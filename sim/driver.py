@@ -22,6 +22,7 @@ from services.journal import Journal
 from sim.clock import VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
+from sim.faults import FaultSpec
 from sim.fleet import SimulatedFleet
 from sim.learning import spec_of
 from sim.results import SimulationResult
@@ -74,10 +75,21 @@ async def simulate_services(
     progress: Progress | None = None,
     observers: Sequence[Service] = (),
     journal: Journal | None = None,
+    faults: FaultSpec | None = None,
+    fault_seed: int | None = None,
 ) -> SimulationResult:
     """``observers``: more services on the same bus (a live dashboard, a test's listener); they
     start before the simulation does. ``journal``: the mechanism keeps one (as a service does),
-    for the invariants to be checked over it (mechanism_service/core/invariants.py)."""
+    for the invariants to be checked over it (mechanism_service/core/invariants.py).
+
+    ``faults``: inject them (sim/faults.py), seeded by ``fault_seed`` (default: the run's seed);
+    the result's ``faults`` says what happened. None (or an empty spec): the run is the plain one,
+    to the bit."""
+    if faults is not None and not faults.empty:
+        return await _simulate_with_faults(
+            trace, config, context, faults, config.seed if fault_seed is None else fault_seed,
+            progress=progress, observers=observers, journal=journal,
+        )
     table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
@@ -154,6 +166,110 @@ async def simulate_services(
         estimation=tuple(watch.samples),
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
+    )
+
+
+async def _simulate_with_faults(
+    trace: Sequence[TraceJob],
+    config: RunConfig,
+    context: SolveContext,
+    faults: FaultSpec,
+    fault_seed: int,
+    *,
+    progress: Progress | None,
+    observers: Sequence[Service],
+    journal: Journal | None,
+) -> SimulationResult:
+    """The same composition with the fault injectors in it (sim/fault_driver.py builds them)."""
+    from sim.fault_driver import FaultedRun
+
+    table = check_inputs(trace, context)
+    started_wall = time.perf_counter()
+    run = FaultedRun(trace, config, table, faults, fault_seed, journal)
+    broker = InMemoryBroker()
+    clock = VirtualClock(broker, start_s=0.0)
+    settings = run.settings
+    measured = measured_ids(trace, config.window)
+    waiting_for = set(measured)
+    replayer = TraceReplayer(clock, trace, config.estimation.user_estimates)
+
+    def mechanism() -> MechanismService:
+        assert supervisor.current is not None
+        return supervisor.current
+
+    def stop_when(state: MechanismState) -> bool:
+        waiting_for.difference_update(j.job_id for j in state.completed)
+        waiting_for.difference_update(mechanism().rejected)
+        if config.window is not None:
+            return not waiting_for
+        return replayer.done and not state.jobs and not mechanism().has_submissions
+
+    estimation = config.estimation
+
+    def make_mechanism(journal_: Journal) -> MechanismService:
+        return MechanismService(
+            clock=clock,
+            settings=settings,
+            policy=config.policy,
+            table=estimation.reference_table(table) if estimation.learned else table,
+            estimates=estimation.learned,
+            shuffle=type_shuffler(config),
+            seed=config.seed,
+            solver=config.solver,
+            stop_when=stop_when,
+            more_arrivals=lambda: not replayer.done,
+            journal=journal_,
+            crash_point=run.crash_point(clock),
+        )
+
+    supervisor = run.mechanism_supervisor(make_mechanism)
+    fleet = run.fleet(clock, config.cluster, estimation.measurement_noise, config.seed)
+    policy = run.policy(clock, context)
+    learning: list[Service] = []
+    watch = EstimationWatch(clock, table)
+    if estimation.learned:
+        learning = [EstimatorService(core=estimation.core(table, config.seed), mode=estimation.mode), watch]
+    bus = run.bus(InMemoryBus(broker, clock=clock, source="sim"), clock)
+    host = ServiceHost(bus, [*observers, *learning, policy, supervisor, fleet, replayer])
+    await host.start()
+
+    def done() -> bool:
+        current = mechanism()
+        if progress is not None and current.state is not None:
+            progress(clock.now_s(), len(current.state.completed), len(trace))
+        return current.stopped.is_set()
+
+    try:
+        while True:
+            await clock.run_until(done)
+            if not supervisor.crashed:
+                break
+            # time stands still while the new mechanism recovers (no sleeper is released)
+            await supervisor.restart()
+    finally:
+        await host.stop()
+    final = mechanism()
+    state = final.state
+    assert state is not None
+    report = run.report(broker, supervisor.restarts, policy.restarts)
+    return SimulationResult(
+        policy=config.policy,
+        preset=settings.preset,
+        cluster=dict(config.cluster),
+        round_s=settings.round_s,
+        seed=config.seed,
+        jobs=outcomes(state),
+        rounds=tuple(round_record(r) for r in final.reports),
+        makespan_s=final.last_boundary_s,
+        measured_job_ids=tuple(measured),
+        resets=state.resets,
+        solve_times_s=tuple(final.solve_times_s),
+        wall_s=time.perf_counter() - started_wall,
+        rejected_job_ids=tuple(final.rejected),
+        estimation=tuple(watch.samples),
+        estimator=config.estimation.mode,
+        unknown_types=config.estimation.unknown_types,
+        faults=report,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.estimation import EstimationSample
+from sim.faults import FaultReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +67,4 @@ class SimulationResult:
     estimation: tuple[EstimationSample, ...] = ()
     estimator: str = "oracle"  # oracle | learned
     unknown_types: tuple[str, ...] = ()  # job types the estimator and the mechanism were not told of
+    faults: FaultReport | None = None  # what a run with faults injected and saw (sim/faults.py); None: none
