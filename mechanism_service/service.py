@@ -1291,13 +1291,28 @@ class MechanismService:
         return None
 
     def _note_solve(self, reply: Message | None, request_id: str, now_s: float) -> None:
-        """What `gavel cluster` shows as the last solve."""
+        """What `gavel cluster` shows as the last solve, and whether the allocation in force is
+        kept past its time (degraded: said once when it begins and once when it ends)."""
+        obs = self.memory.observations
         if isinstance(reply, AllocationComputed):
             status, error = str(reply.status), reply.reason
         elif isinstance(reply, AllocationFailed):
             status, error = ("expired" if reply.expired else "failed"), reply.reason
         else:
             status, error = "unavailable", "no answer from a policy service"
+        if status in (SolveStatus.OPTIMAL, SolveStatus.OPTIMAL_INACCURATE):
+            if obs.degraded_since_s is not None:
+                self._log.info("allocation_restored", degraded_s=now_s - obs.degraded_since_s, request_id=request_id)
+            obs.degraded_since_s = None
+            obs.allocation_solved_at_s = now_s
+        elif obs.degraded_since_s is None and not getattr(reply, "refused_job_ids", ()):
+            # (a refusal because of particular jobs sets them aside and solves again at once)
+            obs.degraded_since_s = now_s
+            self._log.warning(
+                "allocation_degraded", request_id=request_id, status=status, error=error,
+                allocation_solved_at_s=obs.allocation_solved_at_s,
+                action="keeping the last allocation; jobs it does not include run on the GPUs it leaves idle",
+            )
         self.memory.observations.last_solve = {
             "request_id": request_id, "at_s": now_s, "status": status, "error": error,
             "solve_time_s": getattr(reply, "solve_time_s", None),

@@ -23,6 +23,10 @@ class Observations:
     last_solve_s: float | None = None
     # the last allocation request's outcome: request_id, at_s, status, error, refused_job_ids
     last_solve: dict[str, object] | None = None
+    # Degraded mode: when the allocation in force was solved, and since when solves fail (None:
+    # the last one succeeded)
+    allocation_solved_at_s: float | None = None
+    degraded_since_s: float | None = None
     failed: dict[str, str] = field(default_factory=dict)  # job id -> why it failed
     cancelled: dict[str, dict[str, object]] = field(default_factory=dict)  # job id -> its final row
     # job id -> its attempts on real workers, bounded (core/attempts.py), and the last report that
@@ -195,6 +199,28 @@ def workers_report(
     return rows
 
 
+def allocation_report(state: MechanismState | None, obs: Observations) -> dict[str, object]:
+    """Whether the allocation in force is the policy's latest word, or kept while the policy
+    is down or late (degraded), and which active jobs it does not include (they run only on GPUs
+    it leaves idle)."""
+    allocated = {i for entry in state.allocation for i in entry} if state is not None else set()
+    without = [j.job_id for j in state.jobs.values() if j.index not in allocated] if state is not None else []
+    if obs.degraded_since_s is not None:
+        condition = "degraded"
+    else:
+        condition = "current" if obs.allocation_solved_at_s is not None else "none yet"
+    report: dict[str, object] = {
+        "state": condition, "solved_at_s": obs.allocation_solved_at_s, "jobs_without_allocation": len(without),
+    }
+    if condition == "degraded":
+        report["degraded_since_s"] = obs.degraded_since_s
+        report["note"] = (
+            "no answer from the policy: the last allocation is kept; jobs it does not include run on the GPUs it "
+            "leaves idle until the policy answers"
+        )
+    return report
+
+
 def cluster_report(
     state: MechanismState | None,
     servers: Mapping[str, Sequence[tuple[str, int]]],
@@ -221,6 +247,7 @@ def cluster_report(
         "resets": state.resets if state is not None else 0,
         "last_solve_s": obs.last_solve_s,
         "last_solve": obs.last_solve,
+        "allocation": allocation_report(state, obs),
         "workers_up": sum(len(entries) for entries in servers.values()),
         "workers_lost": len(obs.workers_lost),
         "workers_refused": dict(obs.workers_refused),

@@ -25,6 +25,7 @@ from common.messages import (
     RunJobs,
     WorkerRegistered,
 )
+from mechanism_service.core import status as status_core
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
 from mechanism_service.service import MechanismService
@@ -115,6 +116,36 @@ async def test_a_job_the_policy_refuses_is_set_aside_and_the_rest_solved_again_a
     assert {j.job_id for j in retry.message.problem.jobs} == {"a", "b"}
     last = w.mechanism.memory.observations.last_solve
     assert last is not None and last["status"] == "optimal"
+
+
+async def test_with_the_policy_failing_the_last_allocation_is_kept_and_new_jobs_run_on_idle_gpus(monkeypatch) -> None:
+    """Degraded mode (issue 13): while every solve fails, the allocation in force is kept, a job
+    that arrives meanwhile runs on the GPUs it leaves idle, `gavel cluster` says so; the next
+    answer ends it."""
+    real_answer = policy_module.answer
+    failing = {"on": False}
+
+    def flaky(request: AllocationRequested, context: object) -> object:
+        if failing["on"]:
+            return AllocationFailed(request.request_id, request.policy, "solver crashed")
+        return real_answer(request, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(policy_module, "answer", flaky)
+    w = await world("max_min_fairness_perf", fleet={"v100": 2, "k80": 1})
+    await submit(w, JobSpec("a", RESNET, 3000))
+    await w.run_until(lambda: w.mechanism.memory.observations.allocation_solved_at_s is not None)
+    failing["on"] = True
+    await submit(w, JobSpec("late", "A3C", 300))
+    await w.run_until(lambda: w.mechanism.memory.observations.degraded_since_s is not None)
+    obs = w.mechanism.memory.observations
+    report = status_core.allocation_report(w.mechanism.state, obs)
+    assert report["state"] == "degraded" and report["jobs_without_allocation"] == 1 and "idle" in str(report["note"])
+    await w.run_until(lambda: "late" in w.completed())  # it ran on what the kept allocation left idle
+    assert w.mechanism.memory.observations.degraded_since_s is not None  # still no answer
+    failing["on"] = False
+    await submit(w, JobSpec("b", RESNET, 300))
+    await w.run_until(lambda: {"a", "b"} <= w.completed())
+    assert status_core.allocation_report(w.mechanism.state, obs)["state"] == "current"
 
 
 async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> None:
