@@ -181,6 +181,26 @@ class Services:
                 codes[name] = p.wait()
         return codes
 
+    def queue_depths(self) -> dict[str, int]:
+        """Messages waiting in each submission queue now (the broker's count: not yet delivered)."""
+        from common.topology import SUBMISSION_QUEUES
+
+        async def depths() -> dict[str, int]:
+            import aio_pika
+
+            connection = await aio_pika.connect(self.url)
+            try:
+                channel = await connection.channel()
+                out = {}
+                for queue in SUBMISSION_QUEUES:
+                    declared = await channel.declare_queue(f"{self.exchange}.{queue.name}", passive=True)
+                    out[queue.name] = int(declared.declaration_result.message_count)
+                return out
+            finally:
+                await connection.close()
+
+        return asyncio.run(depths())
+
     def clean_up(self) -> None:
         from tests.support.broker import delete_topology
         from tests.support.processes import SERVICE_QUEUES
@@ -301,6 +321,7 @@ def flood(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         note(f"{len(accepted_ids):,} accepted, {len(refused_ids):,} not accepted; waiting for the journal")
         journal_s = wait_journaled(services, len(accepted_ids), args.timeout_s * 10)
         dead = [name for name in SERVICES if name not in services.alive()]
+        depths = services.queue_depths()  # the estimator's backlog waits in the broker, not in it
         peaks = sampler.stop()
         note("checking the journal")
         journaled = journaled_ids(services.journal)
@@ -319,6 +340,7 @@ def flood(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
     return {
         "jobs": args.jobs,
         "max_length": args.max_length,
+        "exchange": services.exchange,  # deleted, with its queues
         "accepted": len(accepted_ids),
         "not_accepted": len(refused_ids),
         "reason": not_accepted["reason"],
@@ -332,6 +354,7 @@ def flood(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         "journal_is_exactly_the_accepted": in_journal == set(accepted_ids) and len(journaled) == len(in_journal),
         "accepted_missing_from_journal": len(set(accepted_ids) - in_journal),
         "in_journal_not_accepted": len(in_journal - set(accepted_ids)),
+        "queue_depths_at_the_end": depths,
         "peak_rss_mib": {name: round(kib / 1024, 1) for name, kib in peaks.own.items()},
         "peak_rss_children_mib": {name: round(kib / 1024, 1) for name, kib in peaks.children.items()},
         "services_died_during_the_flood": dead,
@@ -384,6 +407,9 @@ def main() -> int:
     for name in (*SERVICES, "gavel submit"):
         extra = f"  (children: {children[name]})" if name in children else ""
         print(f"    {name:<14} {own.get(name, '-'):>8}{extra}")
+    depths = report["queue_depths_at_the_end"]
+    assert isinstance(depths, dict)
+    print(f"  waiting in the broker when the journal was complete: {', '.join(f'{q} {n:,}' for q, n in depths.items())}")
     if report["services_died_during_the_flood"]:
         print(f"  DIED during the flood: {report['services_died_during_the_flood']}")
     print(f"  total {report['total_s']} s ({os.cpu_count()} CPUs shared by the broker, the services and the command)")
