@@ -206,6 +206,18 @@ def worker_grace_s(args: argparse.Namespace) -> float | None:
     return float(args.worker_grace_s * (args.time_scale or 1.0))
 
 
+def round_timeout_s(args: argparse.Namespace) -> float | None:
+    """How long a live round waits for its leases' reports, in wall seconds (the mechanism waits
+    on the wall clock): a round and a half plus a minute of the mechanism's time, and at least a
+    wall second for the reports to come (messages take wall time, whatever the scale). None in
+    lockstep, which waits for every report. With --time-scale 1000 a lease that never reports (its
+    worker killed) held the round 600 wall seconds, 1,667 rounds of the scaled clock."""
+    if args.lockstep:
+        return None
+    scale = args.time_scale or 1.0
+    return args.round_s * 1.5 / scale + max(60.0 / scale, 1.0)
+
+
 def _share(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -337,7 +349,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     lockstep=args.lockstep,
                     expected_gpus=args.expect_gpus,
                     journal=journal,
-                    round_timeout_s=None if args.lockstep else args.round_s * 1.5 + 60.0,
+                    round_timeout_s=round_timeout_s(args),
                     deadlines=not args.lockstep and not args.time_scale,
                     elastic_types=() if args.lockstep else table.accelerator_types,
                     admission_batch_s=0.0 if args.lockstep else 0.05,

@@ -551,6 +551,22 @@ def test_gavel_serve_mechanism_takes_the_grace_in_wall_seconds(flags: list[str],
     assert build_parser().parse_args(["serve", "mechanism", "--max-failed-attempts", "2"]).max_failed_attempts == 2
 
 
+@pytest.mark.parametrize(
+    ("flags", "timeout_s"),
+    [
+        ([], 600.0),
+        (["--time-scale", "10"], 60.0),
+        (["--time-scale", "1000"], 1.54),  # not 600 wall seconds: 1,667 rounds of the scaled clock
+        (["--lockstep"], None),
+    ],
+)
+def test_gavel_serve_mechanism_waits_for_a_rounds_reports_on_its_own_clock(flags: list[str], timeout_s: float | None) -> None:
+    from services.cli import build_parser
+    from services.cli.serve_cmd import round_timeout_s
+
+    assert round_timeout_s(build_parser().parse_args(["serve", "mechanism", *flags])) == pytest.approx(timeout_s)
+
+
 async def test_gavel_job_prints_the_attempts_and_the_last_error_for_people(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
