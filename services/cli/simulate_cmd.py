@@ -25,6 +25,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING
 
+from common.errors import FaultSpecError
 from mechanism_service.core.settings import PRESETS
 from services.cli.common import CommandFailed, per_hour, print_json
 from services.cli.progress import ProgressBar
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from services.cli.simulation import Scenario
     from sim.metrics import Summary
     from sim.plot_process import PlotProcess
+    from sim.faults import FaultSpec
     from sim.results import SimulationResult
     from sim.traces import TraceJob
 
@@ -77,14 +79,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         choices=ENGINES,
-        default="fast",
-        help="fast: the bus-free path (default); services: the real services on the in-memory bus (same schedule, slower)",
+        default=None,
+        help="fast: the bus-free path (default); services: the real services on the in-memory bus (same schedule, slower; "
+        "the default with --faults)",
     )
+    add_fault_flags(p)
     add_estimator_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
     add_plots_flag(p)
     p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
     p.set_defaults(run=run)
+
+
+def add_fault_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("faults (docs/reliability.md; the services engine only)")
+    group.add_argument(
+        "--faults", metavar="SPEC",
+        help="inject seeded faults: mix, or kind=value items such as worker-crash=2,hang=1,slow-gpu=1,job-crash=3,"
+        "mechanism-crash=2,policy-crash=1,dup=0.05,reorder=0.05:4,delay=0.02:30,loss=0.02 (implies --engine services)",
+    )
+    group.add_argument(
+        "--fault-seed", type=int, metavar="N", help="the faults' seed (default: --seed); a run replays with the same SPEC and N"
+    )
+
+
+def resolve_faults(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
+    """(engine, fault spec): faults run on the services engine only (the fast path has no bus, no
+    workers and no services to break); --engine fast with --faults is refused in one line."""
+    from services.cli.simulation import bad_input
+    from sim.faults import parse_spec
+
+    if args.faults is None:
+        if args.fault_seed is not None:
+            raise bad_input("--fault-seed", "needs --faults")
+        return args.engine or "fast", None
+    if args.engine == "fast":
+        raise bad_input("--faults", "needs --engine services (the fast path has no bus, workers or services to break)")
+    try:
+        return "services", parse_spec(args.faults)
+    except FaultSpecError as e:
+        raise CommandFailed(str(e), exit_code=2) from None
 
 
 def add_plots_flag(p: argparse.ArgumentParser) -> None:
@@ -175,8 +209,11 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
     window = parse_window(args.window, len(trace))
     estimation = parse_estimation(args, context.table, trace)
+    engine, faults = resolve_faults(args)
+    fault_seed = args.seed if args.fault_seed is None else args.fault_seed
     scenario = Scenario(
-        trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, args.engine, estimation
+        trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, engine, estimation,
+        faults=faults, fault_seed=fault_seed,
     )
     out = pathlib.Path(args.out) if args.out else default_out(label)
     make_out_dir(out)
@@ -192,7 +229,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     if not args.json:
         print(
             f"{len(trace)} jobs ({source}) on {format_cluster(cluster)}; preset {args.preset}, rounds of "
-            f"{args.round_s:g} s, seed {args.seed}, {args.engine} engine"
+            f"{args.round_s:g} s, seed {args.seed}, {engine} engine"
+            + (f"; faults {faults.text} (fault seed {fault_seed})" if faults is not None else "")
             + (f"; measured: jobs {window[0]} to {window[1] - 1}" if window else "")
             + (
                 f"; learned estimator, {len(estimation.unknown_types)} job type(s) unknown to it"
@@ -208,6 +246,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         out.mkdir(parents=True, exist_ok=True)
         write_trace(trace, out / "trace.trace")
     plot_error = write_results(results, summaries, out, plots=args.plots, plotter=plotter)
+    if faults is not None:
+        write_faults(results, out)
     if args.json:
         print_json(results_json(results, summaries, out))
         if plot_error:
@@ -220,6 +260,10 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         for policy, summary in summaries.items():
             print(describe_estimation(policy, summary))
     print()
+    if faults is not None:
+        print()
+        for policy, result in results.items():
+            print(describe_faults(policy, result, replay_flags(args)))
     print(describe_files(out, policies, learned=estimation.learned, plots=args.plots and not plot_error))
     if plot_error:
         raise plots_failed(out, plot_error)
@@ -342,14 +386,88 @@ def results_json(
     from sim.metrics import compare
     from sim.output import run_record
 
+    def record(policy: str) -> dict[str, object]:
+        faults = results[policy].faults
+        return run_record(results[policy], summaries[policy]) | ({"faults": faults.as_dict()} if faults is not None else {})
+
     if len(results) == 1:
         (policy,) = results
-        return {"out_dir": str(out), **run_record(results[policy], summaries[policy])}
+        return {"out_dir": str(out), **record(policy)}
     return {
         "out_dir": str(out),
         "rows": [row.as_dict() for row in compare(summaries)],
-        "runs": {policy: run_record(results[policy], summaries[policy]) for policy in results},
+        "runs": {policy: record(policy) for policy in results},
     }
+
+
+def write_faults(results: dict[str, SimulationResult], out: pathlib.Path) -> None:
+    """faults.json (what was injected, when; the dead letters) and gpu_occupancy.csv (the workers'
+    own account of their GPUs), per run, beside summary.json."""
+    import csv
+    import dataclasses
+    import json
+
+    for policy, result in results.items():
+        report = result.faults
+        if report is None:
+            continue
+        directory = out if len(results) == 1 else out / policy
+        directory.mkdir(parents=True, exist_ok=True)
+        record = report.as_dict() | {"events": [dataclasses.asdict(e) for e in report.events]}
+        (directory / "faults.json").write_text(json.dumps(record, indent=2) + "\n")
+        with open(directory / "gpu_occupancy.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["worker_id", "gpu_index", "lease_id", "round_id", "start_s", "end_s", "ended"])
+            for o in report.occupancy:
+                writer.writerow([o.worker_id, o.gpu_index, o.lease_id, o.round_id, repr(o.start_s), repr(o.end_s), o.ended])
+
+
+def replay_flags(args: argparse.Namespace) -> str:
+    """The flags besides the faults that a replay of this run needs."""
+    parts = [f"--trace {args.trace}" if args.trace else f"--jobs {args.jobs}"]
+    if args.trace is None:
+        if args.jobs_per_hour is not None:
+            parts.append(f"--jobs-per-hour {args.jobs_per_hour:g}")
+        if args.static:
+            parts.append("--static")
+        if args.multi_gpu:
+            parts.append("--multi-gpu")
+        if args.trace_seed is not None:
+            parts.append(f"--trace-seed {args.trace_seed}")
+    parts.append(f"--cluster {args.cluster}")
+    if args.policy:
+        parts.append(f"--policy {args.policy}")
+    if args.policies:
+        parts.append(f"--policies {args.policies}")
+    parts += [f"--preset {args.preset}", f"--round-s {args.round_s:g}", f"--gpus-per-server {args.gpus_per_server}",
+              f"--seed {args.seed}"]
+    if args.window:
+        parts.append(f"--window {args.window}")
+    if args.throughputs:
+        parts.append(f"--throughputs {args.throughputs}")
+    return " ".join(parts)
+
+
+def describe_faults(policy: str, result: SimulationResult, rest: str) -> str:
+    """A person's account of a run's faults: what was injected by kind, what the system did, and
+    the command that replays it."""
+    from sim.faults import FaultSpec, parse_spec, replay_command
+
+    report = result.faults
+    assert report is not None
+    injected = ", ".join(f"{kind} {n}" for kind, n in report.injected.items() if n) or "none"
+    unfinished = sum(1 for j in result.jobs if j.completion_s is None and not j.dropped)
+    checked = (
+        "invariants: not checked" if report.invariants_checked is None
+        else f"invariants: {len(report.invariants_checked)} checked, {len(report.violations)} violated"
+    )
+    spec: FaultSpec = parse_spec(report.spec)
+    return (
+        f"{policy}: faults injected: {injected} ({sum(report.injected.values())} in all); mechanism restarts "
+        f"{report.mechanism_restarts}, policy restarts {report.policy_restarts}; dead letters {len(report.dead_letters)}; "
+        f"jobs unfinished {unfinished}; {checked}\n"
+        f"  replay: {replay_command(spec, report.seed, rest)}"
+    )
 
 
 def describe_estimation(policy: str, summary: Summary) -> str:

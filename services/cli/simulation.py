@@ -27,6 +27,7 @@ from policy_service.core.catalog import policy_names
 from policy_service.service import shipped_context
 from services.cli.common import CommandFailed
 from sim.fastpath import Progress, RunConfig, simulate
+from sim.faults import FaultSpec
 from sim.learning import EstimationConfig
 from sim.metrics import Summary, isolated_throughputs_from_table, summarize
 from sim.results import SimulationResult
@@ -348,6 +349,8 @@ class Scenario:
     window: tuple[int, int] | None = None
     engine: str = "fast"
     estimation: EstimationConfig = EstimationConfig()
+    faults: FaultSpec | None = None  # the services engine only (gavel simulate --faults)
+    fault_seed: int = 0
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
@@ -364,7 +367,11 @@ def run_policy(
 
         from sim.driver import simulate_services
 
-        result = asyncio.run(simulate_services(scenario.trace, config, context, progress=progress))
+        result = asyncio.run(
+            simulate_services(
+                scenario.trace, config, context, progress=progress, faults=scenario.faults, fault_seed=scenario.fault_seed
+            )
+        )
     else:
         result = simulate(scenario.trace, config, context, progress=progress)
     assert context.table is not None

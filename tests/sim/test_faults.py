@@ -1,0 +1,289 @@
+"""Faults as a test harness (issue 13): the spec, the seeded schedule, and runs of the real services
+in virtual time under each fault kind, alone and mixed, that still finish every job."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from common.bus import Delivery
+from common.errors import FaultSpecError
+from common.messages import JobCompleted, JobFailed
+from mechanism_service.core.settings import preset
+from policy_service.service import shipped_context
+from services.cli import main
+from sim.driver import simulate_services
+from sim.fastpath import RunConfig
+from sim.faults import (
+    CRASH_POINTS,
+    FaultSpec,
+    Timing,
+    horizon_s,
+    parse_spec,
+    replay_command,
+    schedule,
+    timing_for,
+)
+from sim.traces import TraceSpec, generate_trace
+
+CONTEXT = shipped_context()
+POLICY = "max_min_fairness_perf"
+CLUSTER = {"v100": 3, "p100": 3, "k80": 3}
+# Long rounds: a fifth of the default round count for the same trace, so each run takes a second.
+TRACE = generate_trace(TraceSpec(num_jobs=36, jobs_per_hour=4.0), CONTEXT.table, np.random.default_rng(5))
+CONFIG = RunConfig(POLICY, CLUSTER, preset("default", POLICY, round_s=1800.0), seed=1)
+WORKERS = [f"{w}-{i}" for w in ("k80", "p100", "v100") for i in range(3)]
+
+
+# -- the spec -------------------------------------------------------------------------------------
+
+
+def test_a_spec_names_counts_and_rates():
+    spec = parse_spec("worker-crash=2, hang=1,slow-gpu=1,job-crash=3,dup=0.05,reorder=0.1:6,delay=0.02:12,loss=0.02,"
+                      "mechanism-crash=2,policy-crash=1")
+    assert spec == FaultSpec(
+        worker_crash=2, hang=1, slow_gpu=1, job_crash=3, mechanism_crash=2, policy_crash=1, dup=0.05, loss=0.02,
+        delay=0.02, max_delay_s=12.0, reorder=0.1, reorder_window=6, text=spec.text,
+    )
+    assert spec.messages and not spec.empty
+
+
+def test_mix_is_every_kind_and_later_items_override_it():
+    mix = parse_spec("mix")
+    assert all(mix.counts.values()) and all(mix.rates.values())
+    assert parse_spec("all").counts == mix.counts
+    tuned = parse_spec("mix,dup=0,hang=5")
+    assert (tuned.dup, tuned.hang, tuned.loss) == (0.0, 5, mix.loss)
+    assert parse_spec("none").empty and parse_spec("none").text == "none"
+
+
+@pytest.mark.parametrize(
+    ("text", "token", "says"),
+    [
+        ("worker-crash=2,bogus=1", "bogus=1", "unknown fault kind 'bogus'"),
+        ("hang", "hang", "expected kind=value"),
+        ("hang=", "hang=", "expected kind=value"),
+        ("hang=two", "hang=two", "'two' is not a whole number"),
+        ("hang=-1", "hang=-1", "out of range"),
+        ("dup=1.5", "dup=1.5", "not a probability in [0, 1]"),
+        ("loss=nan", "loss=nan", "not a probability"),
+        ("dup=0.1:3", "dup=0.1:3", "takes a probability only"),
+        ("reorder=0.1:0", "reorder=0.1:0", "out of range 1.."),
+        ("delay=0.1:-2", "delay=0.1:-2", "must be positive"),
+        ("  ", "  ", "empty"),
+    ],
+)
+def test_a_bad_spec_names_its_bad_token(text, token, says):
+    with pytest.raises(FaultSpecError) as caught:
+        parse_spec(text)
+    assert caught.value.token == token
+    assert says in str(caught.value) and str(caught.value).startswith("--faults: ")
+
+
+# -- the schedule ---------------------------------------------------------------------------------
+
+
+def _schedule(seed: int, spec: str = "mix"):
+    return schedule(
+        parse_spec(spec), np.random.default_rng(seed), seed=seed, horizon_s=1e6, worker_ids=WORKERS,
+        timing=Timing(heartbeat_s=900.0, worker_grace_s=2700.0),
+    )
+
+
+def test_the_same_seed_makes_the_same_schedule_and_another_seed_another():
+    assert _schedule(7) == _schedule(7)
+    assert _schedule(7) != _schedule(8)
+    s = _schedule(7)
+    assert s.scheduled == parse_spec("mix").counts
+    assert all(5e4 <= e.at_s <= 8e5 for e in (*s.worker_crashes, *s.hangs, *s.job_crashes, *s.mechanism_crashes))
+    assert all(c.down_s > 2700.0 for c in s.worker_crashes)  # declared lost before it comes back
+    assert {c.point for c in _schedule(3, "mechanism-crash=40").mechanism_crashes} == set(CRASH_POINTS)
+    assert all(0 < slow.factor < 1 for slow in s.slow_gpus)
+
+
+def test_the_horizon_is_a_lower_bound_of_the_run():
+    # two jobs of 3600 GPU-seconds each (one on two GPUs) on 2 GPUs, the last arriving at 100 s
+    assert horizon_s([(0.0, 3600, 1, 1.0), (100.0, 900, 2, 0.5)], gpus=2) == 3600.0
+    assert horizon_s([(5000.0, 10, 1, 1.0)], gpus=2) == 5000.0
+    assert timing_for(360.0) == Timing(heartbeat_s=180.0, worker_grace_s=540.0)
+
+
+def test_the_replay_command_names_the_spec_and_the_seed():
+    assert replay_command(parse_spec("hang=1,dup=0.1"), 42, "--jobs 10") == (
+        "gavel simulate --engine services --faults hang=1,dup=0.1 --fault-seed 42 --jobs 10"
+    )
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+class EndWatch:
+    """Every job.completed and job.failed on the bus, by message id (a restarted mechanism's
+    repeat of an end event carries the same id)."""
+
+    name = "end-watch"
+
+    def __init__(self) -> None:
+        self.ends: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)  # job -> (kind, message id)
+
+    async def start(self, bus) -> None:  # noqa: ANN001
+        await bus.subscribe(self.name, [JobCompleted.ROUTING_KEY, JobFailed.ROUTING_KEY], self.seen)
+
+    async def stop(self) -> None:
+        return None
+
+    async def seen(self, d: Delivery) -> None:
+        self.ends[d.message.job_id].append((type(d.message).__name__, d.envelope.message_id))
+
+
+def run(spec: str, seed: int = 0, **kwargs):
+    import asyncio
+
+    return asyncio.run(simulate_services(TRACE, CONFIG, CONTEXT, faults=parse_spec(spec), fault_seed=seed, **kwargs))
+
+
+def assert_every_job_ended(result, *, completed: bool = True) -> None:
+    ended = {j.job_id for j in result.jobs if j.completion_s is not None or j.dropped}
+    assert ended == {j.job_id for j in TRACE}
+    if completed:
+        assert all(j.completion_s is not None and j.steps_done == j.total_steps for j in result.jobs)
+
+
+def assert_no_gpu_held_twice(occupancy) -> None:
+    by_gpu = collections.defaultdict(list)
+    for o in occupancy:
+        assert o.start_s <= o.end_s
+        by_gpu[(o.worker_id, o.gpu_index)].append((o.start_s, o.end_s, o.lease_id))
+    for spans in by_gpu.values():
+        spans.sort()
+        for (_, end_s, lease), (start_s, _, other) in zip(spans, spans[1:]):
+            assert end_s <= start_s, f"{lease} and {other} overlap"
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [
+        ("worker-crash=2", "worker-crash"),
+        ("hang=2", "hang"),
+        ("slow-gpu=2", "slow-gpu"),
+        ("job-crash=3", "job-crash"),
+        ("policy-crash=2", "policy-crash"),
+        ("dup=0.05", "dup"),
+        ("reorder=0.05:4", "reorder"),
+        ("delay=0.05:60", "delay"),
+        ("loss=0.05", "loss"),
+    ],
+)
+def test_each_fault_kind_happens_and_every_job_still_completes(spec, kind):
+    result = run(spec, seed=2)
+    report = result.faults
+    assert report is not None and report.spec == spec and report.seed == 2
+    assert report.injected[kind] >= 1
+    assert sum(report.injected.values()) == report.injected[kind]  # that kind alone
+    assert_every_job_ended(result)
+    assert report.dead_letters == ()  # every fault was absorbed, none made a bad message
+    assert report.occupancy and {o.ended for o in report.occupancy} >= {"reported"}
+    assert_no_gpu_held_twice(report.occupancy)
+    if kind == "policy-crash":
+        assert report.policy_restarts == report.injected[kind]
+    if kind == "job-crash":
+        assert "crashed" in {o.ended for o in report.occupancy}
+    if kind == "worker-crash":  # the workers' own account shows the leases the crash cut short
+        assert "worker-crash" in {o.ended for o in report.occupancy}
+    if kind == "hang":  # one of this seed's hangs outlasts the grace: declared lost, fenced, it stopped its lease
+        assert "fenced" in {o.ended for o in report.occupancy}
+
+
+def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_path):
+    """Both crash points; a new mechanism recovers from the same journal each time. Each job ends
+    once (repeats of its end event carry the same message id), and the schedule is the one
+    without crashes, job by job."""
+    import asyncio
+
+    from services.journal import Journal
+
+    watch = EndWatch()
+    journal = Journal(tmp_path / "mechanism.sqlite")
+    spec = "mechanism-crash=3"
+    points = {c.point for c in schedule(
+        parse_spec(spec), np.random.default_rng(4), seed=4, horizon_s=1e6, worker_ids=WORKERS, timing=timing_for(1800.0)
+    ).mechanism_crashes}
+    assert points == set(CRASH_POINTS)  # this seed crashes at both
+    crashed = asyncio.run(
+        simulate_services(TRACE, CONFIG, CONTEXT, faults=parse_spec(spec), fault_seed=4, journal=journal, observers=[watch])
+    )
+    assert crashed.faults is not None
+    assert crashed.faults.injected["mechanism-crash"] == crashed.faults.mechanism_restarts == 3
+    assert crashed.faults.journal_path == str(tmp_path / "mechanism.sqlite")
+    assert_every_job_ended(crashed)
+    assert set(watch.ends) == {j.job_id for j in TRACE}
+    for job_id, ends in watch.ends.items():
+        assert {kind for kind, _ in ends} == {"JobCompleted"}, job_id
+        assert len({message_id for _, message_id in ends}) == 1, job_id  # one event, perhaps repeated
+    calm = asyncio.run(simulate_services(TRACE, CONFIG, CONTEXT))
+    assert [(j.job_id, j.completion_s, j.steps_done) for j in crashed.jobs] == [
+        (j.job_id, j.completion_s, j.steps_done) for j in calm.jobs
+    ]
+
+
+def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit():
+    first, second = run("mix", seed=11), run("mix", seed=11)
+    report = first.faults
+    assert report is not None and second.faults is not None
+    assert all(report.injected[kind] >= 1 for kind in ("dup", "loss", "delay", "reorder", "mechanism-crash", "policy-crash"))
+    assert report.journal_path is not None  # made for the mechanism's crashes
+    assert_every_job_ended(first, completed=False)  # a job crashing five leases in a row may fail
+    assert_no_gpu_held_twice(report.occupancy)
+    assert report.dead_letters == ()
+    assert second.faults.events == report.events and second.faults.occupancy == report.occupancy
+    assert [(j.job_id, j.completion_s) for j in second.jobs] == [(j.job_id, j.completion_s) for j in first.jobs]
+
+
+def test_no_faults_is_the_plain_run():
+    import asyncio
+
+    plain = asyncio.run(simulate_services(TRACE, CONFIG, CONTEXT))
+    empty = asyncio.run(simulate_services(TRACE, CONFIG, CONTEXT, faults=parse_spec("none")))
+    assert plain.faults is None and empty.faults is None
+    assert (plain.jobs, plain.rounds, plain.makespan_s) == (empty.jobs, empty.rounds, empty.makespan_s)
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def test_gavel_simulate_faults_reports_them_and_how_to_replay(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["simulate", "--jobs", "12", "--jobs-per-hour", "4", "--cluster", "v100=2,p100=2,k80=2", "--policy", POLICY,
+            "--round-s", "1800", "--no-plots", "--out", str(out)]
+    assert main([*args, "--faults", "worker-crash=1,dup=0.05", "--fault-seed", "3", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    faults = printed["faults"]
+    assert (faults["spec"], faults["seed"]) == ("worker-crash=1,dup=0.05", 3)
+    assert faults["injected"]["worker-crash"] == 1 and faults["injected"]["dup"] >= 1
+    assert faults["invariants_checked"] is None  # the checker is another change
+    assert json.loads((out / "faults.json").read_text())["injected"] == faults["injected"]
+    assert (out / "gpu_occupancy.csv").read_text().startswith("worker_id,gpu_index,lease_id,round_id,start_s,end_s,ended")
+
+    assert main([*args, "--faults", "hang=1", "--fault-seed", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "faults injected: hang 1" in text
+    assert "replay: gavel simulate --engine services --faults hang=1 --fault-seed 3 --jobs 12" in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--faults", "mix", "--engine", "fast"], "--faults: needs --engine services"),
+        (["--faults", "hang=x"], "--faults: 'hang=x': 'x' is not a whole number"),
+        (["--fault-seed", "3"], "--fault-seed: needs --faults"),
+    ],
+)
+def test_gavel_simulate_refuses_bad_fault_flags_in_one_line(tmp_path, capsys, extra, says):
+    code = main(["simulate", "--jobs", "5", "--static", "--cluster", "v100=1", "--policy", "fifo", "--no-plots",
+                 "--out", str(tmp_path / "x"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert says in err and len(err.strip().splitlines()) == 1
