@@ -19,10 +19,12 @@ from common.errors import ConfigError
 T = TypeVar("T")
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
-# Messages waiting in the mechanism's submissions queue before a publish is refused: a few
-# seconds of the mechanism's intake (bench/flood.py measures it), so a submitter hears at once
-# that the mechanism is behind instead of queueing hours of work.
-DEFAULT_SUBMISSIONS_MAX_LENGTH = 10_000
+# Messages waiting in the mechanism's submissions queue before a publish is refused: a trace of
+# up to this many jobs still gets in whole while the mechanism is down (bench/submit_throughput.py
+# submits 10,000 so; 10,000 with its seal would not fit a bound of 10,000), and it is ~15-30 s of the
+# mechanism's intake (3,700-7,450/s, README) and ~50 MB on the broker: a submitter far ahead of
+# the mechanism is told so instead of queueing hours of work.
+DEFAULT_SUBMISSIONS_MAX_LENGTH = 100_000
 
 
 def _get(env: Mapping[str, str], name: str, default: T, parse: Callable[[str, str], T]) -> T:

@@ -138,7 +138,7 @@ def test_a_queue_made_before_the_bound_stops_the_mechanism_with_what_to_do(clust
     cluster.processes.pop("mechanism")
     log = (tmp_path / "mechanism.log").read_text()
     name = f"{cluster.exchange}.mechanism.submissions"
-    assert f"queue '{name}' exists with other arguments than this gavel declares with at most 10000 messages waiting" in log
+    assert f"queue '{name}' exists with other arguments than this gavel declares with at most 100000 messages waiting" in log
     assert "GAVEL_SUBMISSIONS_MAX_LENGTH set to its own bound ('none': it has none)" in log
     assert f"rabbitmqctl delete_queue {name}" in log
     cluster.env["GAVEL_SUBMISSIONS_MAX_LENGTH"] = "none"

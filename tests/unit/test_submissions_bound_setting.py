@@ -11,7 +11,7 @@ from common.topology import ESTIMATOR_INPUTS, MECHANISM_SUBMISSIONS, bound_argum
 
 
 def test_the_default_bound_and_none() -> None:
-    assert BusSettings.from_env({}).submissions_max_length == DEFAULT_SUBMISSIONS_MAX_LENGTH == 10_000
+    assert BusSettings.from_env({}).submissions_max_length == DEFAULT_SUBMISSIONS_MAX_LENGTH == 100_000
     assert BusSettings.from_env({"GAVEL_SUBMISSIONS_MAX_LENGTH": "500"}).submissions_max_length == 500
     assert BusSettings.from_env({"GAVEL_SUBMISSIONS_MAX_LENGTH": "None"}).submissions_max_length is None
 
