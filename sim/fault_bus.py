@@ -24,6 +24,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 
 from common.bus import Bus, DeadLetter, Handler, Subscription
+from common.codec import id_sequence
 from common.errors import UnroutableError
 from common.messages import RoundEnded, RoundStarted, StatusReported, StatusRequested, WorkerHeartbeat
 from common.messages.base import Message
@@ -55,7 +56,7 @@ class FaultyBus:
         self._log = log
         self._held: dict[str, _Held] = {}  # publisher -> its held messages, in its order
         self._tasks: set[asyncio.Task[None]] = set()
-        self._lost = 0
+        self._new_id = id_sequence()
 
     # -- the Bus protocol, delegated ---------------------------------------------------------------
 
@@ -120,27 +121,29 @@ class FaultyBus:
         losable = isinstance(message, LOSABLE)
         if mandatory and not self._inner.broker.route(message.routing_key()):
             raise UnroutableError(message.routing_key())  # as the broker would, before any fault
+        # an id now, so that a held or delayed message's id is the one returned (and a duplicate's)
+        message_id = message_id or self._new_id()
         options: dict[str, object] = {"source": source, "correlation_id": correlation_id, "message_id": message_id}
         if losable and lose < spec.loss:
             self._log.injected("loss", now_s, kind)
-            self._lost += 1
-            return message_id or f"lost-{self._lost}"
+            return message_id
         if losable and late < spec.delay:
             delay_s = delay_draw * spec.max_delay_s
             self._log.injected("delay", now_s, f"{kind} by {delay_s:.1f} s")
             self._spawn(self._later(delay_s, message, options, double < spec.dup))
-            return message_id or f"delayed-{len(self._log.events)}"
+            return message_id
         held = self._held.get(publisher)
-        if held is not None:  # this publisher's earlier message is held: keep its order
-            held.messages.append((message, options | {"dup": double < spec.dup}))
-            return message_id or f"held-{len(self._log.events)}"
-        if hold < spec.reorder:
+        if held is None and hold < spec.reorder:
             self._log.injected("reorder", now_s, kind)
             held = self._held[publisher] = _Held(spec.reorder_window)
-            held.messages.append((message, options | {"dup": double < spec.dup}))
             self._spawn(self._release_at_barrier(publisher, held))
-            return message_id or f"held-{len(self._log.events)}"
-        sent = await self._send(message, options, double < spec.dup)
+        if held is not None:  # held back, or behind this publisher's held message (its order is kept)
+            held.messages.append((message, options | {"dup": double < spec.dup}))
+            sent = message_id
+        else:
+            sent = await self._send(message, options, double < spec.dup)
+        # Every publish counts against the others' windows, held or not: were held messages not to
+        # count, publishers holding at once would wait for each other until the barrier.
         await self._overtaken_by(publisher)
         return sent
 
@@ -151,11 +154,11 @@ class FaultyBus:
         sent = await self._inner.publish(message, mandatory=False, **options)  # type: ignore[arg-type]
         if duplicate:
             self._log.injected("dup", self._clock.now_s(), type(message).__name__)
-            await self._inner.publish(message, mandatory=False, **(options | {"message_id": sent}))  # type: ignore[arg-type]
+            await self._inner.publish(message, mandatory=False, **options)  # type: ignore[arg-type]  # the same id
         return sent
 
     async def _overtaken_by(self, publisher: str) -> None:
-        """A message of ``publisher`` went out: the others' held messages have one overtaker fewer."""
+        """``publisher`` published: the others' held messages have one overtaker fewer."""
         for other, held in list(self._held.items()):
             if other == publisher:
                 continue

@@ -287,3 +287,56 @@ def test_gavel_simulate_refuses_bad_fault_flags_in_one_line(tmp_path, capsys, ex
     err = capsys.readouterr().err
     assert code == 2
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+# -- the bus ---------------------------------------------------------------------------------------
+
+
+async def test_the_faulty_bus_keeps_each_publishers_order_and_loses_only_what_may_be_lost():
+    """reorder: other publishers overtake a held message, never the publisher's own later ones;
+    loss and delay: heartbeats only (a report is never lost); dup: the same message id twice."""
+    import random
+
+    from common.messages import JobProgress, WorkerHeartbeat
+    from services.bus.memory import InMemoryBroker, InMemoryBus
+    from sim.clock import VirtualClock
+    from sim.fault_bus import FaultyBus
+    from sim.faults import FaultLog
+
+    broker = InMemoryBroker()
+    clock = VirtualClock(broker)
+    log = FaultLog()
+    spec = parse_spec("reorder=0.3:3,dup=0.2,loss=0.3,delay=0.2:5")
+    bus = FaultyBus(InMemoryBus(broker, clock=clock), clock=clock, spec=spec, rng=random.Random(1), log=log)
+    await bus.start()
+    seen: list[tuple[str, int, str]] = []  # (publisher, its sequence number, message id)
+
+    async def record(d: Delivery) -> None:
+        m = d.message
+        seen.append((d.envelope.source, m.steps_done if isinstance(m, JobProgress) else -1 - int(m.worker_id), d.envelope.message_id))
+
+    await bus.subscribe("observer", ["job.progress", "worker.heartbeat"], record, prefetch=1)
+    for i in range(200):
+        for publisher in ("a", "b"):
+            await bus.publish(JobProgress(str(i), "w", "l", 0, i, 1.0, 1.0), source=publisher)
+        await bus.publish(WorkerHeartbeat(str(i)), source="c", mandatory=False)
+
+    def all_in() -> bool:  # every report, and every heartbeat not lost (the delayed ones late)
+        arrived = collections.Counter(source for source, _, _ in {(s, n, "") for s, n, _ in seen})
+        return arrived["a"] == arrived["b"] == 200 and arrived["c"] + log.counts()["loss"] == 200
+
+    await clock.run_until(all_in)
+
+    counts = log.counts()
+    assert all(counts[k] > 0 for k in ("reorder", "dup", "loss", "delay"))
+    for publisher in ("a", "b"):
+        numbers = [n for source, n, _ in seen if source == publisher]
+        first_copies = list(dict.fromkeys(numbers))
+        assert first_copies == list(range(200))  # every report arrived, in its publisher's order
+    arrival = {key: k for k, key in reversed(list(enumerate((source, n) for source, n, _ in seen)))}  # first copies
+    assert any(arrival[("b", i)] < arrival[("a", i)] for i in range(200))  # a's i-th, published first, was overtaken
+    beats = {n for source, n, _ in seen if source == "c"}
+    assert 0 < len(beats) < 200  # some heartbeats lost
+    ids = [message_id for _, _, message_id in seen]
+    assert len(ids) - len(set(ids)) == counts["dup"]  # each duplicate carries its original's id
+    await bus.close()
