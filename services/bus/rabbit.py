@@ -376,7 +376,7 @@ class RabbitBus:
         window = asyncio.Semaphore(self._publish_window)
         confirmed = 0
         refused: list[int] = []
-        full: list[QueueFullError] = []
+        first: list[QueueFullError] = []  # the first refusal's words, for the batch's error
 
         async def one(i: int, m: Message) -> str:
             nonlocal confirmed
@@ -386,7 +386,7 @@ class RabbitBus:
                     await self._publish_message(m, source=source, message_id=message_id, timed=False)
                 except QueueFullError as e:
                     refused.append(i)
-                    full.append(e)
+                    first[:] = first or [e]
             confirmed += 1
             if on_confirmed is not None:
                 on_confirmed(confirmed)
@@ -400,7 +400,7 @@ class RabbitBus:
                 ids = list(batch.result())
                 if refused:
                     raise QueueFullError(
-                        f"{len(refused)} of {len(ids)} refused: {full[0]}",
+                        f"{len(refused)} of {len(ids)} refused: {first[0]}",
                         refused=tuple(sorted(refused)), message_ids=tuple(ids),
                     )
                 return ids
