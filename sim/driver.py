@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 
+from common.errors import ServiceError
 from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
 from estimator_service.service import EstimatorService
@@ -19,7 +20,7 @@ from policy_service.service import PolicyService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.host import Service, ServiceHost
 from services.journal import Journal
-from sim.clock import VirtualClock
+from sim.clock import SimulationStalled, VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
 from sim.faults import FaultSpec
@@ -241,9 +242,20 @@ async def _simulate_with_faults(
 
     try:
         while True:
-            await clock.run_until(done)
+            await clock.run_until(done, max_time_s=run.time_limit_s)
+            if not done():
+                raise SimulationStalled(
+                    f"the run with faults {faults.text!r} (fault seed {fault_seed}) has not finished by "
+                    f"t={clock.now_s():.0f} s, {run.time_limit_s / run.schedule.horizon_s:g} times its lower bound: "
+                    "a lease or a job is stuck"
+                )
             if not supervisor.crashed:
                 break
+            if supervisor.restarts >= run.injected_mechanism_crashes:
+                raise ServiceError(
+                    f"the mechanism crashed on its own at t={clock.now_s():.1f} s under faults {faults.text!r} "
+                    f"(fault seed {fault_seed}): see round_loop_crashed in the log"
+                )
             # time stands still while the new mechanism recovers (no sleeper is released)
             await supervisor.restart()
     finally:

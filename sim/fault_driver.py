@@ -40,6 +40,7 @@ from sim.traces import TraceJob
 
 log = structlog.get_logger("gavel.sim.faults")
 
+MAX_RUN_OVER_HORIZON = 50.0  # a run's virtual length at most this many times its lower bound
 INJECTOR_SOURCES = frozenset({"poisoner", "faults"})  # publishers whose dead letters are poison on purpose
 
 
@@ -80,6 +81,16 @@ class FaultedRun:
             log.info("fault_journal_created", journal=str(journal.path), reason="mechanism crashes need a journal to recover from")
         self.journal = journal
         self.journal_path = None if journal is None else str(journal.path)
+
+    @property
+    def injected_mechanism_crashes(self) -> int:
+        return sum(1 for e in self.log.events if e.kind == "mechanism-crash")
+
+    @property
+    def time_limit_s(self) -> float:
+        """A run with faults that has not finished by then never will (a lease nobody reports
+        keeps the round open while the heartbeats keep time going): stop it and say so."""
+        return MAX_RUN_OVER_HORIZON * self.schedule.horizon_s
 
     def crash_point(self, clock: Clock) -> Callable[[str], None] | None:
         """One for every incarnation: a crash that happened does not happen again after the restart."""
