@@ -261,9 +261,9 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
             print(describe_estimation(policy, summary))
     print()
     if faults is not None:
-        print()
         for policy, result in results.items():
             print(describe_faults(policy, result, replay_flags(args)))
+        print()
     print(describe_files(out, policies, learned=estimation.learned, plots=args.plots and not plot_error))
     if plot_error:
         raise plots_failed(out, plot_error)
@@ -445,6 +445,12 @@ def replay_flags(args: argparse.Namespace) -> str:
         parts.append(f"--window {args.window}")
     if args.throughputs:
         parts.append(f"--throughputs {args.throughputs}")
+    if args.estimator != "oracle":
+        parts.append(f"--estimator {args.estimator}")
+    for flag in ("unknown_types", "profiling_share", "profiling_percentage", "reference_models", "measurement_noise"):
+        value = getattr(args, flag)
+        if value is not None:
+            parts.append(f"--{flag.replace('_', '-')} {value}")
     return " ".join(parts)
 
 
