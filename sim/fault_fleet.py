@@ -66,7 +66,7 @@ class FaultyFleet:
         for accelerator_type in sorted(cluster):
             for s in range(cluster[accelerator_type] // gpus_per_server):
                 self._servers[f"{accelerator_type}-{s}"] = (accelerator_type, gpus_per_server)
-        self._down: set[str] = set()
+        self._down: dict[str, list[tuple[Message, str]]] = {}  # crashed worker -> what waits in its queue
         self._hung: dict[str, list[tuple[Message, str]]] = {}  # hung worker -> what waits in its queue
         self._epoch: dict[str, int] = dict.fromkeys(self._servers, 0)  # newest epoch obeyed
         self._fences_seen: set[str] = set()  # message ids (a redelivered fence is obeyed once)
@@ -128,26 +128,44 @@ class FaultyFleet:
         while True:
             await self._clock.sleep(self._heartbeat_s)
             for worker_id in self._servers:
-                if worker_id not in self._down and worker_id not in self._hung:
+                if worker_id not in self._down and worker_id not in self._hung:  # silent while down or hung
                     await self._bus.publish(self._heartbeat(worker_id), mandatory=False)
 
     # -- scheduled worker faults ------------------------------------------------------------------------
 
     async def _crash_worker(self, at_s: float, worker_id: str, down_s: float) -> None:
+        """Its leases die with it. A gang's surviving lead reports the gang crashed at once (its
+        collective fails); a lease it led is reported crashed by its fresh process, which finds the
+        lease's file (the mechanism refuses the report if it declared the worker lost meanwhile,
+        and needs it if not: a mechanism restarted during the downtime gave the worker a fresh
+        grace, so the fresh registration may come first and be taken for a re-announcement).
+        Commands sent meanwhile wait in its durable queue, for the fresh process."""
         await self._clock.sleep_until(at_s)
         if worker_id in self._down:
             return  # down already (two crashes drawn close together): one is enough
         now_s = self._clock.now_s()
         self._log.injected("worker-crash", now_s, worker_id)
-        self._down.add(worker_id)
-        self._hung.pop(worker_id, None)  # a hung process that dies: what waited for it is gone
+        self._down[worker_id] = self._hung.pop(worker_id, [])  # a hung process that dies: its queue stays
+        died = []
         for lease_id, run in list(self._runs.items()):
-            if worker_id in run.gpus:
-                self._end(lease_id, run, now_s, "worker-crash")  # its gang dies with it: nothing is reported
+            if worker_id not in run.gpus:
+                continue
+            assembled = run.assembled
+            self._end(lease_id, run, now_s, "worker-crash")
+            if not assembled:
+                continue  # its other commands had not come: nothing ran
+            if min(run.gpus) == worker_id:
+                died.append((lease_id, run))
+            else:
+                await self._fail(lease_id, run, now_s - run.started_s, f"worker {worker_id} of this gang died", every=True)
         await self._clock.sleep(down_s)
-        self._down.discard(worker_id)
+        waiting = self._down.pop(worker_id)
         self._epoch[worker_id] = 0  # a fresh process
         await self._register(worker_id)
+        for lease_id, run in died:
+            await self._fail(lease_id, run, now_s - run.started_s, "the worker process died with its jobs", every=True)
+        for message, message_id in waiting:
+            await self._obey(message, message_id)
 
     async def _hang(self, at_s: float, worker_id: str, duration_s: float) -> None:
         await self._clock.sleep_until(at_s)
@@ -179,11 +197,9 @@ class FaultyFleet:
 
     async def on_command(self, d: Delivery) -> None:
         worker_id = getattr(d.message, "worker_id", "")
-        if worker_id in self._down:
-            return  # a dead process's queue: nobody reads it (a fresh one starts clean)
-        waiting = self._hung.get(worker_id)
+        waiting = self._hung.get(worker_id, self._down.get(worker_id))
         if waiting is not None:
-            waiting.append((d.message, d.envelope.message_id))  # read when the worker resumes
+            waiting.append((d.message, d.envelope.message_id))  # read when the worker resumes or restarts
             return
         await self._obey(d.message, d.envelope.message_id)
 
@@ -246,7 +262,9 @@ class FaultyFleet:
 
     def _end(self, lease_id: str, run: _Run, now_s: float, how: str) -> None:
         """The lease leaves its GPUs now (its task, if running, is stopped)."""
-        self._runs.pop(lease_id, None)
+        if self._runs.get(lease_id) is not run:
+            return  # ended already
+        del self._runs[lease_id]
         if run.task is not None and run.task is not asyncio.current_task():
             run.task.cancel()
         if run.assembled:
@@ -269,7 +287,7 @@ class FaultyFleet:
         missing = unsimulated(self._table, command.job_types, command.scale_factor, accelerator_type)
         now_s = self._clock.now_s()
         if missing:
-            await self._fail(lease_id, run, 0.0, "crashed", missing=missing)
+            await self._fail(lease_id, run, 0.0, "", missing=missing)
             return
         factor = min(self._slowdown(w, now_s) for w in run.gpus)
         run.rates = tuple(r * factor for r in true_rates(self._table, command.job_types, command.scale_factor, accelerator_type))
@@ -279,7 +297,10 @@ class FaultyFleet:
             self._job_crashes.remove(crash)
             self._log.injected("job-crash", now_s, f"{command.job_ids[0]} in lease {lease_id}")
             await self._clock.sleep(duration_s * crash.after_fraction)
-            await self._fail(lease_id, run, duration_s * crash.after_fraction, "injected")
+            await self._fail(
+                lease_id, run, duration_s * crash.after_fraction,
+                "injected fault: the job's process exited with an error (sim/faults.py job-crash)",
+            )
             return
         await self._clock.sleep(duration_s)
         run.finished_s = self._clock.now_s()  # its processes exit now; a hung worker tells it later
@@ -294,9 +315,12 @@ class FaultyFleet:
             ends = [h.at_s + h.duration_s for h in self._schedule.hangs if h.worker_id in run.gpus and h.at_s <= now_s]
             await self._clock.sleep(min([t - now_s for t in ends if t > now_s], default=self._heartbeat_s))
 
-    async def _fail(self, lease_id: str, run: _Run, elapsed_s: float, why: str, missing: tuple[str, ...] = ()) -> None:
-        """The first member's process (or every member the table cannot simulate) exits with an
-        error; a packed partner is stopped with it ("killed": it loses the lease, no attempt)."""
+    async def _fail(
+        self, lease_id: str, run: _Run, elapsed_s: float, error: str, missing: tuple[str, ...] = (), *, every: bool = False
+    ) -> None:
+        """The lease's processes exit with an error: the first member's (``every``: all of them;
+        ``missing``: those the table cannot simulate, with why); a packed partner is stopped with
+        it ("killed": it loses the lease, no attempt)."""
         command = run.command
         accelerator_type = self._servers[command.worker_id][0]
         self._end(lease_id, run, self._clock.now_s(), "crashed")
@@ -304,18 +328,15 @@ class FaultyFleet:
         lead = min(run.gpus)
         reports = []
         for k, (job_id, job_type) in enumerate(zip(command.job_ids, command.job_types, strict=True)):
-            failed = job_type in missing if missing else k == 0
-            if why == "injected":
-                error = "injected fault: the job's process exited with an error (sim/faults.py job-crash)"
-            else:
-                error = (
-                    f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
-                    f"{accelerator_type} in its table, so it cannot run it"
-                )
+            failed = job_type in missing if missing else (every or k == 0)
+            why = error or (
+                f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
+                f"{accelerator_type} in its table, so it cannot run it"
+            )
             reports.append(JobProgress(
                 job_id=job_id, worker_id=lead, lease_id=lease_id, round_id=command.round_id, steps_done=0,
                 elapsed_s=elapsed_s, throughput_steps_per_s=0.0, outcome="crashed" if failed else "killed",
-                exit_code=1 if failed else None, error=error if failed else "", accelerator_type=accelerator_type,
+                exit_code=1 if failed else None, error=why if failed else "", accelerator_type=accelerator_type,
                 packed_with=tuple(other for other in command.job_ids if other != job_id),
             ))
         self._reported[lease_id] = reports
