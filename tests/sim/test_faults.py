@@ -197,6 +197,28 @@ def test_each_fault_kind_happens_and_every_job_still_completes(spec, kind):
         assert "fenced" in {o.ended for o in report.occupancy}
 
 
+def test_gangs_across_servers_survive_their_workers_crashing_and_hanging():
+    """A gang spread over servers of two GPUs: a member that dies ends the gang (its lead reports it
+    crashed, or the mechanism kills the rest when it declares the member lost); every job completes
+    and no GPU holds two leases at once, as the workers saw it."""
+    import asyncio
+
+    trace = generate_trace(TraceSpec(num_jobs=24, jobs_per_hour=4.0, multi_gpu=True), CONTEXT.table, np.random.default_rng(1))
+    config = RunConfig(
+        POLICY, {"v100": 8, "p100": 4, "k80": 4}, preset("default", POLICY, gpus_per_server=2, round_s=1800.0), seed=3
+    )
+    result = asyncio.run(
+        simulate_services(trace, config, CONTEXT, faults=parse_spec("worker-crash=3,hang=3,job-crash=3"), fault_seed=1)
+    )
+    report = result.faults
+    assert report is not None and report.injected["worker-crash"] == report.injected["hang"] == 3
+    assert all(j.completion_s is not None and j.steps_done == j.total_steps for j in result.jobs)
+    assert any(j.scale_factor > 1 for j in trace)
+    ended = collections.Counter(o.ended for o in report.occupancy)
+    assert ended["killed"] and ended["worker-crash"] and ended["fenced"] and ended["crashed"]
+    assert_no_gpu_held_twice(report.occupancy)
+
+
 def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_path):
     """Both crash points; a new mechanism recovers from the same journal each time. Each job ends
     once (repeats of its end event carry the same message id), and the schedule is the one
