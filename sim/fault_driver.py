@@ -123,11 +123,38 @@ class FaultedRun:
         dead = tuple(_dead_letter(d) for d in broker.take_dead_letters(1_000_000))
         events = tuple(sorted(self.log.events, key=lambda e: e.at_s))
         occupancy = tuple(sorted(self.log.occupancy, key=lambda o: (o.worker_id, o.gpu_index, o.start_s, o.lease_id)))
-        return FaultReport(
+        report = FaultReport(
             spec=self.spec.text, seed=self.seed, scheduled=self.schedule.scheduled,
             injected=self.log.counts(), events=events, dead_letters=dead, occupancy=occupancy,
             journal_path=self.journal_path, mechanism_restarts=mechanism_restarts, policy_restarts=policy_restarts,
         )
+        return check_invariants(report) if self.journal_path is not None else report
+
+
+def check_invariants(report: FaultReport) -> FaultReport:
+    """``report`` with the invariants I1-I6 checked over the run's journal, the workers' GPU
+    occupancy and the dead letters (mechanism_service/core/invariants.py; I5 needs a bound that
+    depends on the policy, so it is left to the caller). Needs a journal: without one there is
+    nothing to check I1, I3 and I4 against."""
+    from mechanism_service.core import invariants
+
+    assert report.journal_path is not None
+    journal = Journal(report.journal_path)
+    try:
+        rows = list(journal.events(after_seq=0))
+    finally:
+        journal.close()
+    checked = invariants.check(
+        rows,
+        worker_leases=[invariants.WorkerLease(o.worker_id, o.gpu_index, o.lease_id, o.start_s, o.end_s) for o in report.occupancy],
+        dead_letters=[invariants.DeadLetterFact(d.queue, d.reason, d.injected) for d in report.dead_letters],
+        finished=True,
+    )
+    return dataclasses.replace(
+        report,
+        invariants_checked=tuple(sorted(checked.checked)),
+        violations=tuple(f"{v.invariant} {v.subject}: {v.detail}" for v in checked.violations),
+    )
 
 
 def _dead_letter(d) -> DeadLetterRecord:  # noqa: ANN001 - a common.bus.DeadLetter

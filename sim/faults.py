@@ -341,8 +341,9 @@ class FaultReport:
     journal_path: str | None
     mechanism_restarts: int = 0
     policy_restarts: int = 0
-    # Filled by the invariant checker (mechanism_service/core/invariants.py, another change): the
-    # invariants checked and the violations found. None: not checked.
+    # The invariants checked over the journal, the occupancy and the dead letters
+    # (mechanism_service/core/invariants.py, by sim.fault_driver.check_invariants when the run kept
+    # a journal), and the violations found. None: not checked (no journal).
     invariants_checked: tuple[str, ...] | None = None
     violations: tuple[str, ...] = ()
 

@@ -46,6 +46,7 @@ RUN_FILES = ("summary.json", "jobs.csv", "jct_cdf.png", "utilization.png", "queu
 ESTIMATION_FILES = ("estimation.csv", "estimation_error.png")  # a learned estimator's error over time
 COMPARISON_FILES = ("comparison.txt", "comparison.json", "comparison_jct_cdf.png", "comparison_utilization.png")
 PLOT_SUFFIX = ".png"
+MAX_VIOLATIONS_SHOWN = 5  # invariant violations printed under a run with faults (faults.json has them all)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -464,15 +465,16 @@ def describe_faults(policy: str, result: SimulationResult, rest: str) -> str:
     injected = ", ".join(f"{kind} {n}" for kind, n in report.injected.items() if n) or "none"
     unfinished = sum(1 for j in result.jobs if j.completion_s is None and not j.dropped)
     checked = (
-        "invariants: not checked" if report.invariants_checked is None
-        else f"invariants: {len(report.invariants_checked)} checked, {len(report.violations)} violated"
+        "invariants: not checked (no journal)" if report.invariants_checked is None
+        else f"invariants {', '.join(report.invariants_checked)} checked: {len(report.violations)} violation(s)"
     )
     spec: FaultSpec = parse_spec(report.spec)
     return (
         f"{policy}: faults injected: {injected} ({sum(report.injected.values())} in all); mechanism restarts "
         f"{report.mechanism_restarts}, policy restarts {report.policy_restarts}; dead letters {len(report.dead_letters)}; "
         f"jobs unfinished {unfinished}; {checked}\n"
-        f"  replay: {replay_command(spec, report.seed, rest)}"
+        + "".join(f"  violated: {v}\n" for v in report.violations[:MAX_VIOLATIONS_SHOWN])
+        + f"  replay: {replay_command(spec, report.seed, rest)}"
     )
 
 

@@ -240,6 +240,8 @@ def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_
     assert crashed.faults is not None
     assert crashed.faults.injected["mechanism-crash"] == crashed.faults.mechanism_restarts == 3
     assert crashed.faults.journal_path == str(tmp_path / "mechanism.sqlite")
+    # checked over the journal, the workers' occupancy and the dead letters (I5 needs a bound)
+    assert (crashed.faults.invariants_checked, crashed.faults.violations) == (("I1", "I2", "I3", "I4", "I6"), ())
     assert_every_job_ended(crashed)
     assert set(watch.ends) == {j.job_id for j in TRACE}
     for job_id, ends in watch.ends.items():
@@ -257,6 +259,7 @@ def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit():
     assert report is not None and second.faults is not None
     assert all(report.injected[kind] >= 1 for kind in ("dup", "loss", "delay", "reorder", "mechanism-crash", "policy-crash"))
     assert report.journal_path is not None  # made for the mechanism's crashes
+    assert (report.invariants_checked, report.violations) == (("I1", "I2", "I3", "I4", "I6"), ())
     assert_every_job_ended(first, completed=False)  # a job crashing five leases in a row may fail
     assert_no_gpu_held_twice(report.occupancy)
     assert report.dead_letters == ()
@@ -285,7 +288,7 @@ def test_gavel_simulate_faults_reports_them_and_how_to_replay(tmp_path, capsys):
     faults = printed["faults"]
     assert (faults["spec"], faults["seed"]) == ("worker-crash=1,dup=0.05", 3)
     assert faults["injected"]["worker-crash"] == 1 and faults["injected"]["dup"] >= 1
-    assert faults["invariants_checked"] is None  # the checker is another change
+    assert faults["invariants_checked"] is None  # no journal (no mechanism crash): nothing to check them over
     assert json.loads((out / "faults.json").read_text())["injected"] == faults["injected"]
     assert (out / "gpu_occupancy.csv").read_text().startswith("worker_id,gpu_index,lease_id,round_id,start_s,end_s,ended")
 
