@@ -203,7 +203,8 @@ async def _simulate_with_faults(
         waiting_for.difference_update(mechanism().rejected)
         if config.window is not None:
             return not waiting_for
-        return replayer.done and not state.jobs and not mechanism().has_submissions
+        current = mechanism()
+        return replayer.done and not state.jobs and not current.has_submissions and not current.memory.held
 
     estimation = config.estimation
 
@@ -221,6 +222,9 @@ async def _simulate_with_faults(
             more_arrivals=lambda: not replayer.done,
             journal=journal_,
             crash_point=run.crash_point(clock),
+            # Workers come and go: a gang that does not fit while some are lost is held until they
+            # are back (as on a live cluster), not refused as if the cluster had shrunk for good.
+            elastic_types=tuple(sorted(config.cluster)),
         )
 
     supervisor = run.mechanism_supervisor(make_mechanism)

@@ -219,6 +219,21 @@ def test_gangs_across_servers_survive_their_workers_crashing_and_hanging():
     assert_no_gpu_held_twice(report.occupancy)
 
 
+def test_a_gang_that_arrives_while_workers_are_lost_waits_for_them_instead_of_being_refused():
+    """Seed 4 loses enough v100 servers that job 19 (8 GPUs) arrives when only 6 are left: the
+    mechanism holds it until they are back (it refused it as if the cluster had shrunk for good)."""
+    import asyncio
+
+    trace = generate_trace(TraceSpec(num_jobs=30, jobs_per_hour=4.0, multi_gpu=True), CONTEXT.table, np.random.default_rng(4))
+    config = RunConfig(
+        POLICY, {"v100": 8, "p100": 4, "k80": 4}, preset("default", POLICY, gpus_per_server=2, round_s=1800.0), seed=3
+    )
+    result = asyncio.run(simulate_services(trace, config, CONTEXT, faults=parse_spec("worker-crash=6,hang=6"), fault_seed=4))
+    assert next(j for j in trace if j.job_id == "19").scale_factor == 8
+    assert result.rejected_job_ids == ()
+    assert all(j.completion_s is not None for j in result.jobs) and len(result.jobs) == 30
+
+
 def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_path):
     """Both crash points; a new mechanism recovers from the same journal each time. Each job ends
     once (repeats of its end event carry the same message id), and the schedule is the one
