@@ -117,9 +117,10 @@ def resolve_faults(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
     if args.engine == "fast":
         raise bad_input("--faults", "needs --engine services (the fast path has no bus, workers or services to break)")
     try:
-        return "services", parse_spec(args.faults)
+        spec = parse_spec(args.faults)
     except FaultSpecError as e:
         raise CommandFailed(str(e), exit_code=2) from None
+    return "services", None if spec.empty else spec  # "none" (or all zeros): the plain services run
 
 
 def add_plots_flag(p: argparse.ArgumentParser) -> None:

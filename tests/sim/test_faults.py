@@ -312,6 +312,11 @@ def test_gavel_simulate_faults_reports_them_and_how_to_replay(tmp_path, capsys):
     assert "faults injected: hang 1" in text
     assert "replay: gavel simulate --engine services --faults hang=1 --fault-seed 3 --jobs 12" in text
 
+    calm = tmp_path / "calm"
+    assert main([*args[:-1], str(calm), "--faults", "none"]) == 0  # the services engine, nothing injected
+    assert "services engine" in capsys.readouterr().out
+    assert (calm / "summary.json").exists() and not (calm / "faults.json").exists()
+
 
 @pytest.mark.parametrize(
     ("extra", "says"),
