@@ -126,7 +126,8 @@ class FaultedRun:
         report = FaultReport(
             spec=self.spec.text, seed=self.seed, scheduled=self.schedule.scheduled,
             injected=self.log.counts(), events=events, dead_letters=dead, occupancy=occupancy,
-            journal_path=self.journal_path, mechanism_restarts=mechanism_restarts, policy_restarts=policy_restarts,
+            journal_path=self.journal_path, quiet_from_s=self.schedule.quiet_from_s,
+            mechanism_restarts=mechanism_restarts, policy_restarts=policy_restarts,
         )
         return check_invariants(report) if self.journal_path is not None else report
 

@@ -228,6 +228,15 @@ class FaultSchedule:
     policy_crashes: tuple[PolicyCrash, ...] = ()
 
     @property
+    def quiet_from_s(self) -> float:
+        """When the last counted fault is over (a crashed worker back, a hang or a slowdown ended);
+        the per-message faults go on all run. The invariant checker's I5 counts from here."""
+        ends = [c.at_s + c.down_s for c in self.worker_crashes] + [h.at_s + h.duration_s for h in self.hangs]
+        ends += [g.at_s + g.duration_s for g in self.slow_gpus]
+        ends += [e.at_s for e in (*self.job_crashes, *self.mechanism_crashes, *self.policy_crashes)]
+        return max(ends, default=0.0)
+
+    @property
     def scheduled(self) -> dict[str, int]:
         return {
             "worker-crash": len(self.worker_crashes), "hang": len(self.hangs), "slow-gpu": len(self.slow_gpus),
@@ -339,6 +348,7 @@ class FaultReport:
     dead_letters: tuple[DeadLetterRecord, ...]
     occupancy: tuple[GpuOccupancy, ...]
     journal_path: str | None
+    quiet_from_s: float = 0.0  # the counted faults are over from then (FaultSchedule.quiet_from_s)
     mechanism_restarts: int = 0
     policy_restarts: int = 0
     # The invariants checked over the journal, the occupancy and the dead letters
@@ -351,7 +361,7 @@ class FaultReport:
         return {
             "spec": self.spec, "seed": self.seed, "scheduled": dict(self.scheduled), "injected": dict(self.injected),
             "injected_total": sum(self.injected.values()), "mechanism_restarts": self.mechanism_restarts,
-            "policy_restarts": self.policy_restarts, "journal": self.journal_path,
+            "policy_restarts": self.policy_restarts, "journal": self.journal_path, "quiet_from_s": self.quiet_from_s,
             "dead_letters": [dataclasses.asdict(d) for d in self.dead_letters],
             "gpu_occupancy_records": len(self.occupancy),
             "invariants_checked": None if self.invariants_checked is None else list(self.invariants_checked),

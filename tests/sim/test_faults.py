@@ -104,6 +104,20 @@ def test_the_same_seed_makes_the_same_schedule_and_another_seed_another():
     assert all(0 < slow.factor < 1 for slow in s.slow_gpus)
 
 
+
+def test_the_faults_are_quiet_once_the_last_worker_is_back():
+    from sim.faults import FaultSchedule, JobCrash, WorkerCrash, WorkerHang
+
+    timing = Timing(heartbeat_s=1.0, worker_grace_s=3.0)
+    s = FaultSchedule(
+        parse_spec("worker-crash=1,hang=1,job-crash=1"), 0, 100.0, timing,
+        worker_crashes=(WorkerCrash(10.0, "k80-0", 40.0),), hangs=(WorkerHang(20.0, "k80-1", 5.0),),
+        job_crashes=(JobCrash(60.0, 0.5),),
+    )
+    assert s.quiet_from_s == 60.0  # the job crash, after the worker came back at 50 s
+    assert FaultSchedule(parse_spec("dup=0.1"), 0, 100.0, timing).quiet_from_s == 0.0
+
+
 def test_the_horizon_is_a_lower_bound_of_the_run():
     # two jobs of 3600 GPU-seconds each (one on two GPUs) on 2 GPUs, the last arriving at 100 s
     assert horizon_s([(0.0, 3600, 1, 1.0), (100.0, 900, 2, 0.5)], gpus=2) == 3600.0
