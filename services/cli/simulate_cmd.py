@@ -212,12 +212,12 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     window = parse_window(args.window, len(trace))
     estimation = parse_estimation(args, context.table, trace)
     engine, faults = resolve_faults(args)
+    out = pathlib.Path(args.out) if args.out else default_out(label)
     fault_seed = args.seed if args.fault_seed is None else args.fault_seed
     scenario = Scenario(
         trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, engine, estimation,
-        faults=faults, fault_seed=fault_seed,
+        faults=faults, fault_seed=fault_seed, fault_journal_dir=out,
     )
-    out = pathlib.Path(args.out) if args.out else default_out(label)
     make_out_dir(out)
     plotter = None
     if args.plots:
@@ -472,7 +472,8 @@ def describe_faults(policy: str, result: SimulationResult, rest: str) -> str:
     spec: FaultSpec = parse_spec(report.spec)
     return (
         f"{policy}: faults injected: {injected} ({sum(report.injected.values())} in all); mechanism restarts "
-        f"{report.mechanism_restarts}, policy restarts {report.policy_restarts}; dead letters {len(report.dead_letters)}; "
+        f"{report.mechanism_restarts}" + (f" (journal {report.journal_path})" if report.journal_path else "")
+        + f", policy restarts {report.policy_restarts}; dead letters {len(report.dead_letters)}; "
         f"jobs unfinished {unfinished}; {checked}\n"
         + "".join(f"  violated: {v}\n" for v in report.violations[:MAX_VIOLATIONS_SHOWN])
         + f"  replay: {replay_command(spec, report.seed, rest)}"

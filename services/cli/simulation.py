@@ -351,10 +351,24 @@ class Scenario:
     estimation: EstimationConfig = EstimationConfig()
     faults: FaultSpec | None = None  # the services engine only (gavel simulate --faults)
     fault_seed: int = 0
+    fault_journal_dir: pathlib.Path | None = None  # where a run with mechanism crashes keeps its journal
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
         return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation)
+
+
+def _fault_journal(scenario: Scenario, policy: str):  # noqa: ANN202 - a services.journal.Journal, or None
+    """A run with mechanism crashes keeps its journal in the output directory (a fresh one: a file
+    left by an earlier run there would be recovered from), else in a temporary directory."""
+    if scenario.faults is None or not scenario.faults.mechanism_crash or scenario.fault_journal_dir is None:
+        return None
+    from services.journal import Journal
+
+    path = scenario.fault_journal_dir / f"mechanism-{policy}.sqlite"
+    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    return Journal(path)
 
 
 def run_policy(
@@ -369,7 +383,8 @@ def run_policy(
 
         result = asyncio.run(
             simulate_services(
-                scenario.trace, config, context, progress=progress, faults=scenario.faults, fault_seed=scenario.fault_seed
+                scenario.trace, config, context, progress=progress, faults=scenario.faults, fault_seed=scenario.fault_seed,
+                journal=_fault_journal(scenario, policy),
             )
         )
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import json
+import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -282,12 +284,16 @@ def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_
     ]
 
 
-def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit():
-    first, second = run("mix", seed=11), run("mix", seed=11)
+def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit(tmp_path):
+    from services.journal import Journal
+
+    first = run("mix", seed=11, journal=Journal(tmp_path / "first.sqlite"))
+    second = run("mix", seed=11)  # its journal made for the mechanism's crashes, in a temporary directory
     report = first.faults
     assert report is not None and second.faults is not None
     assert all(report.injected[kind] >= 1 for kind in ("dup", "loss", "delay", "reorder", "mechanism-crash", "policy-crash"))
-    assert report.journal_path is not None  # made for the mechanism's crashes
+    assert second.faults.journal_path is not None and second.faults.journal_path != report.journal_path
+    shutil.rmtree(pathlib.Path(second.faults.journal_path).parent)
     assert (report.invariants_checked, report.violations) == (("I1", "I2", "I3", "I4", "I6"), ())
     assert_every_job_ended(first, completed=False)  # a job crashing five leases in a row may fail
     assert_no_gpu_held_twice(report.occupancy)
@@ -325,6 +331,12 @@ def test_gavel_simulate_faults_reports_them_and_how_to_replay(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "faults injected: hang 1" in text
     assert "replay: gavel simulate --engine services --faults hang=1 --fault-seed 3 --jobs 12" in text
+
+    crashed = tmp_path / "crashed"
+    assert main([*args[:-1], str(crashed), "--faults", "mechanism-crash=1", "--json"]) == 0
+    faults = json.loads(capsys.readouterr().out)["faults"]
+    assert faults["mechanism_restarts"] == 1 and faults["journal"] == str(crashed / f"mechanism-{POLICY}.sqlite")
+    assert faults["invariants_checked"] == ["I1", "I2", "I3", "I4", "I6"] and faults["violations"] == []
 
     calm = tmp_path / "calm"
     assert main([*args[:-1], str(calm), "--faults", "none"]) == 0  # the services engine, nothing injected
