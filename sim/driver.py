@@ -267,7 +267,7 @@ async def _simulate_with_faults(
     final = mechanism()
     state = final.state
     assert state is not None
-    report = run.report(broker, supervisor.restarts, policy.restarts)
+    report = run.report(broker, supervisor.restarts, policy.restarts, policy.redelivered)
     return SimulationResult(
         policy=config.policy,
         preset=settings.preset,

@@ -119,7 +119,9 @@ class FaultedRun:
         rng = random.Random(f"gavel-faults-messages-{self.seed}")
         return FaultyBus(inner, clock=clock, spec=self.spec, rng=rng, log=self.log)
 
-    def report(self, broker: InMemoryBroker, mechanism_restarts: int, policy_restarts: int) -> FaultReport:
+    def report(
+        self, broker: InMemoryBroker, mechanism_restarts: int, policy_restarts: int, policy_redeliveries: int
+    ) -> FaultReport:
         dead = tuple(_dead_letter(d) for d in broker.take_dead_letters(1_000_000))
         events = tuple(sorted(self.log.events, key=lambda e: e.at_s))
         occupancy = tuple(sorted(self.log.occupancy, key=lambda o: (o.worker_id, o.gpu_index, o.start_s, o.lease_id)))
@@ -128,6 +130,7 @@ class FaultedRun:
             injected=self.log.counts(), events=events, dead_letters=dead, occupancy=occupancy,
             journal_path=self.journal_path, quiet_from_s=self.schedule.quiet_from_s,
             mechanism_restarts=mechanism_restarts, policy_restarts=policy_restarts,
+            policy_redeliveries=policy_redeliveries,
         )
         return check_invariants(report) if self.journal_path is not None else report
 

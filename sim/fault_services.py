@@ -106,6 +106,8 @@ class _CrashingPolicy(PolicyService):
         self._supervisor = supervisor
 
     async def on_request(self, delivery: Delivery) -> None:
+        if delivery.redelivered:
+            self._supervisor.redelivered += 1  # what a dead replica had taken, back from the broker
         if self._supervisor.crash_due():
             # dies mid-solve: nothing answers, nothing acknowledges; the supervisor cancels this
             # handler with the subscription, so the delivery goes back to the queue
@@ -126,6 +128,7 @@ class PolicySupervisor:
         self._view: ServiceBus | None = None
         self.current: PolicyService | None = None
         self.restarts = 0
+        self.redelivered = 0
 
     def crash_due(self) -> bool:
         now_s = self._clock.now_s()

@@ -351,6 +351,7 @@ class FaultReport:
     quiet_from_s: float = 0.0  # the counted faults are over from then (FaultSchedule.quiet_from_s)
     mechanism_restarts: int = 0
     policy_restarts: int = 0
+    policy_redeliveries: int = 0  # requests a new policy replica got back from a dead one
     # The invariants checked over the journal, the occupancy and the dead letters
     # (mechanism_service/core/invariants.py, by sim.fault_driver.check_invariants when the run kept
     # a journal), and the violations found. None: not checked (no journal).
@@ -361,7 +362,7 @@ class FaultReport:
         return {
             "spec": self.spec, "seed": self.seed, "scheduled": dict(self.scheduled), "injected": dict(self.injected),
             "injected_total": sum(self.injected.values()), "mechanism_restarts": self.mechanism_restarts,
-            "policy_restarts": self.policy_restarts, "journal": self.journal_path, "quiet_from_s": self.quiet_from_s,
+            "policy_restarts": self.policy_restarts, "policy_redeliveries": self.policy_redeliveries, "journal": self.journal_path, "quiet_from_s": self.quiet_from_s,
             "dead_letters": [dataclasses.asdict(d) for d in self.dead_letters],
             "gpu_occupancy_records": len(self.occupancy),
             "invariants_checked": None if self.invariants_checked is None else list(self.invariants_checked),

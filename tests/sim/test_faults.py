@@ -203,8 +203,8 @@ def test_each_fault_kind_happens_and_every_job_still_completes(spec, kind):
     assert report.dead_letters == ()  # every fault was absorbed, none made a bad message
     assert report.occupancy and {o.ended for o in report.occupancy} >= {"reported"}
     assert_no_gpu_held_twice(report.occupancy)
-    if kind == "policy-crash":
-        assert report.policy_restarts == report.injected[kind]
+    if kind == "policy-crash":  # each request it died on was redelivered to its successor
+        assert report.policy_restarts == report.policy_redeliveries == report.injected[kind]
     if kind == "job-crash":
         assert "crashed" in {o.ended for o in report.occupancy}
     if kind == "worker-crash":  # the workers' own account shows the leases the crash cut short
