@@ -3,12 +3,13 @@ msgpack of the wrong shape, ext types, non-finite floats, oversize strings and a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgpack
 import numpy as np
 
 from common.codec import DEFAULT_CODEC
+from common.errors import DecodeError
 from tests.support.messages import submitted
 
 
@@ -92,3 +93,18 @@ def hostile_bodies(n: int, seed: int = 0) -> Iterator[bytes]:
             yield _mutate(valid[int(rng.integers(0, len(valid)))], rng)
         else:
             yield _wrong_shape(rng)
+
+
+def poison_for(key: str, bodies: Iterable[bytes]) -> list[bytes]:
+    """The bodies no consumer of ``key`` may act on: undecodable, or a message of another key
+    (a well-formed message of the key itself is input, not poison)."""
+    out = []
+    for body in bodies:
+        try:
+            message = DEFAULT_CODEC.decode(body).message
+        except DecodeError:
+            out.append(body)
+            continue
+        if message.routing_key() != key:
+            out.append(body)
+    return out
