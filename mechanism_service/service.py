@@ -623,6 +623,11 @@ class MechanismService:
             self._log.warning("batch_incomplete", batch_id=message.batch_id, announced=message.count, received=summary["received"])
         self._wake.set()
         await self._durable()
+        for job_id in message.not_accepted:
+            if job_id not in self.memory.intake.known:
+                # the broker refused it to this queue, not to the estimator's (only ours is
+                # bounded): a job is known to all or to none
+                await self._publish_rejection(job_id, "not accepted: the submissions queue was full")
         if message.reply_to:
             await self._reply(message.request_id, message.reply_to, summary, d)
 

@@ -51,6 +51,9 @@ class SubmissionsSealed(Message):
     count: int
     reply_to: str = ""
     request_id: str = ""
+    # Jobs of the batch the broker refused (the submissions queue was full): the mechanism never
+    # got them, and says so (JobRejected) to the others that did, such as the estimator
+    not_accepted: tuple[str, ...] = ()
 
 
 @message("job.cancel")

@@ -430,7 +430,10 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
                 progress.close()
             reply_to = "" if args.no_wait else replies.key
             # sealed with what the broker took: the mechanism waits for no job it will never get
-            seal = SubmissionsSealed(batch.batch_id, total - len(refused.positions), reply_to, request_id)
+            seal = SubmissionsSealed(
+                batch.batch_id, total - len(refused.positions), reply_to, request_id,
+                not_accepted=tuple(specs[i].job_id for i in refused.positions),
+            )
             sealed = await _seal(bus, seal, time.monotonic() + args.timeout_s)
             publish_s = time.monotonic() - publishing
             if sealed and not args.no_wait:

@@ -23,6 +23,7 @@ from common.messages import (
     JobSpec,
     JobSubmitted,
     RunJobs,
+    SubmissionsSealed,
     WorkerRegistered,
 )
 from mechanism_service.core import status as status_core
@@ -146,6 +147,18 @@ async def test_with_the_policy_failing_the_last_allocation_is_kept_and_new_jobs_
     await submit(w, JobSpec("b", RESNET, 300))
     await w.run_until(lambda: {"a", "b"} <= w.completed())
     assert status_core.allocation_report(w.mechanism.state, obs)["state"] == "current"
+
+
+async def test_a_job_the_broker_refused_is_rejected_to_those_that_got_it() -> None:
+    """A submission the broker refused to the mechanism's full queue still reached the
+    estimator's: the seal names it, and the mechanism rejects it (the estimator forgets a
+    rejected job) unless it knows the id after all."""
+    w = await world("max_min_fairness_perf", fleet={"v100": 1})
+    await w.bus.publish(JobSubmitted(JobSpec("a", RESNET, 300), "batch-1"))
+    await w.bus.publish(SubmissionsSealed("batch-1", 1, not_accepted=("dropped", "a")))
+    await w.run_until(lambda: "a" in w.completed())
+    rejected = [m for m in w.events.messages if isinstance(m, JobRejected)]
+    assert [(m.job_id, m.reason) for m in rejected] == [("dropped", "not accepted: the submissions queue was full")]
 
 
 async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> None:
