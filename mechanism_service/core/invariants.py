@@ -302,8 +302,11 @@ def _charges(journal: _Journal, out: list[Violation]) -> int:
             reports = journal.reports.get(settled.lease_id, {})
             ran_s = max((reports[j].elapsed_s for j in settled.job_ids if j in reports), default=0.0)
             reported = [reports[j].steps_done if j in reports else 0 for j in settled.job_ids]
-            # a gang that got fewer steps than GPUs is charged and credited nothing (Gavel, 8.3)
-            gang_failed = not settled.ended and (ran_s <= 0 or any(s < settled.gpus for s in reported))
+            # a gang that got fewer steps than GPUs is charged and credited nothing (Gavel, 8.3),
+            # unless they were every step it had left (the settle then credits them: the
+            # default preset's finishing_gang_fails=False)
+            short = ran_s <= 0 or any(s < settled.gpus for s in reported)
+            gang_failed = not settled.ended and short and not any(settled.steps)
             share_gpu_s = 0.0 if gang_failed else ran_s * settled.gpus / len(lease.job_ids)
             for job_id, steps, charged, reported_steps in zip(
                 settled.job_ids, settled.steps, settled.charged_gpu_s, reported, strict=True

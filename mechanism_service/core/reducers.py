@@ -408,6 +408,7 @@ def settle_round(
     jobs = state.jobs
     received = _ReceivedTime(state)
     type_time_s, max_failures = state.type_time_s, settings.max_gang_failures
+    finishing_fails = settings.finishing_gang_fails
     for result in sorted(results, key=_FINISH_S, reverse=True):
         entry, steps_of = result.entry, result.steps
         if len(entry) == 1 and len(steps_of) == 1 and not result.ended:
@@ -419,7 +420,7 @@ def settle_round(
             finish_s = job.last_finish_s = result.finish_s
             exec_s = finish_s - round_start_s
             steps = steps_of[0]
-            if exec_s <= 0 or steps < job.scale_factor:
+            if exec_s <= 0 or (steps < job.scale_factor and (finishing_fails or steps < job.total_steps - job.steps_done)):
                 state.needs_allocation = True
                 job.failures += 1
                 if job.failures >= max_failures:
@@ -453,8 +454,9 @@ def settle_round(
         if result.ended:
             _settle_ended_early(state, result, members, exec_s, done, received)
             continue
-        if exec_s <= 0 or any(steps < scale_factor for _, steps in members):
-            # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3).
+        if exec_s <= 0 or any(steps < scale_factor and (finishing_fails or steps < jobs[i].steps_remaining) for i, steps in members):
+            # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3), unless
+            # that was every step it had left (settings.finishing_gang_fails).
             state.needs_allocation = True
             if len(result.entry) == 1:
                 job = jobs[members[0][0]]

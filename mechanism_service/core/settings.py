@@ -101,6 +101,10 @@ class MechanismSettings:
     # Gavel credits a round's time from the previous round's end, which is stale after an idle
     # gap (and 0 before the first round); ours from when the round was dispatched.
     round_start_from_previous_end: bool = False
+    # Gavel counts a gang's lease with fewer steps than GPUs as a failure even when those were
+    # every step the job had left (an odd remainder after a crash credited its checkpoint), so
+    # such a job never finishes: 5 rounds later it is dropped. Ours: it finishes.
+    finishing_gang_fails: bool = False
     # -- policy-dependent, see for_policy ---------------------------------------------------
     packing: bool = False
     only_allocated_run: bool = False  # FIFO's "no allocation, no run"
@@ -138,7 +142,8 @@ class MechanismSettings:
 def gavel_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 1) -> MechanismSettings:
     """Gavel's simulator, as docs/gavel-semantics.md specifies it."""
     return MechanismSettings(
-        preset="gavel", round_s=round_s, gpus_per_server=gpus_per_server, round_start_from_previous_end=True
+        preset="gavel", round_s=round_s, gpus_per_server=gpus_per_server, round_start_from_previous_end=True,
+        finishing_gang_fails=True,
     ).for_policy(policy)
 
 

@@ -48,6 +48,7 @@ def test_the_gavel_preset_is_gavels_mechanism():
         restore_s=0.0,
         max_gang_failures=5,
         round_start_from_previous_end=True,
+        finishing_gang_fails=True,
         zero_fill_allocation=True,
         type_order=("v100", "p100", "k80"),
     )

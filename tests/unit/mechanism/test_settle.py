@@ -107,6 +107,17 @@ def test_a_gang_is_dropped_at_its_fifth_consecutive_failure_without_a_completion
     assert (done, s.completed, s.jobs, s.entries) == ([dropped], [dropped], {}, {})
 
 
+def test_under_the_default_preset_a_gang_finishing_with_fewer_steps_than_gpus_completes():
+    """Its last 3 steps on 4 GPUs were all it had left: not a failure (Gavel's preset drops it,
+    above)."""
+    s = state(k80=4).job(scale_factor=4, steps=1003).done(0, 1000, failures=4).build()
+
+    done = settle_round(s, [lease((0,), "k80", (0, 1, 2, 3), (3,), 1001.0)], 1000.0, DEFAULT)
+
+    assert [(j.job_id, j.steps_done, j.failures, j.last_finish_s) for j in done] == [(s.completed[0].job_id, 1003, 0, 1001.0)]
+    assert s.jobs == {}
+
+
 def test_a_successful_round_resets_the_failure_count():
     s = state(k80=4).job(scale_factor=4, steps=2000).done(0, 1000, failures=3).build()
 
