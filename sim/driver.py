@@ -23,7 +23,7 @@ from services.journal import Journal
 from sim.clock import SimulationStalled, VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
-from sim.faults import FaultSpec
+from sim.faults import FaultReport, FaultSpec
 from sim.fleet import SimulatedFleet
 from sim.learning import spec_of
 from sim.results import SimulationResult
@@ -148,13 +148,22 @@ async def simulate_services(
         await clock.run_until(done)
     finally:
         await host.stop()
+    if mechanism.crashed.is_set():
+        raise ServiceError("the mechanism crashed during the simulation: see round_loop_crashed in the log")
+    return _result(config, mechanism, measured, watch, started_wall)
+
+
+def _result(
+    config: RunConfig, mechanism: MechanismService, measured: Sequence[str], watch: EstimationWatch, started_wall: float,
+    faults: FaultReport | None = None,
+) -> SimulationResult:
     state = mechanism.state
     assert state is not None
     return SimulationResult(
         policy=config.policy,
-        preset=settings.preset,
+        preset=config.settings.preset,
         cluster=dict(config.cluster),
-        round_s=settings.round_s,
+        round_s=config.settings.round_s,
         seed=config.seed,
         jobs=outcomes(state),
         rounds=tuple(round_record(r) for r in mechanism.reports),
@@ -167,6 +176,7 @@ async def simulate_services(
         estimation=tuple(watch.samples),
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
+        faults=faults,
     )
 
 
@@ -264,29 +274,8 @@ async def _simulate_with_faults(
             await supervisor.restart()
     finally:
         await host.stop()
-    final = mechanism()
-    state = final.state
-    assert state is not None
     report = run.report(broker, supervisor.restarts, policy.restarts, policy.redelivered)
-    return SimulationResult(
-        policy=config.policy,
-        preset=settings.preset,
-        cluster=dict(config.cluster),
-        round_s=settings.round_s,
-        seed=config.seed,
-        jobs=outcomes(state),
-        rounds=tuple(round_record(r) for r in final.reports),
-        makespan_s=final.last_boundary_s,
-        measured_job_ids=tuple(measured),
-        resets=state.resets,
-        solve_times_s=tuple(final.solve_times_s),
-        wall_s=time.perf_counter() - started_wall,
-        rejected_job_ids=tuple(final.rejected),
-        estimation=tuple(watch.samples),
-        estimator=config.estimation.mode,
-        unknown_types=config.estimation.unknown_types,
-        faults=report,
-    )
+    return _result(config, mechanism(), measured, watch, started_wall, report)
 
 
 class EstimationWatch:

@@ -91,3 +91,25 @@ async def test_the_services_publish_round_and_job_events():
     assert observer.seen["round.started"] == len(result.rounds)
     assert observer.seen["round.ended"] == len(result.rounds)  # no window: every round also ended
     assert observer.seen["job.completed"] == 32
+
+
+async def test_a_mechanism_that_crashes_fails_the_simulation_instead_of_ending_it(monkeypatch):
+    """A crashed round loop stops the mechanism: the run must say so, not return its jobs so far
+    as if the trace were over."""
+    from common.errors import ServiceError
+    from mechanism_service.service import MechanismService
+
+    real = MechanismService._dispatch
+    calls = {"n": 0}
+
+    async def dispatch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("a bug")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MechanismService, "_dispatch", dispatch)
+    trace = read_trace(REFERENCE / "static_n32_seed0.trace")
+    config = RunConfig("max_min_fairness_perf", {"v100": 4, "p100": 4, "k80": 4}, preset("default", "max_min_fairness_perf"))
+    with pytest.raises(ServiceError, match="the mechanism crashed during the simulation"):
+        await simulate_services(trace, config, CONTEXT)
