@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.errors import ServiceError
 from mechanism_service.core.settings import preset
+from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig, simulate
@@ -96,9 +98,6 @@ async def test_the_services_publish_round_and_job_events():
 async def test_a_mechanism_that_crashes_fails_the_simulation_instead_of_ending_it(monkeypatch):
     """A crashed round loop stops the mechanism: the run must say so, not return its jobs so far
     as if the trace were over."""
-    from common.errors import ServiceError
-    from mechanism_service.service import MechanismService
-
     real = MechanismService._dispatch
     calls = {"n": 0}
 
