@@ -349,7 +349,12 @@ class MechanismService:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         if self._journal is not None:
-            self._journal.close()
+            # a round loop that crashed part way through a boundary leaves nothing of it, as a
+            # killed process would not (a restart re-does the boundary from the journal)
+            if self.crashed.is_set():
+                self._journal.abandon()
+            else:
+                self._journal.close()
 
     def _begin_epoch(self) -> None:
         """A new incarnation: its epoch is journaled at once (a second restart before the next

@@ -159,6 +159,14 @@ class Journal:
         self.commit()
         self._db.close()
 
+    def abandon(self) -> None:
+        """Close without committing what was appended since the last commit, as a killed
+        process would leave it: the owner crashed part way through a change."""
+        if self._in_transaction:
+            self._db.execute("ROLLBACK")
+            self._in_transaction = False
+        self._db.close()
+
 
 def read_events(path: str | pathlib.Path, *, label: str = "mechanism journal") -> Iterator[tuple[int, str, bytes, float | None]]:
     """A journal's events (seq, kind, body, at_s), in order, read-only: a checker may read the
