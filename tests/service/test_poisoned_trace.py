@@ -10,7 +10,6 @@ import collections
 
 from common.bus import Delivery
 from common.codec import DEFAULT_CODEC
-from common.errors import DecodeError
 from common.messages import RoundStarted
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
@@ -18,25 +17,10 @@ from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace
 from tests.support.data import REFERENCE
-from tests.support.fuzz import hostile_bodies
+from tests.support.fuzz import hostile_bodies, poison_for
 
 BODIES_PER_KEY = 10_000
 COMMAND_KINDS = ("run", "extend", "kill", "rendezvous", "fenced")  # worker.cmd.<worker>.<kind>
-
-
-def poison_for(key: str, bodies: list[bytes]) -> list[bytes]:
-    """The bodies no consumer of ``key`` may act on: undecodable, or a message of another key
-    (a well-formed message of the key itself is input, not poison)."""
-    out = []
-    for body in bodies:
-        try:
-            message = DEFAULT_CODEC.decode(body).message
-        except DecodeError:
-            out.append(body)
-            continue
-        if message.routing_key() != key:
-            out.append(body)
-    return out
 
 
 class Poisoner:
