@@ -20,8 +20,8 @@ same schedule as the in-process simulator.
 Durability: with a journal, every accepted input is written before it is acknowledged, and the
 whole memory at each boundary before its commands go out (services/journal.py); a
 restarted mechanism resumes from it. The journal is also the audit trail (core/audit.py): what
-each boundary leased, settled and charged, and every job's end, for the invariant checker. Each start is a new incarnation (``memory.epoch``), which
-every command carries.
+each boundary leased, settled and charged, and every job's end, for the invariant checker. Each
+start is a new incarnation (``memory.epoch``), which every command carries.
 
 Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"): with
 ``settings.worker_grace_s``, a worker that sent heartbeats and then falls silent for longer than
