@@ -37,7 +37,8 @@ class Fault:
     down_s: float
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.target} after {self.calm_s:.2f} s calm, down {self.down_s:.2f} s"
+        what = "restart the broker" if self.kind == "broker" else f"{self.kind} {self.target}"
+        return f"{what} after {self.calm_s:.2f} s calm, down {self.down_s:.2f} s"
 
 
 def fault_schedule(
