@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from common.bus import Bus, Delivery
 from common.clock import Clock
-from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerRegistered
+from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerRegistered
 from common.throughputs import ThroughputTable
 from sim.learning import measurement_factor
 from sim.physics import lease_outcome, true_rates, unsimulated
@@ -92,7 +92,11 @@ class SimulatedFleet:
         while True:
             await self._clock.sleep(self._heartbeat_s)
             for worker_id, accelerator_type, gpus in self._servers:
+                # the registration again (a mechanism that starts later, or lost the worker, takes
+                # it as a new server), and a heartbeat: watched from it as a real worker is, a fleet
+                # stopped past the mechanism's grace is declared lost and fenced
                 await self._bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
+                await self._bus.publish(WorkerHeartbeat(worker_id), mandatory=False)
 
     def _registration(self, worker_id: str, accelerator_type: str, gpus: int) -> WorkerRegistered:
         return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name)
@@ -111,6 +115,10 @@ class SimulatedFleet:
         command = d.message
         if isinstance(command, KillJobs):
             return  # leases end at their own time in the simulator; nothing runs past them
+        if isinstance(command, WorkerFenced):
+            # Declared lost: its reports are refused from now on, and its next re-announcement
+            # (every heartbeat) registers it again as a new server.
+            return
         assert isinstance(command, (RunJobs, ExtendLease))
         if command.lease_id in self._reported:
             # Seen before: report the same again (the mechanism absorbs duplicates).

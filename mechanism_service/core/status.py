@@ -168,7 +168,7 @@ def workers_report(
     stragglers: Mapping[str, StragglerFlag] | None = None,
 ) -> list[dict[str, object]]:
     """The registered workers ("up"; with their last heartbeat and how long ago, None for workers
-    that send none, like simulated fleets), then the workers declared lost ("lost": when, how long
+    that send none, like the in-process simulator's fleet), then the workers declared lost ("lost": when, how long
     ago, and why). Times are the mechanism's. A worker the estimator flagged as a straggler says
     so: its measurements over its recent jobs, as a share of what their estimates predict."""
     heard = last_heard_s or {}

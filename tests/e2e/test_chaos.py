@@ -146,7 +146,7 @@ class Run:
     async def stop_past_the_grace(self, fault: Fault) -> None:
         """SIGSTOP, then SIGCONT after the grace. A fleet whose workers send heartbeats is watched:
         each of them must be declared lost meanwhile, and join again after. One that sends none (a
-        simulated fleet only re-announces its registration) is never watched, so nothing can
+        fleet from before it heartbeat) is never watched, so nothing can
         declare it lost: said as a warning, and the run must survive the stop all the same."""
         chaos, workers = self.chaos, fleet_workers(FLEETS[fault.target])
         rows = await asyncio.to_thread(chaos.answer, "workers")
