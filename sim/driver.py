@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from common.errors import ServiceError
 from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
 from estimator_service.service import EstimatorService
 from mechanism_service.core.model import MechanismState
+from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
 from policy_service.service import PolicyService
@@ -108,20 +110,7 @@ async def simulate_services(
         return replayer.done and not state.jobs and not mechanism.has_submissions
 
     estimation = config.estimation
-    mechanism = MechanismService(
-        clock=clock,
-        settings=settings,
-        policy=config.policy,
-        # learned: the mechanism knows what the estimator knows (the unknown types are not in it)
-        table=estimation.reference_table(table) if estimation.learned else table,
-        estimates=estimation.learned,
-        shuffle=type_shuffler(config),
-        seed=config.seed,
-        solver=config.solver,
-        stop_when=stop_when,
-        more_arrivals=lambda: not replayer.done,
-        journal=journal,
-    )
+    mechanism = _mechanism(config, table, clock, settings, replayer, stop_when, journal)
 
     fleet = SimulatedFleet(
         clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server,
@@ -151,6 +140,29 @@ async def simulate_services(
     if mechanism.crashed.is_set():
         raise ServiceError("the mechanism crashed during the simulation: see round_loop_crashed in the log")
     return _result(config, mechanism, measured, watch, started_wall)
+
+
+def _mechanism(
+    config: RunConfig, table: ThroughputTable, clock: VirtualClock, settings: MechanismSettings,
+    replayer: TraceReplayer, stop_when: Callable[[MechanismState], bool], journal: Journal | None, **faults: Any,
+) -> MechanismService:
+    """The mechanism of a simulation (``faults``: the fault path's crash point and elastic types)."""
+    estimation = config.estimation
+    return MechanismService(
+        clock=clock,
+        settings=settings,
+        policy=config.policy,
+        # learned: the mechanism knows what the estimator knows (the unknown types are not in it)
+        table=estimation.reference_table(table) if estimation.learned else table,
+        estimates=estimation.learned,
+        shuffle=type_shuffler(config),
+        seed=config.seed,
+        solver=config.solver,
+        stop_when=stop_when,
+        more_arrivals=lambda: not replayer.done,
+        journal=journal,
+        **faults,
+    )
 
 
 def _result(
@@ -219,18 +231,8 @@ async def _simulate_with_faults(
     estimation = config.estimation
 
     def make_mechanism(journal_: Journal) -> MechanismService:
-        return MechanismService(
-            clock=clock,
-            settings=settings,
-            policy=config.policy,
-            table=estimation.reference_table(table) if estimation.learned else table,
-            estimates=estimation.learned,
-            shuffle=type_shuffler(config),
-            seed=config.seed,
-            solver=config.solver,
-            stop_when=stop_when,
-            more_arrivals=lambda: not replayer.done,
-            journal=journal_,
+        return _mechanism(
+            config, table, clock, settings, replayer, stop_when, journal_,
             crash_point=run.crash_point(clock),
             # Workers come and go: a gang that does not fit while some are lost is held until they
             # are back (as on a live cluster), not refused as if the cluster had shrunk for good.

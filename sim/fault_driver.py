@@ -30,7 +30,7 @@ from common.throughputs import ThroughputTable
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
 from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.journal import Journal
+from services.journal import Journal, read_events
 from sim.fastpath import RunConfig
 from sim.fault_bus import FaultyBus
 from sim.fault_fleet import FaultyFleet
@@ -143,11 +143,7 @@ def check_invariants(report: FaultReport) -> FaultReport:
     from mechanism_service.core import invariants
 
     assert report.journal_path is not None
-    journal = Journal(report.journal_path)
-    try:
-        rows = list(journal.events(after_seq=0))
-    finally:
-        journal.close()
+    rows = list(read_events(report.journal_path))
     checked = invariants.check(
         rows,
         worker_leases=[invariants.WorkerLease(o.worker_id, o.gpu_index, o.lease_id, o.start_s, o.end_s) for o in report.occupancy],
