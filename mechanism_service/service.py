@@ -36,6 +36,7 @@ import asyncio
 import collections
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Callable
 
@@ -77,6 +78,7 @@ from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
 from mechanism_service.core import audit
+from mechanism_service.core import retention as retention_core
 from mechanism_service.core import status as status_core
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
@@ -96,6 +98,7 @@ from mechanism_service.core.reducers import (
     remove_server,
     withdraw_job,
 )
+from mechanism_service.core.retention import KEEP_ALL, Retention
 from mechanism_service.core.rounds import (
     RoundClock,
     RoundPlan,
@@ -131,6 +134,20 @@ class Lease:
     entry: Entry
     placement: Placement
     dispatched_at_s: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What one boundary forgot under the retention rule, handed to the ``archive`` (the
+    simulator keeps it: its results are every job and round). After a restart the same items
+    may be handed over again (forgotten after the last snapshot, then replayed): ``jobs`` by
+    id, rounds by ``round_id`` and solve times from ``first_solve`` are what identify them."""
+
+    jobs: tuple[JobState, ...]  # completed and failed, as the state held them
+    rejected: tuple[str, ...]  # ids refused (on receipt, or set aside by the policy)
+    rounds: tuple[RoundReport, ...]
+    first_solve: int  # the index of solve_times_s[0] among every solve since the start
+    solve_times_s: tuple[float, ...]
 
 
 @dataclasses.dataclass
@@ -176,6 +193,11 @@ class Memory:
     lost_workers: dict[str, dict[str, object]] = dataclasses.field(default_factory=dict)  # id -> type, gpus, lost_at_s, reason
     ended_leases: dict[str, str] = dataclasses.field(default_factory=dict)  # running round's leases ended early -> why
     resolve_now: bool = False  # a worker was lost: solve again at the next boundary, whatever the interval
+    # Retention (core/retention.py): every finished job id -> when it ended, in that order (what
+    # is forgotten first), and how many round reports and solve times were forgotten already
+    ended_at_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    rounds_forgotten: int = 0
+    solves_forgotten: int = 0
 
 
 def _upgraded(memory: Memory) -> Memory:
@@ -196,6 +218,9 @@ def _upgraded(memory: Memory) -> Memory:
     if legacy_known:
         memory.intake.known.update(dict.fromkeys(legacy_known))
     vars(memory).pop("sealed", None)
+    if not memory.ended_at_s and memory.state is not None:  # written before retention: its ended jobs
+        obs = memory.observations  # are forgotten under the rule as if they ended when the mechanism began
+        memory.ended_at_s = dict.fromkeys([*(j.job_id for j in memory.state.completed), *obs.cancelled, *obs.rejected], 0.0)
     return memory
 
 
@@ -229,6 +254,8 @@ class MechanismService:
         elastic_types: tuple[str, ...] = (),
         admission_batch_s: float = 0.0,
         crash_point: Callable[[str], None] | None = None,
+        retention: Retention = KEEP_ALL,
+        archive: Callable[[Forgotten], None] | None = None,
     ) -> None:
         self._clock: Clock = LockstepClock() if lockstep else clock
         self._lockstep = lockstep
@@ -262,6 +289,10 @@ class MechanismService:
         # written yet; "boundary.after_journal": written, none published); raising there is a
         # crash of the round loop, as a SIGKILL would be.
         self._crash_point = crash_point or (lambda point: None)
+        # What is over is forgotten under this rule at each boundary (core/retention.py), and
+        # handed to ``archive`` first when one is given
+        self._retention = retention
+        self._archive = archive
         self._pool_changed = True  # workers joined or left since the last audit record (and at a start)
         self.memory = Memory(shuffle=shuffle, policy=policy, preset=settings.preset)
         self._rates: Rates = self._make_rates()
@@ -377,7 +408,10 @@ class MechanismService:
 
     def _audit_end(self, job_id: str, outcome: str, reason: str, now_s: float) -> None:
         """A job's end (or a submission refused on receipt) in the audit trail, committed with
-        the next commit (a boundary's, or its handler's)."""
+        the next commit (a boundary's, or its handler's); and when, for the retention rule."""
+        ended = self.memory.ended_at_s
+        ended.pop(job_id, None)  # (a refused id submitted again and ended again: its latest end)
+        ended[job_id] = now_s
         if self._journal is not None:
             record = audit.EndRecord(job_id, outcome, reason, now_s, self.memory.epoch)
             self._journal.append(audit.ENDED, audit.encode_end(record), now_s)
@@ -598,6 +632,7 @@ class MechanismService:
             assert receipt.job is not None
             memory.observations.rejected.pop(job_id, None)  # refused before, right this time
             memory.ended_jobs.discard(job_id)  # a refused id is free again
+            memory.ended_at_s.pop(job_id, None)
             memory.submitted.append(receipt.job)
             spec = message.spec
             if spec.command or spec.working_dir:  # most jobs run their type's catalog entry: nothing to keep
@@ -1001,6 +1036,7 @@ class MechanismService:
                 if reset:
                     memory.resolve_now = False
                     await self._reallocate(state, now_s)
+                self._retire(state, now_s)
                 # 5. plan, journal, dispatch
                 assert memory.shuffle is not None
                 plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state))
@@ -1016,6 +1052,51 @@ class MechanismService:
             raise
         finally:
             self.stopped.set()
+
+    def _retire(self, state: MechanismState, now_s: float) -> None:
+        """Forget what is over under the retention rule (core/retention.py): finished jobs with
+        everything kept about them, the oldest round reports and solve times, the oldest lost
+        workers. Deterministic from the memory and the time, so a replay forgets the same."""
+        if self._retention.keeps_all:
+            return
+        memory, obs, rule = self.memory, self.memory.observations, self._retention
+        expired = retention_core.expired_jobs(memory.ended_at_s, now_s, rule)
+        jobs: list[JobState] = []
+        rejected: list[str] = []
+        if expired:
+            gone = set(expired)
+            kept = []
+            for job in state.completed:
+                (jobs if job.job_id in gone else kept).append(job)
+            state.completed = kept
+            rejected = [job_id for job_id in expired if job_id in obs.rejected]
+            for job_id in expired:
+                del memory.ended_at_s[job_id]
+                for held in (
+                    obs.history, obs.history_dropped, obs.attempts, obs.measured, obs.failed, obs.cancelled, obs.rejected,
+                    memory.launch,
+                ):
+                    held.pop(job_id, None)
+                memory.intake.known.pop(job_id, None)  # the id is free again (module docstring)
+                memory.ended_jobs.discard(job_id)
+            obs.forgotten_jobs += len(expired)
+        rounds = retention_core.excess(len(memory.round_reports), rule.rounds)
+        solves = retention_core.excess(len(memory.solve_times_s), rule.rounds)
+        if self._archive is not None and (jobs or rejected or rounds or solves):
+            self._archive(Forgotten(
+                tuple(jobs), tuple(rejected), tuple(memory.round_reports[:rounds]), memory.solves_forgotten,
+                tuple(memory.solve_times_s[:solves]),
+            ))
+        if rounds:
+            del memory.round_reports[:rounds]
+            memory.rounds_forgotten += rounds
+        if solves:
+            del memory.solve_times_s[:solves]
+            memory.solves_forgotten += solves
+        for forgotten in (memory.lost_workers, memory.refused_workers):
+            for worker_id in list(itertools.islice(forgotten, retention_core.excess(len(forgotten), rule.lost_workers))):
+                del forgotten[worker_id]
+                self._refenced_at_s.pop(worker_id, None)
 
     def _profiling(self, state: MechanismState) -> list:
         """The profiling runs of this round: what the estimator asked for, within its share."""
@@ -1195,7 +1276,8 @@ class MechanismService:
         memory.ended_leases = {}
         if memory.running is not None:
             start_s, plan, reset = memory.running
-            memory.round_reports.append(round_report(memory.state, len(memory.round_reports), start_s, plan, results, reset))
+            round_id = memory.rounds_forgotten + len(memory.round_reports)
+            memory.round_reports.append(round_report(memory.state, round_id, start_s, plan, results, reset))
             memory.running = None
         return results, failing
 

@@ -15,6 +15,7 @@ from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
 from estimator_service.service import EstimatorService
 from mechanism_service.core.model import MechanismState
+from mechanism_service.core.retention import Retention
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
@@ -22,6 +23,7 @@ from policy_service.service import PolicyService
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.host import Service, ServiceHost
 from services.journal import Journal
+from sim.archive import Archive
 from sim.clock import SimulationStalled, VirtualClock
 from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
@@ -30,6 +32,14 @@ from sim.fleet import SimulatedFleet
 from sim.learning import spec_of
 from sim.results import SimulationResult
 from sim.traces import TraceJob
+
+
+# A simulated mechanism forgets as a live one does, by count only (its time runs ~10^4 times a
+# live cluster's), and keeps nothing that is over: a finished job and a round's report go at the
+# next boundary, into the archive its results read (sim/archive.py). Its memory and snapshot
+# then hold its active jobs alone, whatever the trace's length (keeping the newest 100 made the
+# 100-job fault run of the README 45 s instead of 25: each snapshot pickles what is kept).
+SIM_RETENTION = Retention(finished_s=None, finished_jobs=0, rounds=0, lost_workers=100)
 
 
 class TraceReplayer:
@@ -102,15 +112,18 @@ async def simulate_services(
     waiting_for = set(measured)
     replayer = TraceReplayer(clock, trace, config.estimation.user_estimates)
 
+    archive = Archive()
+
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)
         waiting_for.difference_update(mechanism.rejected)
+        waiting_for.difference_update(archive.ended_ids())
         if config.window is not None:
             return not waiting_for
         return replayer.done and not state.jobs and not mechanism.has_submissions
 
     estimation = config.estimation
-    mechanism = _mechanism(config, table, clock, settings, replayer, stop_when, journal)
+    mechanism = _mechanism(config, table, clock, settings, replayer, stop_when, journal, archive)
 
     fleet = SimulatedFleet(
         clock=clock, table=table, cluster=config.cluster, gpus_per_server=settings.gpus_per_server,
@@ -130,7 +143,7 @@ async def simulate_services(
 
     def done() -> bool:
         if progress is not None and mechanism.state is not None:
-            progress(clock.now_s(), len(mechanism.state.completed), len(trace))
+            progress(clock.now_s(), len(archive.jobs) + len(mechanism.state.completed), len(trace))
         return mechanism.stopped.is_set()
 
     try:
@@ -139,14 +152,16 @@ async def simulate_services(
         await host.stop()
     if mechanism.crashed.is_set():
         raise ServiceError("the mechanism crashed during the simulation: see round_loop_crashed in the log")
-    return _result(config, mechanism, measured, watch, started_wall)
+    return _result(config, mechanism, archive, measured, watch, started_wall)
 
 
 def _mechanism(
     config: RunConfig, table: ThroughputTable, clock: VirtualClock, settings: MechanismSettings,
-    replayer: TraceReplayer, stop_when: Callable[[MechanismState], bool], journal: Journal | None, **faults: Any,
+    replayer: TraceReplayer, stop_when: Callable[[MechanismState], bool], journal: Journal | None, archive: Archive,
+    **faults: Any,
 ) -> MechanismService:
-    """The mechanism of a simulation (``faults``: the fault path's crash point and elastic types)."""
+    """The mechanism of a simulation (``faults``: the fault path's crash point and elastic types).
+    It forgets what is over as a live one does (``SIM_RETENTION``), into ``archive``."""
     estimation = config.estimation
     return MechanismService(
         clock=clock,
@@ -161,30 +176,33 @@ def _mechanism(
         stop_when=stop_when,
         more_arrivals=lambda: not replayer.done,
         journal=journal,
+        retention=SIM_RETENTION,
+        archive=archive,
         **faults,
     )
 
 
 def _result(
-    config: RunConfig, mechanism: MechanismService, measured: Sequence[str], watch: EstimationWatch, started_wall: float,
-    faults: FaultReport | None = None,
+    config: RunConfig, mechanism: MechanismService, archive: Archive, measured: Sequence[str], watch: EstimationWatch,
+    started_wall: float, faults: FaultReport | None = None,
 ) -> SimulationResult:
     state = mechanism.state
     assert state is not None
+    rounds, solve_times_s, rejected = archive.with_mechanism(mechanism)
     return SimulationResult(
         policy=config.policy,
         preset=config.settings.preset,
         cluster=dict(config.cluster),
         round_s=config.settings.round_s,
         seed=config.seed,
-        jobs=outcomes(state),
-        rounds=tuple(round_record(r) for r in mechanism.reports),
+        jobs=outcomes(state, archive.completed(state)),
+        rounds=tuple(round_record(r) for r in rounds),
         makespan_s=mechanism.last_boundary_s,
         measured_job_ids=tuple(measured),
         resets=state.resets,
-        solve_times_s=tuple(mechanism.solve_times_s),
+        solve_times_s=tuple(solve_times_s),
         wall_s=time.perf_counter() - started_wall,
-        rejected_job_ids=tuple(mechanism.rejected),
+        rejected_job_ids=tuple(rejected),
         estimation=tuple(watch.samples),
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
@@ -220,9 +238,12 @@ async def _simulate_with_faults(
         assert supervisor.current is not None
         return supervisor.current
 
+    archive = Archive()
+
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)
         waiting_for.difference_update(mechanism().rejected)
+        waiting_for.difference_update(archive.ended_ids())
         if config.window is not None:
             return not waiting_for
         current = mechanism()
@@ -232,7 +253,7 @@ async def _simulate_with_faults(
 
     def make_mechanism(journal_: Journal) -> MechanismService:
         return _mechanism(
-            config, table, clock, settings, replayer, stop_when, journal_,
+            config, table, clock, settings, replayer, stop_when, journal_, archive,
             crash_point=run.crash_point(clock),
             # Workers come and go: a gang that does not fit while some are lost is held until they
             # are back (as on a live cluster), not refused as if the cluster had shrunk for good.
@@ -253,7 +274,7 @@ async def _simulate_with_faults(
     def done() -> bool:
         current = mechanism()
         if progress is not None and current.state is not None:
-            progress(clock.now_s(), len(current.state.completed), len(trace))
+            progress(clock.now_s(), len(archive.jobs) + len(current.state.completed), len(trace))
         return current.stopped.is_set()
 
     try:
@@ -277,7 +298,7 @@ async def _simulate_with_faults(
     finally:
         await host.stop()
     report = run.report(broker, supervisor.restarts, policy.restarts, policy.redelivered)
-    return _result(config, mechanism(), measured, watch, started_wall, report)
+    return _result(config, mechanism(), archive, measured, watch, started_wall, report)
 
 
 class EstimationWatch:

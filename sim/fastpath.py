@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
-from mechanism_service.core.model import Entry, MechanismState, Placement, new_state
+from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
@@ -333,10 +333,13 @@ def record_round(
     )
 
 
-def outcomes(state: MechanismState) -> tuple[JobOutcome, ...]:
-    jobs = [*state.completed, *state.jobs.values()]
+def outcomes(state: MechanismState, ended: Sequence[JobState] | None = None) -> tuple[JobOutcome, ...]:
+    """Every job's outcome, in admission order. ``ended``: the jobs that completed or failed,
+    when the state no longer holds them all (sim/archive.py); else the state's."""
+    ended = state.completed if ended is None else ended
+    jobs = [*ended, *state.jobs.values()]
     jobs.sort(key=lambda j: j.index)
-    retired = {j.index for j in state.completed}
+    retired = {j.index for j in ended}
     return tuple(
         JobOutcome(
             job_id=j.job_id,

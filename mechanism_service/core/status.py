@@ -19,6 +19,9 @@ class Observations:
     # job id -> its placements, one span per run of rounds in one place (a job that runs for a
     # thousand rounds on the same GPUs is one entry, not a thousand: this is snapshotted)
     history: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    # job id -> (spans, rounds, lease extensions) of its spans dropped beyond SPANS_KEPT: a job
+    # that moves every round for a year keeps its newest spans, and its totals stay true
+    history_dropped: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
     last_solve_s: float | None = None
     # the last allocation request's outcome: request_id, at_s, status, error, refused_job_ids
@@ -33,12 +36,16 @@ class Observations:
     # measured its stepping (steps/s, start-up, restore, checkpoint times)
     attempts: dict[str, dict[str, object]] = field(default_factory=dict)
     measured: dict[str, dict[str, float]] = field(default_factory=dict)
+    forgotten_jobs: int = 0  # finished jobs forgotten under the retention rule (core/retention.py)
     # Filled in by the shell when it answers (not kept): jobs not admitted yet (pending_row)
     waiting: Sequence[dict[str, object]] = ()  # submitted, arrival still ahead
     held: Sequence[dict[str, object]] = ()  # arrived, the cluster cannot run them yet (with why)
     cancelling: Mapping[str, str] = field(default_factory=dict)  # active, leaving at the next boundary
     workers_refused: Mapping[str, str] = field(default_factory=dict)  # worker id -> why
     workers_lost: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # worker id -> when, why
+
+
+SPANS_KEPT = 100  # per job, the newest; the older ones are counted (Observations.history_dropped)
 
 
 def record_placement(
@@ -73,6 +80,12 @@ def record_placement(
         "accelerator_type": accelerator_type, "workers": list(workers), "packed_with": list(packed_with),
         "lease_extensions": int(extended),
     })
+    if len(spans) > SPANS_KEPT:
+        oldest = spans.pop(0)
+        count, rounds, extensions = obs.history_dropped.get(job_id, (0, 0, 0))
+        obs.history_dropped[job_id] = (
+            count + 1, rounds + int(oldest["rounds"]), extensions + int(oldest["lease_extensions"]),  # type: ignore[call-overload]
+        )
 
 
 def _job_row(job: JobState, now_s: float, running_on: Mapping[int, Placement], status: str) -> dict[str, object]:
@@ -138,6 +151,8 @@ def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -
 def job_report(state: MechanismState | None, job_id: str, now_s: float, obs: Observations) -> dict[str, object]:
     row = next((r for r in jobs_report(state, now_s, obs) if r["id"] == job_id), None)
     if row is None:
+        if obs.forgotten_jobs:
+            return {"error": f"no job {job_id!r} (finished jobs are forgotten a while after they end: it may be one)"}
         return {"error": f"no job {job_id!r}"}
     shares: dict[str, float] = {}
     if state is not None:
@@ -148,14 +163,16 @@ def job_report(state: MechanismState | None, job_id: str, now_s: float, obs: Obs
                     for w, f in fractions.items():
                         shares[w] = round(shares.get(w, 0.0) + f, 6)
     spans = obs.history.get(job_id, [])
+    dropped, rounds_dropped, extensions_dropped = obs.history_dropped.get(job_id, (0, 0, 0))
     return {
         **row,
         "allocation_share": shares,
-        "rounds_run": sum(int(h["rounds"]) for h in spans),  # type: ignore[call-overload]
-        "lease_extensions": sum(int(h["lease_extensions"]) for h in spans),  # type: ignore[call-overload]
+        "rounds_run": rounds_dropped + sum(int(h["rounds"]) for h in spans),  # type: ignore[call-overload]
+        "lease_extensions": extensions_dropped + sum(int(h["lease_extensions"]) for h in spans),  # type: ignore[call-overload]
         "measured": obs.measured.get(job_id),
         **attempts_view(obs.attempts, job_id),
         "placements": spans,
+        **({"placements_not_shown": dropped} if dropped else {}),
     }
 
 
@@ -240,7 +257,8 @@ def cluster_report(
         "capacity_gpus": capacity,
         "in_use_gpus": in_use,
         "jobs_active": len(state.jobs) if state is not None else 0,
-        "jobs_completed": len(state.completed) if state is not None else 0,
+        "jobs_completed": len(state.completed) if state is not None else 0,  # of those still remembered
+        "jobs_forgotten": obs.forgotten_jobs,
         "rounds": rounds,
         "jobs_held": len(obs.held),
         "jobs_cancelling": len(obs.cancelling),

@@ -42,6 +42,16 @@ def _number_type(kind: type, minimum: float, inclusive: bool, wording: str) -> C
 positive_number = _number_type(float, 0.0, False, "a finite number > 0")
 non_negative_number = _number_type(float, 0.0, True, "a finite number >= 0")
 positive_int = _number_type(int, 1, True, "a whole number >= 1")
+non_negative_int = _number_type(int, 0, True, "a whole number >= 0")
+
+
+def or_none(parse: Callable[[str], float]) -> Callable[[str], float | None]:
+    """A flag type that also takes ``none`` (no limit) and gives None for it."""
+
+    def parse_or_none(raw: str) -> float | None:
+        return None if raw.strip().lower() == "none" else parse(raw)
+
+    return parse_or_none
 
 
 def per_hour(rate: float) -> str:

@@ -32,10 +32,13 @@ from common.clock import Clock
 from common.config import BusSettings, Settings
 from common.errors import JournalError
 from mechanism_service.clocks import ScaledClock, describe_clock
+from mechanism_service.core.retention import LIVE
 from mechanism_service.core.settings import PRESETS
 from services.journal import Journal
 from services.bus import make_bus
-from services.cli.common import CommandFailed, load_table, non_negative_number, positive_int, positive_number
+from services.cli.common import (
+    CommandFailed, load_table, non_negative_int, non_negative_number, or_none, positive_int, positive_number,
+)
 from services.cli.worker_options import add_worker_options, worker_config
 from services.clock import WallClock
 from services.host import Service, ServiceHost
@@ -138,6 +141,24 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         p.add_argument(
             "--max-failed-attempts", type=positive_int, default=5, metavar="N",
             help="a job whose process crashes in N leases in a row fails (default 5, as Gavel)",
+        )
+        keep = p.add_argument_group(
+            "retention (docs/reliability.md): what is over is forgotten, so that memory and the journal's "
+            "snapshot stay bounded however long the mechanism runs"
+        )
+        keep.add_argument(
+            "--keep-finished-s", type=or_none(non_negative_number), default=LIVE.finished_s, metavar="S",
+            help="a finished job (completed, failed, cancelled or refused) is remembered S seconds of mechanism time "
+            "after it ended: `gavel job` answers for it, and its id is not taken again; then forgotten, and the id "
+            f"is free (default {LIVE.finished_s:g}; none: no age limit)",
+        )
+        keep.add_argument(
+            "--keep-finished-jobs", type=or_none(non_negative_int), default=LIVE.finished_jobs, metavar="N",
+            help=f"and at most N finished jobs, the oldest forgotten first (default {LIVE.finished_jobs}; none: no limit)",
+        )
+        keep.add_argument(
+            "--keep-rounds", type=or_none(non_negative_int), default=LIVE.rounds, metavar="N",
+            help=f"the newest N round reports and solve times (default {LIVE.rounds}; none: all)",
         )
     if only in (None, "estimator"):
         p.add_argument(
@@ -353,6 +374,9 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     deadlines=not args.lockstep and not args.time_scale,
                     elastic_types=() if args.lockstep else table.accelerator_types,
                     admission_batch_s=0.0 if args.lockstep else 0.05,
+                    retention=dataclasses.replace(
+                        LIVE, finished_s=args.keep_finished_s, finished_jobs=args.keep_finished_jobs, rounds=args.keep_rounds,
+                    ),
                 )
             )
         elif name == "estimator":

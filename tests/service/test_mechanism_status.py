@@ -56,6 +56,18 @@ def test_the_job_report_counts_rounds_and_extensions_from_its_spans() -> None:
     assert report["rounds_run"] == 3 and report["lease_extensions"] == 2 and len(report["placements"]) == 1
 
 
+def test_a_job_that_moves_every_round_keeps_its_newest_spans_and_true_totals() -> None:
+    from mechanism_service.core.status import SPANS_KEPT
+
+    obs = Observations()
+    for round_id in range(SPANS_KEPT * 3):  # a move every round: a span each
+        record_placement(obs, "a", round_id, 0.0, "v100", [round_id % 2], extended=False, packed_with=[])
+    assert len(obs.history["a"]) == SPANS_KEPT and obs.history["a"][-1]["first_round"] == SPANS_KEPT * 3 - 1
+    obs.rejected["a"] = "for the row to exist"
+    report = job_report(None, "a", 0.0, obs)
+    assert report["rounds_run"] == SPANS_KEPT * 3 and report["placements_not_shown"] == SPANS_KEPT * 2
+
+
 async def test_no_mechanism_means_a_clear_error() -> None:
     bus = InMemoryBus(InMemoryBroker(), source="test")
     await bus.start()

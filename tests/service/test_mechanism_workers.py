@@ -33,6 +33,7 @@ from common.messages import (
     WorkerRegistered,
 )
 from common.messages.base import Message
+from mechanism_service.core.retention import KEEP_ALL, Retention
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
 from services.journal import Journal
@@ -176,7 +177,8 @@ class World:
 
 
 def mechanism(
-    clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, **settings: object
+    clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL,
+    **settings: object,
 ) -> MechanismService:
     return MechanismService(
         clock=clock,  # type: ignore[arg-type]
@@ -188,12 +190,13 @@ def mechanism(
         round_timeout_s=round_timeout_s,
         deadlines=False,
         elastic_types=TABLE.accelerator_types,
+        retention=retention,
     )
 
 
 async def world(
     journal: pathlib.Path | None = None, clock: SteppedClock | None = None, before: Callable[[InMemoryBus], object] | None = None,
-    round_timeout_s: float = 600.0, **settings: object,
+    round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL, **settings: object,
 ) -> World:
     clock = clock or SteppedClock()
     bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
@@ -204,7 +207,7 @@ async def world(
     await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)  # type: ignore[arg-type]
     if before is not None:
         await before(bus)  # type: ignore[misc]
-    m = mechanism(clock, journal, round_timeout_s, **settings)
+    m = mechanism(clock, journal, round_timeout_s, retention, **settings)
     await m.start(bus)
     return World(clock, bus, m, events, requests)
 

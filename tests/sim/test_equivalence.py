@@ -112,3 +112,30 @@ async def test_a_mechanism_that_crashes_fails_the_simulation_instead_of_ending_i
     config = RunConfig("max_min_fairness_perf", {"v100": 4, "p100": 4, "k80": 4}, preset("default", "max_min_fairness_perf"))
     with pytest.raises(ServiceError, match="the mechanism crashed during the simulation"):
         await simulate_services(trace, config, CONTEXT)
+
+
+async def test_a_mechanism_that_forgets_as_it_goes_gives_the_same_results(monkeypatch):
+    """The simulated mechanism forgets finished jobs and old rounds as a live one does
+    (core/retention.py) into the driver's archive: with a rule of 3 jobs and 3 rounds, every job,
+    round, solve time and refusal is still in the result, the same as the bus-free path's."""
+    import sim.driver
+    from mechanism_service.core.retention import Retention
+
+    forgotten = []
+    original = sim.driver.Archive.__call__
+
+    def spy(self, what):
+        forgotten.append(what)
+        original(self, what)
+
+    monkeypatch.setattr(sim.driver, "SIM_RETENTION", Retention(finished_s=None, finished_jobs=3, rounds=3))
+    monkeypatch.setattr(sim.driver.Archive, "__call__", spy)
+    spec = TraceSpec(num_jobs=40, jobs_per_hour=4.0, multi_gpu=True)
+    trace = generate_trace(spec, CONTEXT.table, np.random.default_rng(11))
+    config = RunConfig("max_min_fairness", {"v100": 4, "p100": 2, "k80": 2}, preset("default", "max_min_fairness"), seed=1)
+    fast = simulate(trace, config, CONTEXT)
+    services = await simulate_services(trace, config, CONTEXT)
+    assert sum(len(f.jobs) for f in forgotten) >= 30 and sum(len(f.rounds) for f in forgotten) >= 30
+    assert_same_schedule(fast, services)
+    assert len(services.solve_times_s) == len(fast.solve_times_s)
+    assert services.rejected_job_ids == fast.rejected_job_ids
