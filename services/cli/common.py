@@ -49,7 +49,12 @@ def or_none(parse: Callable[[str], float]) -> Callable[[str], float | None]:
     """A flag type that also takes ``none`` (no limit) and gives None for it."""
 
     def parse_or_none(raw: str) -> float | None:
-        return None if raw.strip().lower() == "none" else parse(raw)
+        if raw.strip().lower() == "none":
+            return None
+        try:
+            return parse(raw)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(str(e).replace(", got", " (or none), got", 1)) from None
 
     return parse_or_none
 

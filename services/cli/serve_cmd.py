@@ -149,8 +149,8 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         keep.add_argument(
             "--keep-finished-s", type=or_none(non_negative_number), default=LIVE.finished_s, metavar="S",
             help="a finished job (completed, failed, cancelled or refused) is remembered S seconds of mechanism time "
-            "after it ended: `gavel job` answers for it, and its id is not taken again; then forgotten, and the id "
-            f"is free (default {LIVE.finished_s:g}; none: no age limit)",
+            "after it ended: `gavel job` answers for it, and its id is not taken again; forgotten at the next round "
+            f"boundary after that, and the id is free (default {LIVE.finished_s:g}; none: no age limit)",
         )
         keep.add_argument(
             "--keep-finished-jobs", type=or_none(non_negative_int), default=LIVE.finished_jobs, metavar="N",

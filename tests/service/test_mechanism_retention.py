@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from common.messages import JobCompleted, JobRejected, JobSpec
 from mechanism_service.core.invariants import check
-from mechanism_service.core.retention import Retention
+from mechanism_service.core.retention import LIVE, Retention
 from services.cli.status_cmd import ask_on
 from services.journal import read_events
 from tests.service.test_mechanism_workers import RESNET, World, kill, world
@@ -93,3 +95,32 @@ async def test_the_newest_jobs_are_kept_up_to_the_count_whatever_their_age() -> 
     assert w.memory.observations.forgotten_jobs == 5 - len(kept)
     assert not {"j0", "j1"} & set(w.memory.intake.known)
     await w.mechanism.stop()
+
+
+@pytest.mark.parametrize(
+    ("flags", "rule"),
+    [
+        ([], LIVE),
+        (["--keep-finished-s", "none", "--keep-finished-jobs", "5", "--keep-rounds", "7"], Retention(None, 5, 7, LIVE.lost_workers)),
+        (["--keep-finished-s", "60", "--keep-finished-jobs", "NONE", "--keep-rounds", "0"], Retention(60.0, None, 0, LIVE.lost_workers)),
+    ],
+)
+def test_gavel_serve_mechanism_forgets_under_the_rule_its_flags_give(flags: list[str], rule: Retention) -> None:
+    from common.config import Settings
+    from services.cli import build_parser
+    from services.cli.serve_cmd import build_services
+
+    args = build_parser().parse_args(["serve", "mechanism", "--no-journal", *flags])
+    (mechanism,) = build_services(["mechanism"], args, Settings.from_env({}), "amqp")
+    assert mechanism._retention == rule  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--keep-finished-s", "-1"), ("--keep-finished-jobs", "1.5"), ("--keep-rounds", "all")])
+def test_a_bad_retention_flag_is_refused_saying_what_it_takes(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["serve", "mechanism", flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be" in err and f"(or none), got '{value}'" in err
