@@ -10,8 +10,6 @@ kept under what identifies it, and the mechanism's own copy wins where both have
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from mechanism_service.core.model import JobState, MechanismState
 from mechanism_service.core.rounds import RoundReport
 from mechanism_service.service import Forgotten, MechanismService
@@ -23,15 +21,21 @@ class Archive:
         self.rejected: dict[str, None] = {}
         self.rounds: dict[int, RoundReport] = {}
         self.solve_times_s: dict[int, float] = {}  # by the solve's index since the start
+        self._ended: list[str] = []  # ids of the jobs handed over since ``take_ended`` last ran
 
     def __call__(self, forgotten: Forgotten) -> None:
         self.jobs.update((job.job_id, job) for job in forgotten.jobs)
         self.rejected.update(dict.fromkeys(forgotten.rejected))
+        self._ended += [job.job_id for job in forgotten.jobs]
+        self._ended += forgotten.rejected
         self.rounds.update((report.round_id, report) for report in forgotten.rounds)
         self.solve_times_s.update(enumerate(forgotten.solve_times_s, forgotten.first_solve))
 
-    def ended_ids(self) -> Iterable[str]:
-        return self.jobs.keys() | self.rejected.keys()
+    def take_ended(self) -> list[str]:
+        """The ids of the jobs that ended and were handed over since the last call (a driver's
+        stop condition reads them once each, not the whole archive at every boundary)."""
+        ended, self._ended = self._ended, []
+        return ended
 
     def completed(self, state: MechanismState) -> list[JobState]:
         """Every job that ended, forgotten or not (the mechanism's copy where it has one)."""
@@ -50,4 +54,3 @@ class Archive:
             [rounds[k] for k in sorted(rounds)], [solves[k] for k in sorted(solves)],
             list(dict.fromkeys([*self.rejected, *mechanism.rejected])),
         )
-

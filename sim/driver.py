@@ -117,7 +117,7 @@ async def simulate_services(
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)
         waiting_for.difference_update(mechanism.rejected)
-        waiting_for.difference_update(archive.ended_ids())
+        waiting_for.difference_update(archive.take_ended())
         if config.window is not None:
             return not waiting_for
         return replayer.done and not state.jobs and not mechanism.has_submissions
@@ -243,7 +243,7 @@ async def _simulate_with_faults(
     def stop_when(state: MechanismState) -> bool:
         waiting_for.difference_update(j.job_id for j in state.completed)
         waiting_for.difference_update(mechanism().rejected)
-        waiting_for.difference_update(archive.ended_ids())
+        waiting_for.difference_update(archive.take_ended())
         if config.window is not None:
             return not waiting_for
         current = mechanism()
