@@ -19,6 +19,10 @@ from common.messages import StragglerFlag
 MIN_CONFIDENCE = 0.5
 HYSTERESIS = 0.1
 RECENT_JOBS = 20  # jobs remembered per worker
+# Workers remembered, the most recently measured: a cluster whose workers come and go under new
+# ids (pods) would otherwise grow this for ever. One not measured among the latest this many is
+# gone, and forgotten with its flag.
+WORKERS_KEPT = 10_000
 
 
 @dataclass
@@ -32,7 +36,12 @@ class StragglerWatch:
         """Note one ratio; the worker's flag if it changed (raised or withdrawn), else None."""
         if not (measured > 0 and predicted > 0):
             return None
-        recent = self.ratios.setdefault(worker_id, {})
+        recent = self.ratios.pop(worker_id, {})
+        self.ratios[worker_id] = recent  # re-inserted last: the workers most recently measured in order
+        while len(self.ratios) > WORKERS_KEPT:
+            gone = next(iter(self.ratios))
+            del self.ratios[gone]
+            self.flagged.pop(gone, None)
         recent.pop(job_id, None)  # re-inserted last: the dict keeps the most recent jobs in order
         recent[job_id] = math.log(measured / predicted)
         while len(recent) > RECENT_JOBS:
