@@ -30,7 +30,7 @@ from common.errors import ConfigError
 @dataclass(frozen=True, slots=True)
 class Retention:
     finished_s: float | None = 3600.0  # None: no age limit
-    finished_jobs: int | None = 10_000  # None: no count limit
+    finished_jobs: int | None = 1_000  # None: no count limit (a finished job costs the snapshot up to ~9 KB)
     rounds: int | None = 10_000  # round reports and solve times kept
     lost_workers: int | None = 1_000
 
