@@ -32,7 +32,7 @@ from common.clock import Clock
 from common.config import BusSettings, Settings
 from common.errors import JournalError
 from mechanism_service.clocks import ScaledClock, describe_clock
-from mechanism_service.core.retention import LIVE
+from mechanism_service.core.retention import LIVE, Retention
 from mechanism_service.core.settings import PRESETS
 from services.journal import Journal
 from services.bus import make_bus
@@ -148,9 +148,10 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         )
         keep.add_argument(
             "--keep-finished-s", type=or_none(non_negative_number), default=LIVE.finished_s, metavar="S",
-            help="a finished job (completed, failed, cancelled or refused) is remembered S seconds of mechanism time "
-            "after it ended: `gavel job` answers for it, and its id is not taken again; forgotten at the next round "
-            f"boundary after that, and the id is free (default {LIVE.finished_s:g}; none: no age limit)",
+            help="a finished job (completed, failed, cancelled or refused) is remembered S wall-clock seconds after it "
+            "ended (S x N of the mechanism's with --time-scale N; lockstep: the count alone): `gavel job` answers for "
+            "it, and its id is not taken again; forgotten at the next round boundary after that, and the id is free "
+            f"(default {LIVE.finished_s:g}; none: no age limit)",
         )
         keep.add_argument(
             "--keep-finished-jobs", type=or_none(non_negative_int), default=LIVE.finished_jobs, metavar="N",
@@ -225,6 +226,17 @@ def worker_grace_s(args: argparse.Namespace) -> float | None:
     if args.lockstep or not args.worker_grace_s:
         return None
     return float(args.worker_grace_s * (args.time_scale or 1.0))
+
+
+def retention(args: argparse.Namespace) -> Retention:
+    """The retention flags as the mechanism's rule. --keep-finished-s is wall seconds, as
+    --worker-grace-s (a person reads `gavel jobs` on the wall clock; at --time-scale 1000 an hour
+    of the mechanism's time is 3.6 s): the mechanism keeps S x N of its own seconds. Lockstep time
+    (a replayed trace's) has no wall length: there only the count limits."""
+    finished_s = args.keep_finished_s
+    if finished_s is not None:
+        finished_s = None if args.lockstep else float(finished_s * (args.time_scale or 1.0))
+    return dataclasses.replace(LIVE, finished_s=finished_s, finished_jobs=args.keep_finished_jobs, rounds=args.keep_rounds)
 
 
 def round_timeout_s(args: argparse.Namespace) -> float | None:
@@ -374,9 +386,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     deadlines=not args.lockstep and not args.time_scale,
                     elastic_types=() if args.lockstep else table.accelerator_types,
                     admission_batch_s=0.0 if args.lockstep else 0.05,
-                    retention=dataclasses.replace(
-                        LIVE, finished_s=args.keep_finished_s, finished_jobs=args.keep_finished_jobs, rounds=args.keep_rounds,
-                    ),
+                    retention=retention(args),
                 )
             )
         elif name == "estimator":

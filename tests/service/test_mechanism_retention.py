@@ -103,6 +103,9 @@ async def test_the_newest_jobs_are_kept_up_to_the_count_whatever_their_age() -> 
         ([], LIVE),
         (["--keep-finished-s", "none", "--keep-finished-jobs", "5", "--keep-rounds", "7"], Retention(None, 5, 7, LIVE.lost_workers)),
         (["--keep-finished-s", "60", "--keep-finished-jobs", "NONE", "--keep-rounds", "0"], Retention(60.0, None, 0, LIVE.lost_workers)),
+        # wall seconds, as the worker grace: at x1000 an hour of the mechanism's time is 3.6 s
+        (["--time-scale", "1000"], Retention(3_600_000.0, LIVE.finished_jobs, LIVE.rounds, LIVE.lost_workers)),
+        (["--lockstep"], Retention(None, LIVE.finished_jobs, LIVE.rounds, LIVE.lost_workers)),  # trace time: the count
     ],
 )
 def test_gavel_serve_mechanism_forgets_under_the_rule_its_flags_give(flags: list[str], rule: Retention) -> None:
