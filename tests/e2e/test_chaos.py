@@ -239,9 +239,8 @@ async def survive(
     # 1. Every job completed exactly once, as published and as the mechanism reports it.
     assert ends.not_exactly_once() == {}
     assert ends.completed() == {str(r["job_id"]) for r in rows}
-    # The mechanism keeps a finished job an hour of its time (--keep-finished-s: 3.6 s at x1000):
-    # those it still remembers say they completed in full, and it counts the rest as forgotten,
-    # which its restarts must not have lost or counted twice
+    # Those the mechanism remembers (a finished job is kept an hour of wall time, --keep-finished-s)
+    # completed in full; any it forgot, it counts, through its restarts
     table = {str(r["id"]): r for r in chaos.answer("jobs")}  # type: ignore[union-attr]
     total_steps = {str(r["job_id"]): r["total_steps"] for r in rows}
     assert {job: (r["state"], r["steps_done"]) for job, r in table.items()} == {
