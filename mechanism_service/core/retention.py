@@ -8,14 +8,17 @@ mechanism crashes took 568 s against 16 s without, rewriting a snapshot that onl
 answers the same way: a finished job's record is kept ``MinJobAge`` seconds, and the controller
 holds at most ``MaxJobCount`` jobs.
 
-The rule: a finished job (completed, failed, cancelled or refused) is kept ``finished_s`` after
-it ended, and never more than ``finished_jobs`` of them (the oldest go first); the newest
-``rounds`` round reports and solve times; the newest ``lost_workers`` lost workers. Until it is
-forgotten a job answers `gavel job ID` and a second submission of its id is deduplicated (or
-refused as a conflict); afterwards the id is unknown, and free again, as Slurm's are.
+The rule: a finished job (completed, failed, cancelled or refused) is kept ``finished_s`` of the
+mechanism's seconds after it ended, and never more than ``finished_jobs`` of them (the oldest go
+first); the newest ``rounds`` round reports and solve times; the newest ``lost_workers`` lost
+workers. Until it is forgotten a job answers `gavel job ID` and a second submission of its id is
+deduplicated (or refused as a conflict); afterwards the id is unknown, and free again, as Slurm's
+are.
 
-``KEEP_ALL`` is the simulator's (its results are every job and every round) and the library's
-default; `gavel serve mechanism` keeps ``LIVE`` unless told otherwise.
+``KEEP_ALL`` is a MechanismService's default (tests and benches that read its memory); `gavel
+serve mechanism` keeps ``LIVE`` unless its flags say otherwise (services/cli/serve_cmd.py turns
+their wall seconds into the mechanism's); the simulator forgets everything that is over into an
+archive its results read (sim.driver.SIM_RETENTION, sim/archive.py).
 """
 
 from __future__ import annotations
