@@ -38,9 +38,13 @@ class Archive:
         return ended
 
     def completed(self, state: MechanismState) -> list[JobState]:
-        """Every job that ended, forgotten or not (the mechanism's copy where it has one)."""
+        """Every job that ended, forgotten or not (the mechanism's copy where it has one). A job
+        the mechanism runs again (it ended after the last snapshot of a mechanism that crashed,
+        and the replay took it back) is the mechanism's active job, not an ended one."""
         merged = dict(self.jobs)
         merged.update((job.job_id, job) for job in state.completed)
+        for job in state.jobs.values():
+            merged.pop(job.job_id, None)
         return list(merged.values())
 
     def with_mechanism(self, mechanism: MechanismService) -> tuple[list[RoundReport], list[float], list[str]]:

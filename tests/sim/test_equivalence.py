@@ -139,3 +139,23 @@ async def test_a_mechanism_that_forgets_as_it_goes_gives_the_same_results(monkey
     assert_same_schedule(fast, services)
     assert len(services.solve_times_s) == len(fast.solve_times_s)
     assert services.rejected_job_ids == fast.rejected_job_ids
+
+
+def test_a_job_the_mechanism_runs_again_after_a_restart_is_active_in_the_result_not_also_ended():
+    """A job forgotten into the archive, then taken back by a restarted mechanism's replay (it
+    ended after the last snapshot), is one job: the mechanism's active one."""
+    from mechanism_service.core.model import JobState, new_state
+    from mechanism_service.service import Forgotten
+    from sim.archive import Archive
+    from sim.fastpath import outcomes
+
+    def job(index, steps_done):
+        return JobState(index, f"j{index}", "A3C", 1, 1.0, 100, 0.0, steps_done=steps_done, last_finish_s=50.0)
+
+    archive = Archive()
+    archive(Forgotten((job(0, 100), job(1, 100)), (), (), 0, ()))
+    state = new_state({"k80": 1})
+    state.jobs[1] = job(1, 40)  # taken back: running again from its replayed steps
+    rows = outcomes(state, archive.completed(state))
+    assert [(r.job_id, r.steps_done, r.completion_s) for r in rows] == [("j0", 100, 50.0), ("j1", 40, None)]
+    assert archive.take_ended() == ["j0", "j1"] and archive.take_ended() == []
