@@ -63,17 +63,36 @@ def test_json_lists_every_job_type_of_the_shipped_table_in_name_order():
     assert names[-1] == "Transformer (batch size 256)"
 
 
+ACCELERATORS = [w for w in SHIPPED if not w.endswith("_unconsolidated")]
+SPREAD = [w for w in SHIPPED if w.endswith("_unconsolidated")]
+
+
 def test_the_table_has_a_row_per_job_type_with_its_scale_factors_and_steps_per_s():
     out = gavel("job-types")
     assert out.returncode == 0, out.stderr
-    caption, header, rule, *rows = out.stdout.splitlines()
+    caption, hidden, header, rule, *rows = out.stdout.splitlines()
     assert "1 GPU" in caption
-    assert header.split() == ["job", "type", "scale", "factors", *SHIPPED]
+    # Gavel's pseudo-types are left out by default, and the caption says so and what they are.
+    assert SPREAD and hidden.startswith(f"not shown: the {len(SPREAD)} *_unconsolidated columns of the table (steps/s")
+    assert "spread over several servers" in hidden and "--unconsolidated shows them" in hidden
+    assert header.split() == ["job", "type", "scale", "factors", *ACCELERATORS]
     assert set(rule) == {"-", " "}
     assert len(rows) == len(expected_json(SHIPPED))
     (resnet,) = [row for row in rows if row.startswith("ResNet-50 (batch size 64) ")]
     key = "('ResNet-50 (batch size 64)', 1)"
-    assert resnet.split()[4:] == ["1,2,4,8", *(f"{SHIPPED[w][key]['null']:.4g}" for w in SHIPPED)]
+    assert resnet.split()[4:] == ["1,2,4,8", *(f"{SHIPPED[w][key]['null']:.4g}" for w in ACCELERATORS)]
+
+
+def test_unconsolidated_shows_gavels_spread_gang_columns_and_says_what_they_are():
+    out = gavel("job-types", "--unconsolidated", "--scale-factor", "4")
+    assert out.returncode == 0, out.stderr
+    caption, what, header, _, *rows = out.stdout.splitlines()
+    assert "4 GPUs" in caption
+    assert what.startswith("*_unconsolidated: steps/s with the gang's GPUs spread over several servers")
+    assert header.split()[4:] == list(SHIPPED)
+    (lm,) = [row for row in rows if row.startswith("LM (batch size 5) ")]
+    key = "('LM (batch size 5)', 4)"
+    assert lm.split()[5:] == [f"{SHIPPED[w][key]['null']:.4g}" for w in SHIPPED]
 
 
 def test_a_scale_factor_shows_that_gang_and_a_dash_where_there_is_none(tmp_path):
