@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import math
 import os
 import pathlib
 from typing import TYPE_CHECKING
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--trace-seed", type=int, metavar="S", help="generated: the trace Gavel generates with seed S (default: --seed)"
     )
     add_policy_flags(p)
-    add_cluster_flags(p)
+    add_cluster_flags(p, required=False)
     p.add_argument(
         "--window",
         metavar="START:END",
@@ -155,16 +156,18 @@ def add_estimator_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_policy_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", metavar="NAME", help="one policy (gavel policy list)")
+    p.add_argument("--policy", metavar="NAME", help="the policy to simulate (gavel policy list); this or --policies is required")
     p.add_argument("--policies", metavar="A,B,...", help="several policies, compared side by side")
 
 
-def add_cluster_flags(p: argparse.ArgumentParser) -> None:
+def add_cluster_flags(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``required``: argparse refuses a missing --cluster (``gavel simulate`` says itself, after
+    checking the values it was given, so a missing flag does not hide a wrong one)."""
     p.add_argument(
         "--cluster",
-        required=True,
+        required=required,
         metavar="SPEC",
-        help="GPUs per type: v100=36,p100=36,k80=36, or Gavel's 36:36:36 (v100:p100:k80)",
+        help="required: GPUs per type, v100=36,p100=36,k80=36, or Gavel's 36:36:36 (v100:p100:k80)",
     )
     p.add_argument(
         "--throughputs", metavar="TABLE.json", help="throughput table in Gavel's format (default: the shipped Gavel table)"
@@ -192,6 +195,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         check_trace,
         format_cluster,
         load_context,
+        load_trace,
         parse_cluster,
         parse_estimation,
         parse_policies,
@@ -200,18 +204,27 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     from sim.metrics import compare, render_comparison
     from sim.traces import write_trace
 
-    # 1. every input, checked before any work
+    # 1. every input, checked before any work: first each value given, reported as itself (a
+    # wrong --cluster is news whether or not --policy is there), then every flag still missing,
+    # in one line; then what needs several of them (the trace against the table and cluster)
     policies = parse_policies(args.policy, args.policies)
     check_mechanism_flags(args.round_s, args.gpus_per_server)
     context = load_context(args.throughputs)
     assert context.table is not None
-    cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
-    check_prices(cluster, context)
-    trace, source, label = _trace(args, context)
+    cluster = None if args.cluster is None else parse_cluster(args.cluster, context.table, args.gpus_per_server)
+    if cluster is not None:
+        check_prices(cluster, context)
+    generating = _check_trace_flags(args)
+    loaded = load_trace(args.trace) if args.trace is not None else None
+    engine, faults = resolve_faults(args)
+    missing = missing_flags(args, generating, policies is None)
+    if missing:
+        raise CommandFailed("missing " + "; ".join(missing), exit_code=2)
+    assert policies is not None and cluster is not None
+    trace, source, label = _trace(args, context, loaded)
     check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
     window = parse_window(args.window, len(trace))
     estimation = parse_estimation(args, context.table, trace)
-    engine, faults = resolve_faults(args)
     out = pathlib.Path(args.out) if args.out else default_out(label)
     fault_seed = args.seed if args.fault_seed is None else args.fault_seed
     scenario = Scenario(
@@ -272,29 +285,60 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     return 0
 
 
-def _trace(args: argparse.Namespace, context: SolveContext) -> tuple[tuple[TraceJob, ...], str, str]:
-    """(jobs, where they come from for messages, a label for the default output directory)."""
-    from services.cli.simulation import bad_input, generated_trace, load_trace
+def _check_trace_flags(args: argparse.Namespace) -> bool:
+    """Refuse trace flags that contradict each other or are out of range, before anything is
+    read or generated; True when the flags ask for a generated trace."""
+    from services.cli.simulation import bad_input
 
-    generating = args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
-    if args.trace is not None:
-        if generating or args.trace_seed is not None:
-            raise bad_input(
-                "--trace",
-                "a trace file and generation options (--jobs, --jobs-per-hour, --static, --multi-gpu, --trace-seed) "
-                "exclude each other",
-            )
-        return load_trace(args.trace), args.trace, pathlib.Path(args.trace).stem
-    if args.jobs is None:
+    generating = (
+        args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
+        or args.trace_seed is not None
+    )
+    if args.trace is not None and generating:
         raise bad_input(
-            "--trace/--jobs",
-            "give a trace file (--trace FILE) or generate one (--jobs N with --jobs-per-hour R or --static)",
+            "--trace",
+            "a trace file and generation options (--jobs, --jobs-per-hour, --static, --multi-gpu, --trace-seed) "
+            "exclude each other",
         )
-    if (args.jobs_per_hour is None) == (not args.static):
+    if args.static and args.jobs_per_hour is not None:
         raise bad_input(
-            "--jobs",
-            "a generated trace needs exactly one of --jobs-per-hour R (Poisson arrivals) and --static (all at t = 0)",
+            "--jobs-per-hour", "cannot go with --static (Poisson arrivals at R per hour, or every job at t = 0: one of them)"
         )
+    if args.jobs is not None and args.jobs < 1:
+        raise bad_input("--jobs", f"expected a whole number >= 1, got {args.jobs}")
+    if args.jobs_per_hour is not None and not 0 < args.jobs_per_hour < math.inf:
+        raise bad_input("--jobs-per-hour", f"expected a number > 0, got {args.jobs_per_hour:g}")
+    seed_flag, seed = ("--seed", args.seed) if args.trace_seed is None else ("--trace-seed", args.trace_seed)
+    if generating and seed < 0:  # Gavel's generator seeds numpy with it
+        raise bad_input(seed_flag, f"the trace's seed must be a whole number >= 0, got {seed}")
+    return generating
+
+
+def missing_flags(args: argparse.Namespace, generating: bool, no_policy: bool) -> list[str]:
+    """What the run still needs, each with what to give, in the order of the help."""
+    missing = []
+    if args.trace is None and not generating:
+        missing.append("the jobs (--trace FILE, or --jobs N with --jobs-per-hour R or --static)")
+    if generating and args.jobs is None:
+        missing.append("--jobs N (how many jobs to generate)")
+    if generating and args.jobs_per_hour is None and not args.static:
+        missing.append("--jobs-per-hour R or --static (how the generated jobs arrive: Poisson at R per hour, or all at t = 0)")
+    if no_policy:
+        missing.append("--policy NAME (gavel policy list; or --policies A,B,... to compare several)")
+    if args.cluster is None:
+        missing.append("--cluster SPEC (GPUs per type: v100=4,p100=4,k80=4, or Gavel's 4:4:4)")
+    return missing
+
+
+def _trace(
+    args: argparse.Namespace, context: SolveContext, loaded: tuple[TraceJob, ...] | None
+) -> tuple[tuple[TraceJob, ...], str, str]:
+    """(jobs, where they come from for messages, a label for the default output directory);
+    ``loaded``: the --trace file's jobs, read already."""
+    from services.cli.simulation import generated_trace
+
+    if loaded is not None:
+        return loaded, args.trace, pathlib.Path(args.trace).stem
     seed = args.seed if args.trace_seed is None else args.trace_seed
     rate = None if args.static else args.jobs_per_hour
     trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table)

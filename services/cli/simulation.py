@@ -36,6 +36,7 @@ from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_t
 GAVEL_CLUSTER_ORDER = ("v100", "p100", "k80")  # Gavel's "36:36:36" is v100:p100:k80
 REFERENCE_ACCELERATOR_TYPE = "v100"  # generated run times are sized on it, as in Gavel
 MAX_LISTED = 6  # kinds of offending jobs named in one error line
+UNCONSOLIDATED = "_unconsolidated"  # Gavel's table's pseudo-types (a gang spread over servers)
 
 
 def bad_input(flag: str, message: str) -> CommandFailed:
@@ -69,8 +70,13 @@ def parse_cluster(text: str, table: ThroughputTable, gpus_per_server: int = 1) -
             raise bad_input(flag, f"{name}: {count.strip()!r} is not a whole number of GPUs >= 0")
         if name in cluster:
             raise bad_input(flag, f"{name} is given twice")
+        known = ", ".join(w for w in table.accelerator_types if not w.endswith(UNCONSOLIDATED))
+        if name.endswith(UNCONSOLIDATED):
+            # Gavel's table has these columns, `gavel job-types --unconsolidated` shows them; no
+            # server has such GPUs (Gavel's simulator never registered them either).
+            raise bad_input(flag, f"{name!r} is the table's steps/s of a gang spread over servers, not an accelerator type (known: {known})")
         if name not in table.accelerator_types:
-            raise bad_input(flag, f"{name!r} is not in the throughput table (known: {', '.join(table.accelerator_types)})")
+            raise bad_input(flag, f"{name!r} is not in the throughput table (known: {known})")
         if gpus % gpus_per_server:
             raise bad_input(flag, f"{name}: {gpus} GPUs do not fill servers of --gpus-per-server {gpus_per_server}")
         cluster[name] = gpus
@@ -98,10 +104,13 @@ def parse_window(text: str | None, num_jobs: int) -> tuple[int, int] | None:
     return start, end
 
 
-def parse_policies(single: str | None, several: str | None) -> tuple[str, ...]:
-    """``--policy NAME`` or ``--policies a,b,c`` (exactly one of them), each a registered name."""
-    if (single is None) == (several is None):
-        raise bad_input("--policy/--policies", "give exactly one: --policy NAME or --policies a,b,c")
+def parse_policies(single: str | None, several: str | None) -> tuple[str, ...] | None:
+    """``--policy NAME`` or ``--policies a,b,c`` (not both), each a registered name; None when
+    neither is given (the caller says what is missing once it has checked what was given)."""
+    if single is not None and several is not None:
+        raise bad_input("--policy", "one policy, or --policies A,B,... to compare several: not both")
+    if single is None and several is None:
+        return None
     flag = "--policy" if single is not None else "--policies"
     if single is not None and "," in single and all(n.strip() in policy_names() for n in single.split(",")):
         raise bad_input(flag, f"one policy only; for several side by side: --policies {single}")

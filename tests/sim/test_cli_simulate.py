@@ -161,10 +161,11 @@ BAD_INPUTS = [
     (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,nope"], "unknown policy 'nope'"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo,isolated"], "--policy: one policy only; for several side by side: --policies fifo,isolated"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policies", "fifo,fifo"], "fifo is listed twice"),
-    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--policies", "fifo_perf"], "give exactly one"),
+    (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--policies", "fifo_perf"], "--policy: one policy, or --policies A,B,... to compare several: not both"),
     (["--trace", STATIC, "--cluster", "4:4", "--policy", "fifo"], "--cluster 4:4: Gavel's form is v100:p100:k80"),
     (["--trace", STATIC, "--cluster", "v100=four", "--policy", "fifo"], "'four' is not a whole number of GPUs"),
-    (["--trace", STATIC, "--cluster", "h100=8", "--policy", "fifo"], "'h100' is not in the throughput table"),
+    (["--trace", STATIC, "--cluster", "h100=8", "--policy", "fifo"], "'h100' is not in the throughput table (known: k80, p100, v100)"),
+    (["--trace", STATIC, "--cluster", "v100_unconsolidated=4", "--policy", "fifo"], "'v100_unconsolidated' is the table's steps/s of a gang spread over servers, not an accelerator type"),
     (["--trace", STATIC, "--cluster", "0:0:0", "--policy", "fifo"], "the cluster has no GPU"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--window", "0:33"], "--window 0:33: out of range: the trace has 32 jobs"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--policy", "fifo", "--window", "7"], "expected START:END"),
@@ -174,8 +175,11 @@ BAD_INPUTS = [
      "197 of 1181 jobs have a (job type, scale factor) the throughput table cannot size: 'Recommendation (batch size 512)' x4 (20 jobs)"),
     (["--jobs", "20", "--static", "--multi-gpu", "--cluster", "2:2:2", "--policy", "fifo"], "jobs can never run on this cluster"),
     (["--trace", STATIC, "--jobs", "5", "--static", "--cluster", "4:4:4", "--policy", "fifo"], "exclude each other"),
-    (["--jobs", "5", "--cluster", "4:4:4", "--policy", "fifo"], "exactly one of --jobs-per-hour R"),
-    (["--cluster", "4:4:4", "--policy", "fifo"], "give a trace file (--trace FILE) or generate one"),
+    (["--jobs", "5", "--cluster", "4:4:4", "--policy", "fifo"], "gavel: missing --jobs-per-hour R or --static (how the generated jobs arrive"),
+    (["--jobs", "5", "--static", "--jobs-per-hour", "2", "--cluster", "4:4:4", "--policy", "fifo"], "--jobs-per-hour: cannot go with --static"),
+    (["--cluster", "4:4:4", "--policy", "fifo"], "gavel: missing the jobs (--trace FILE, or --jobs N with --jobs-per-hour R or --static)\n"),
+    (["--static", "--cluster", "4:4:4", "--policy", "fifo"], "gavel: missing --jobs N (how many jobs to generate)\n"),
+    (["--jobs", "5", "--static", "--seed", "-1", "--cluster", "4:4:4", "--policy", "fifo"], "--seed: the trace's seed must be a whole number >= 0, got -1"),
     (["--trace", STATIC, "--cluster", "6:6:6", "--gpus-per-server", "4", "--policy", "fifo"], "do not fill servers of"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--round-s", "0", "--policy", "fifo"], "--round-s: expected a number of seconds > 0"),
     (["--trace", STATIC, "--cluster", "4:4:4", "--throughputs", "/no/table.json", "--policy", "fifo"], "--throughputs: cannot read"),
@@ -191,6 +195,39 @@ def test_a_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, unk
     assert stderr.startswith("gavel: ") and stderr.count("\n") == 1, stderr
     assert message in stderr
     assert not (tmp_path / "never").exists()  # refused before any work
+
+
+MISSING_POLICY = "--policy NAME (gavel policy list; or --policies A,B,... to compare several)"
+MISSING_CLUSTER = "--cluster SPEC (GPUs per type: v100=4,p100=4,k80=4, or Gavel's 4:4:4)"
+MISSING_JOBS = "the jobs (--trace FILE, or --jobs N with --jobs-per-hour R or --static)"
+
+# A new user's careless invocations (issue 23): a wrong value is reported as itself whatever is
+# missing besides; what is missing comes after, every missing flag in one line.
+CARELESS = [
+    ([], f"gavel: missing {MISSING_JOBS}; {MISSING_POLICY}; {MISSING_CLUSTER}"),
+    (["--jobs", "10", "--static"], f"gavel: missing {MISSING_POLICY}; {MISSING_CLUSTER}"),
+    (["--jobs", "10", "--static", "--cluster", "4:4:4"], f"gavel: missing {MISSING_POLICY}"),
+    (["--trace", STATIC, "--policy", "fifo"], f"gavel: missing {MISSING_CLUSTER}"),
+    (["--jobs", "10", "--static", "--cluster", "4:4"], "gavel: --cluster 4:4: Gavel's form is v100:p100:k80, three GPU counts"),
+    (["--jobs", "10", "--static", "--cluster", "tpu=3"], "gavel: --cluster tpu=3: 'tpu' is not in the throughput table (known: k80, p100, v100)"),
+    (["--trace", "/no/such.trace", "--cluster", "4:4:4"], "gavel: --trace: /no/such.trace: cannot read: No such file or directory"),
+    (["--trace", "/no/such.trace"], "gavel: --trace: /no/such.trace: cannot read: No such file or directory"),
+    (["--jobs", "0", "--static"], "gavel: --jobs: expected a whole number >= 1, got 0"),
+    (["--jobs", "10", "--jobs-per-hour", "-2"], "gavel: --jobs-per-hour: expected a number > 0, got -2"),
+    (["--jobs", "10", "--static", "--policy", "nope"], "gavel: --policy: unknown policy 'nope' (known: allox, fifo,"),
+    (["--jobs", "10", "--static", "--faults", "mix", "--engine", "fast"], "gavel: --faults: needs --engine services"),
+    (["--jobs", "10", "--static", "--fault-seed", "3"], "gavel: --fault-seed: needs --faults"),
+    (["--jobs", "10", "--static", "--round-s", "0"], "gavel: --round-s: expected a number of seconds > 0, got 0"),
+    (["--jobs", "10", "--static", "--throughputs", "/no/table.json"], "gavel: --throughputs: cannot read /no/table.json"),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), CARELESS, ids=[" ".join(a) or "nothing" for a, _ in CARELESS])
+def test_a_careless_invocation_gets_its_own_error_first_and_every_missing_flag_in_one_line(argv, line, tmp_path, capsys):
+    code, stdout, stderr = gavel(capsys, "simulate", *argv, "--out", str(tmp_path / "never"))
+    assert (code, stdout, stderr.count("\n")) == (2, "", 1), stderr
+    assert stderr.startswith(line), stderr
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_sweep_runs_the_grid_on_worker_processes(tmp_path, capsys):
