@@ -42,6 +42,7 @@ from policy_service.core import (
 from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
+from policy_service.core.formulation import solver_unavailable
 from policy_service.core.validation import AdmittedJobs
 
 # Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
@@ -190,6 +191,22 @@ def _new_policy(name: str, preset: str, solver: str | None, seed: int | None) ->
     if seed is not None and "seed" in accepted:
         overrides["seed"] = seed
     return REGISTRY.create(name, **overrides)
+
+
+def solver_unavailable_for(name: str, preset: str, solver: str | None = None) -> str | None:
+    """Why the policy ``name`` cannot solve here under ``preset`` (or with ``solver``): the solver
+    it would use is not installed (preset "gavel" solves with ECOS, an optional package), with
+    what to install; None when it can, or when it takes no solver. Asked before a run starts: a
+    missing solver otherwise fails every solve, and a simulation ends saying its jobs can never
+    be scheduled. Never loads cvxpy for the default solver."""
+    if "solver" not in _accepted_parameters(name):
+        return None
+    # as _new_policy chooses: the request's solver, else the one the name binds, else the preset's
+    bound = REGISTRY.entry(name).bound
+    wanted = solver or bound.get("solver", PRESET_PARAMETERS.get(preset, {}).get("solver"))
+    if not isinstance(wanted, str):
+        return None  # the policy's default: CLARABEL, a dependency of this package
+    return solver_unavailable(wanted)
 
 
 def isolated_baseline(policy: Policy, problem: Problem) -> dict[str, float]:

@@ -109,6 +109,7 @@ def simulate(
     solve_times: list[float] = []
     rejected: list[str] = []
     idle_passes = 0
+    solve_failed = ""  # the policy's reason when the last solve failed: a stall names it
     while True:
         # 1. stop
         if config.window is not None:
@@ -149,7 +150,8 @@ def simulate(
         # 5. allocation, priorities, pick, place
         reset = begin_reset(state, now_s, settings, rates=rates)
         if reset:
-            solve_times.append(_reallocate(state, now_s, config, context, rates, learning))
+            solve_s, solve_failed = _reallocate(state, now_s, config, context, rates, learning)
+            solve_times.append(solve_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
         plan = open_round(state, now_s, settings, shuffle, profiling)
         # 6. dispatch
@@ -162,6 +164,8 @@ def simulate(
             idle_passes += 1
             if idle_passes > 2:
                 stuck = ", ".join(j.job_id for j in list(state.jobs.values())[:5])
+                if solve_failed:  # not the cluster's fault: say what the policy said
+                    raise SimulationStalled(f"t={now_s:.1f} s: jobs {stuck} were never scheduled: the policy failed: {solve_failed}")
                 raise SimulationStalled(f"t={now_s:.1f} s: jobs {stuck} can never be scheduled on this cluster")
         if progress is not None:
             progress(now_s, len(state.completed), len(trace))
@@ -195,8 +199,9 @@ def new_job(job: TraceJob) -> NewJob:
 def _reallocate(
     state: MechanismState, now_s: float, config: RunConfig, context: SolveContext, rates: Rates,
     learning: InLoopEstimator | None,
-) -> float:
-    """Ask the policy (the ledgers were just reset) and install its answer."""
+) -> tuple[float, str]:
+    """Ask the policy (the ledgers were just reset) and install its answer: (the solve's time,
+    the policy's reason if it failed, else "")."""
     settings = config.settings
     # Gavel's stateful random policies seed one stream per run (the continuation carries it);
     # ours draw afresh at each solve.
@@ -222,11 +227,11 @@ def _reallocate(
         )
         if not isinstance(admitted, AdmittedAnswer):
             state.needs_allocation = False
-            return 0.0
+            return 0.0, admitted.reason
         apply_allocation(
             state, admitted.fractions, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state
         )
-        return admitted.solve_time_s
+        return admitted.solve_time_s, ""
     request = allocation_request(
         state,
         now_s,
@@ -247,11 +252,11 @@ def _reallocate(
     if not isinstance(reply, AllocationComputed):
         # Degraded mode, as the service does: keep the last allocation and say why later.
         state.needs_allocation = False
-        return 0.0
+        return 0.0, reply.reason
     apply_allocation(
         state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, settings, reply.policy_state
     )
-    return reply.solve_time_s
+    return reply.solve_time_s, ""
 
 
 # (job type, scale factor, accelerator type, restore s) -> physics.full_lease: the table is the run's

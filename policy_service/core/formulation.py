@@ -92,6 +92,28 @@ def installed_solvers() -> tuple[str, ...]:
     return tuple(cp.installed_solvers())
 
 
+# How to install a solver that is not a dependency of this package. ECOS is the solver of preset
+# "gavel" (Gavel's); pyproject.toml lists it as the optional extra [ecos] (and in [dev]), so a
+# plain `pip install` of the project has no ECOS.
+SOLVER_INSTALL = {"ECOS": "pip install 'gavel-scheduler[ecos]' (or: pip install ecos)"}
+
+
+def solver_unavailable(solver: str) -> str | None:
+    """Why cvxpy cannot solve with ``solver`` (any case) here, in one line naming what to install
+    when cvxpy knows the solver but its package is missing; None when it can. CLARABEL, a
+    dependency, is never looked up (that would load cvxpy)."""
+    name = solver.upper()
+    if name == "CLARABEL" or name in installed_solvers():
+        return None
+    import cvxpy as cp  # noqa: PLC0415 - loaded by installed_solvers() already
+
+    installed = ", ".join(installed_solvers())
+    if name in cp.settings.SOLVERS:
+        how = SOLVER_INSTALL.get(name, f"install the package cvxpy calls {name} with (cvxpy's documentation lists them)")
+        return f"the solver {name} is not installed: {how}; installed cvxpy solvers: {installed}"
+    return f"unknown solver {solver!r}; installed cvxpy solvers: {installed}"
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """How a convex policy builds and solves its program (the same for every policy).
@@ -120,12 +142,13 @@ class SolveOptions:
         # reads as "no feasible allocation" rather than the bad parameter it is. CLARABEL, the
         # default, is a dependency of this package: asking cvxpy would load it (~1.7 s) for
         # programs that go to CLARABEL without it (compiled.py).
-        if not isinstance(self.solver, str) or (
-            self.solver.upper() != "CLARABEL" and self.solver.upper() not in installed_solvers()
-        ):
+        if not isinstance(self.solver, str):
             raise PolicyParameterError(
                 f"unknown solver {self.solver!r}; installed cvxpy solvers: {', '.join(installed_solvers())}"
             )
+        unavailable = solver_unavailable(self.solver)
+        if unavailable is not None:
+            raise PolicyParameterError(unavailable)
         # cvxpy takes any case; one spelling keeps comparisons such as the compiled max-min
         # path's (solver == "CLARABEL") true for "clarabel" too.
         object.__setattr__(self, "solver", self.solver.upper())

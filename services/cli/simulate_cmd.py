@@ -192,6 +192,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         Scenario,
         check_mechanism_flags,
         check_prices,
+        check_solvers,
         check_trace,
         format_cluster,
         load_context,
@@ -208,6 +209,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     # wrong --cluster is news whether or not --policy is there), then every flag still missing,
     # in one line; then what needs several of them (the trace against the table and cluster)
     policies = parse_policies(args.policy, args.policies)
+    check_solvers(policies or (), args.preset)
     check_mechanism_flags(args.round_s, args.gpus_per_server)
     context = load_context(args.throughputs)
     assert context.table is not None

@@ -22,7 +22,7 @@ from common.errors import ProblemError, TraceError
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import preset
-from policy_service.answer import SolveContext
+from policy_service.answer import SolveContext, solver_unavailable_for
 from policy_service.core.catalog import policy_names
 from policy_service.service import shipped_context
 from services.cli.common import CommandFailed
@@ -129,6 +129,16 @@ def check_policies(flag: str, names: Sequence[str]) -> tuple[str, ...]:
     if repeated:
         raise bad_input(flag, f"{repeated[0]} is listed twice")
     return tuple(names)
+
+
+def check_solvers(policies: Sequence[str], preset: str) -> None:
+    """Refuse at once a preset whose solver is not installed (preset gavel solves with ECOS, an
+    optional package): each solve would fail, and the run would end saying its jobs can never be
+    scheduled, after the time it took to get there."""
+    for policy in policies:
+        unavailable = solver_unavailable_for(policy, preset)
+        if unavailable is not None:
+            raise bad_input(f"--preset {preset}", f"{policy} cannot solve under it here: {unavailable}")
 
 
 def parse_numbers(flag: str, text: str, convert: Callable[[str], float | int], what: str) -> tuple:

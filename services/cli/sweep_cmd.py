@@ -80,6 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         check_mechanism_flags,
         check_policies,
         check_prices,
+        check_solvers,
         check_trace,
         format_cluster,
         generated_trace,
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     # 1. every input, checked before any process starts
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
+    check_solvers(policies, args.preset)
     rates = parse_numbers("--rates", args.rates, positive_rate, "a number of jobs per hour > 0")
     seeds = parse_numbers("--seeds", args.seeds, seed_number, "a whole number >= 0")
     check_mechanism_flags(args.round_s, args.gpus_per_server)

@@ -80,3 +80,20 @@ def test_a_policy_service_request_with_an_unknown_solver_is_answered_failed_with
     bad = answer(AllocationRequested("r", "max_min_fairness_perf", problem, 1e12, solver="nonsense"), context)
     assert isinstance(bad, AllocationFailed) and not bad.expired
     assert (bad.request_id, bad.reason) == ("r", f"unknown solver 'nonsense'; installed cvxpy solvers: {installed()}")
+
+
+def test_a_solver_cvxpy_knows_but_that_is_not_installed_says_what_to_install(monkeypatch):
+    """ECOS is an optional extra (preset gavel's solver): without it the error names the package
+    and how to install it, not "unknown solver"."""
+    from policy_service.core import formulation
+
+    without_ecos = tuple(s for s in cp.installed_solvers() if s != "ECOS")
+    monkeypatch.setattr(formulation, "installed_solvers", lambda: without_ecos)
+    with pytest.raises(PolicyParameterError) as caught:
+        make_policy("max_min_fairness_perf", solver="ecos")
+    assert str(caught.value) == (
+        "the solver ECOS is not installed: pip install 'gavel-scheduler[ecos]' (or: pip install ecos); "
+        f"installed cvxpy solvers: {', '.join(without_ecos)}"
+    )
+    # The extra it names is the one pyproject.toml declares.
+    assert 'ecos = ["ecos>=' in (ROOT / "pyproject.toml").read_text()

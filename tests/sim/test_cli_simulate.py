@@ -366,3 +366,42 @@ def test_a_sweep_whose_plot_cannot_be_drawn_keeps_its_csv_and_ends_with_one_line
     assert "Traceback" not in stderr
     with (out / "sweep.csv").open() as f:
         assert [r["policy"] for r in csv.DictReader(f)] == ["fifo"]
+
+
+def test_preset_gavel_without_ecos_is_refused_at_start_naming_the_package(tmp_path):
+    """A plain `pip install` has no ECOS (an extra): made to fail to import in a fresh interpreter.
+    Preset gavel's convex policies are refused at once in one line (exit 2) instead of every
+    solve failing and the run ending with "jobs ... can never be scheduled"; a policy that solves
+    with no solver still runs. About 4 s (cvxpy's import, then a 5-job run)."""
+    child = (
+        "import sys; sys.modules['ecos'] = None\n"
+        "from services.cli import main\n"
+        "base = ['simulate', '--preset', 'gavel', '--jobs', '5', '--static', '--cluster', '1:1:1', '--no-plots', '--json']\n"
+        f"print(main(base + ['--policy', 'max_min_fairness_perf', '--out', {str(tmp_path / 'refused')!r}]), file=sys.stderr)\n"
+        f"print(main(base + ['--policy', 'fifo', '--out', {str(tmp_path / 'fifo')!r}]), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    refusal, refused_code, fifo_code = done.stderr.splitlines()
+    assert (refused_code, fifo_code) == ("2", "0"), done.stderr
+    assert refusal.startswith(
+        "gavel: --preset gavel: max_min_fairness_perf cannot solve under it here: the solver ECOS is not installed: "
+        "pip install 'gavel-scheduler[ecos]' (or: pip install ecos); installed cvxpy solvers: "
+    )
+    assert not (tmp_path / "refused").exists()
+    assert json.loads(done.stdout)["jobs_completed"] == 5
+
+
+def test_a_run_whose_every_solve_fails_says_the_policys_reason_not_that_the_cluster_cannot_run_it():
+    from mechanism_service.core.settings import preset
+    from sim.clock import SimulationStalled
+    from sim.fastpath import RunConfig, simulate
+
+    jobs = [TraceJob(str(i), "ResNet-18 (batch size 64)", 1000, 1, 0.0) for i in range(3)]
+    # Under preset gavel a run that never gets an allocation schedules nothing (the default preset
+    # still runs the jobs without one), as a missing ECOS did
+    config = RunConfig("max_min_fairness_perf", {"v100": 1}, preset("gavel", "max_min_fairness_perf"), solver="nonsense")
+    with pytest.raises(SimulationStalled) as stalled:
+        simulate(jobs, config, shipped_context())
+    assert str(stalled.value).startswith(
+        "t=0.0 s: jobs 0, 1, 2 were never scheduled: the policy failed: unknown solver 'nonsense'; installed cvxpy solvers:"
+    )
