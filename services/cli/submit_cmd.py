@@ -4,7 +4,8 @@ A submission is checked before it is published, field by field as the policy che
 (common/job_checks.py): one line naming the flag (or the trace's job), exit 2. A job type (or a
 gang size) the throughput table does not have is accepted, with a note: the mechanism schedules
 it from the estimator's estimates, which start from a prior (better: the user's own,
-``--throughput``) until the first measurements arrive. It is then published persistent and
+``--throughput``) until the first measurements arrive; a ``--throughput`` on no accelerator type
+of the table is refused (a likely typo) unless ``--allow-new-types``. It is then published persistent and
 confirmed to the durable queues of common/topology.py (the mechanism's and the estimator's), which
 this command makes sure exist: a submission the user was told about is kept even when the
 mechanism (or the estimator) is down at that moment, or has never run. The batch is
@@ -95,6 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --job-type: your own estimate of the job's steps/s (the whole gang's) alone on each accelerator "
         "type, e.g. v100=12.5,k80=3.1; the estimator starts from it and corrects it as measurements arrive",
     )
+    p.add_argument(
+        "--allow-new-types", action="store_true",
+        help="with --throughput: keep it even when no type in it is an accelerator type of the throughput table "
+        "(workers of a type the table lacks, in the cluster or yet to join; the mechanism uses your figure there); "
+        "without it such an estimate is refused as a likely typo",
+    )
     p.add_argument("--priority-weight", type=float, help="default 1")
     p.add_argument("--slo-s", type=float, help="finish within this many seconds of arrival")
     p.add_argument("--entity", help="the team or user the job belongs to (hierarchical policies)")
@@ -177,6 +184,8 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
     from common.messages import JobSpec
 
     table = load_table(args.throughputs)
+    if args.allow_new_types and args.throughput is None:
+        raise CommandFailed("--allow-new-types: only with --throughput (it keeps an estimate for types the table lacks)", exit_code=2)
     if args.trace:
         # a trace gives each job its own: a flag for one job would be ignored without a word
         for flag in ("steps", "scale_factor", "priority_weight", "slo_s", "entity", "job_id", "command", "working_dir", "throughput"):
@@ -216,7 +225,10 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
         batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
     for spec in batch.specs:
         check_spec(spec, args.max_gpus, trace=bool(args.trace))
-    notes = (*throughput_notes(batch.specs, table), *unknown_notes(batch.specs, table, trace=bool(args.trace)))
+    notes = (
+        *throughput_notes(batch.specs, table, allow_new=args.allow_new_types),
+        *unknown_notes(batch.specs, table, trace=bool(args.trace)),
+    )
     return dataclasses.replace(batch, notes=notes)
 
 
@@ -245,15 +257,24 @@ def parse_throughput(values: list[str]) -> dict[str, float]:
     return out
 
 
-def throughput_notes(specs: list[JobSpec], table: ThroughputTable) -> list[str]:
+def throughput_notes(specs: list[JobSpec], table: ThroughputTable, *, allow_new: bool = False) -> list[str]:
     """A --throughput type the table does not name is kept (a user's cluster may have it), but an
     estimator built on that table has nowhere to put it: say so, since a typo ("V100") would
-    otherwise be dropped without a word."""
+    otherwise be dropped without a word. When no type given is one the table has, the estimate
+    would count on no type the system knows: refused (exit 2), unless ``allow_new`` (the user
+    says those types exist: workers of a type the table lacks, the mechanism uses the figure)."""
     given = {w for spec in specs for w in (spec.throughput_estimate_steps_per_s or {})}
-    unknown = sorted(given - set(table.accelerator_types))
-    if not unknown:
+    real = [w for w in table.accelerator_types if not w.endswith("_unconsolidated")]  # Gavel's pseudo-types: no worker has one
+    unknown = sorted(given - set(real))
+    if not unknown or allow_new:
         return []
-    known = ", ".join(table.accelerator_types)
+    known = ", ".join(real)
+    if len(unknown) == len(given):
+        raise CommandFailed(
+            f"--throughput: no accelerator type of the throughput table ({known}) in it: {', '.join(unknown)}; "
+            "a typo? If the cluster has (or will have) workers of that type, --allow-new-types keeps the estimate",
+            exit_code=2,
+        )
     return [
         f"gavel: note: --throughput: not an accelerator type of the throughput table ({known}): {', '.join(unknown)}; "
         "an estimator on that table ignores the estimate there"

@@ -178,3 +178,28 @@ def test_a_type_the_table_does_not_name_is_kept_with_a_note() -> None:
     [note] = batch.notes
     assert note.startswith("gavel: note: --throughput: not an accelerator type of the throughput table (k80, p100, v100")
     assert note.endswith("): V100, a100; an estimator on that table ignores the estimate there")
+
+
+@pytest.mark.parametrize("types", ["tpu=5", "V100=3,a100=9", "v100_unconsolidated=3"])
+def test_an_estimate_on_no_type_the_table_has_is_refused_as_a_likely_typo(types: str) -> None:
+    """Issue 23: `--throughput tpu=5` was accepted with a note, and the estimate then counted on no
+    type the scheduler knew. Refused in one line naming the known types and the way to insist;
+    nothing is published (exit 2, not the missing broker's 1)."""
+    out = gavel("submit", "--job-type", "my-bert", "--steps", "10", "--throughput", types, env=nobody_listens())
+    given = ", ".join(sorted(part.split("=")[0] for part in types.split(",")))
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [
+        f"gavel: --throughput: no accelerator type of the throughput table (k80, p100, v100) in it: {given}; a typo? "
+        "If the cluster has (or will have) workers of that type, --allow-new-types keeps the estimate"
+    ])
+
+
+def test_allow_new_types_keeps_an_estimate_for_types_the_table_lacks_without_a_note() -> None:
+    """An elastic cluster whose a100 workers the table does not know: the mechanism uses the
+    user's figure on them (mechanism_service/core/rates.py, EstimatedRates)."""
+    batch = submit_batch("--job-type", RESNET, "--steps", "10", "--throughput", "a100=9", "--allow-new-types")
+    assert batch.specs[0].throughput_estimate_steps_per_s == {"a100": 9.0}
+    assert batch.notes == ()
+    out = gavel("submit", "--job-type", RESNET, "--steps", "10", "--allow-new-types", env=nobody_listens())
+    assert (out.returncode, out.stderr.splitlines()) == (2, [
+        "gavel: --allow-new-types: only with --throughput (it keeps an estimate for types the table lacks)"
+    ])
