@@ -1512,6 +1512,12 @@ class MechanismService:
                 working_dirs=tuple(working_dir for _, working_dir in launch) if any(d for _, d in launch) else (),
                 # the steps credited so far: the job resumes from its newest checkpoint at or below
                 resume_steps=tuple(j.steps_done for j in jobs),
+                # the submitters' steps/s (() when no job gave any): a simulated fleet runs a job
+                # its table lacks from them (sim/derived_rates.py)
+                throughput_estimates_steps_per_s=(
+                    tuple(memory.user_estimates.get(j.job_id, {}) for j in jobs)
+                    if any(j.job_id in memory.user_estimates for j in jobs) else ()
+                ),
             )
             placed = self._workers_of(placement)
             workers = [worker_id for worker_id, _ in placed]  # in rank order, as `gavel workers` names them

@@ -24,9 +24,10 @@ from common.clock import Clock
 from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerRegistered
 from common.messages.base import Message
 from common.throughputs import ThroughputTable
+from sim.derived_rates import TableReference, lease_rates
 from sim.faults import FaultLog, FaultSchedule, GpuOccupancy
 from sim.learning import measurement_factor
-from sim.physics import lease_outcome, true_rates, unsimulated
+from sim.physics import lease_outcome
 
 
 @dataclass
@@ -56,7 +57,7 @@ class FaultyFleet:
         seed: int = 0,
     ) -> None:
         self._clock = clock
-        self._table = table
+        self._reference = TableReference(table)  # the table, and the rule for jobs beyond it
         self._schedule = schedule
         self._log = log
         self._heartbeat_s = schedule.timing.heartbeat_s
@@ -284,13 +285,12 @@ class FaultyFleet:
     async def _run(self, lease_id: str, run: _Run) -> None:
         command = run.command
         accelerator_type = self._servers[command.worker_id][0]
-        missing = unsimulated(self._table, command.job_types, command.scale_factor, accelerator_type)
         now_s = self._clock.now_s()
-        if missing:
-            await self._fail(lease_id, run, 0.0, "", missing=missing)
-            return
         factor = min(self._slowdown(w, now_s) for w in run.gpus)
-        run.rates = tuple(r * factor for r in true_rates(self._table, command.job_types, command.scale_factor, accelerator_type))
+        rates = lease_rates(
+            self._reference, command.job_types, command.scale_factor, accelerator_type, command.throughput_estimates_steps_per_s
+        )
+        run.rates = tuple(r * factor for r in rates)
         steps, duration_s = lease_outcome(run.rates, command.max_steps, command.lease_duration_s, _restore_s(command))
         crash = next((c for c in self._job_crashes if c.at_s <= now_s), None)
         if crash is not None:
@@ -315,28 +315,21 @@ class FaultyFleet:
             ends = [h.at_s + h.duration_s for h in self._schedule.hangs if h.worker_id in run.gpus and h.at_s <= now_s]
             await self._clock.sleep(min([t - now_s for t in ends if t > now_s], default=self._heartbeat_s))
 
-    async def _fail(
-        self, lease_id: str, run: _Run, elapsed_s: float, error: str, missing: tuple[str, ...] = (), *, every: bool = False
-    ) -> None:
-        """The lease's processes exit with an error: the first member's (``every``: all of them;
-        ``missing``: those the table cannot simulate, with why); a packed partner is stopped with
-        it ("killed": it loses the lease, no attempt)."""
+    async def _fail(self, lease_id: str, run: _Run, elapsed_s: float, error: str, *, every: bool = False) -> None:
+        """The lease's processes exit with an error: the first member's (``every``: all of them); a
+        packed partner is stopped with it ("killed": it loses the lease, no attempt)."""
         command = run.command
         accelerator_type = self._servers[command.worker_id][0]
         self._end(lease_id, run, self._clock.now_s(), "crashed")
         assert self._bus is not None
         lead = min(run.gpus)
         reports = []
-        for k, (job_id, job_type) in enumerate(zip(command.job_ids, command.job_types, strict=True)):
-            failed = job_type in missing if missing else (every or k == 0)
-            why = error or (
-                f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
-                f"{accelerator_type} in its table, so it cannot run it"
-            )
+        for k, job_id in enumerate(command.job_ids):
+            failed = every or k == 0
             reports.append(JobProgress(
                 job_id=job_id, worker_id=lead, lease_id=lease_id, round_id=command.round_id, steps_done=0,
                 elapsed_s=elapsed_s, throughput_steps_per_s=0.0, outcome="crashed" if failed else "killed",
-                exit_code=1 if failed else None, error=why if failed else "", accelerator_type=accelerator_type,
+                exit_code=1 if failed else None, error=error if failed else "", accelerator_type=accelerator_type,
                 packed_with=tuple(other for other in command.job_ids if other != job_id),
             ))
         self._reported[lease_id] = reports

@@ -7,7 +7,9 @@ with a lockstep mechanism) it goes out at once, with the lease's simulated lengt
 moves time. A command seen before (same lease id, redelivered or re-sent by a restarted mechanism)
 gets the same report again.
 
-A lease's progress comes from sim.physics (the same function as the bus-free path). A gang
+A lease's progress comes from sim.physics (the same function as the bus-free path), at the rates
+of the table, or for a job the table lacks (a user's own type, a size it lacks) at the rates
+sim/derived_rates.py states: the submitter's, else derived from the table. A gang
 spread over several servers is one lease: the fleet runs it once, when the commands for all its
 GPUs have arrived, and its lead server reports each job's progress when the lease ends. Handlers
 never sleep on the clock (a delivery in flight would stop virtual time); the lease runs in a
@@ -17,14 +19,26 @@ task of its own.
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass, field
 
 from common.bus import Bus, Delivery
 from common.clock import Clock
-from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerRegistered
+from common.errors import ConfigError, NameClaimedError
+from common.messages import (
+    ExtendLease,
+    JobProgress,
+    KillJobs,
+    RunJobs,
+    WorkerFenced,
+    WorkerHeartbeat,
+    WorkerIdInUse,
+    WorkerRegistered,
+)
 from common.throughputs import ThroughputTable
+from sim.derived_rates import TableReference, lease_rates
 from sim.learning import measurement_factor
-from sim.physics import lease_outcome, true_rates, unsimulated
+from sim.physics import lease_outcome
 
 
 @dataclass
@@ -50,15 +64,22 @@ class SimulatedFleet:
         name: str = "fleet",
         measurement_noise: float = 0.0,
         seed: int = 0,
+        instance: str = "",
+        claim_ids: bool = False,
     ) -> None:
         # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
         self.name = name
+        # As a real worker's (WorkerRegistered.instance): `gavel serve fleet` gives each start its
+        # own, and claims its worker ids on the broker, so that a fleet and a worker (or two
+        # fleets) cannot both run as one id; the in-process simulator needs neither.
+        self._instance = instance
+        self._claim_ids = claim_ids
         self._clock = clock
         self._clock_name = clock_name  # announced, so a mechanism on another clock can say so
         self._lockstep = lockstep
         self._heartbeat_s = heartbeat_s
         self._reported: dict[str, list[JobProgress]] = {}  # lease id -> its reports
-        self._table = table
+        self._reference = TableReference(table)  # the table, and what the rule beyond it reads of it
         # Measurements are the true rates times a seeded log-normal factor (sim/learning.py); the
         # steps done follow the true rates.
         self._noise = measurement_noise
@@ -74,6 +95,8 @@ class SimulatedFleet:
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        if self._claim_ids:
+            await self._claim(bus)
         await bus.subscribe(
             f"{self.name}.commands",
             [f"worker.cmd.{worker_id}.*" for worker_id, _, _ in self._servers],
@@ -96,10 +119,24 @@ class SimulatedFleet:
                 # it as a new server), and a heartbeat: watched from it as a real worker is, a fleet
                 # stopped past the mechanism's grace is declared lost and fenced
                 await self._bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
-                await self._bus.publish(WorkerHeartbeat(worker_id), mandatory=False)
+                await self._bus.publish(WorkerHeartbeat(worker_id, instance=self._instance), mandatory=False)
 
     def _registration(self, worker_id: str, accelerator_type: str, gpus: int) -> WorkerRegistered:
-        return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name)
+        return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name, instance=self._instance)
+
+    async def _claim(self, bus: Bus) -> None:
+        """Every worker id of the fleet, or none: one line naming the first that another live
+        process (a real worker, another fleet) holds."""
+        for worker_id, accelerator_type, gpus in self._servers:
+            try:
+                await bus.claim(f"worker.{worker_id}")
+            except NameClaimedError:
+                reason = (
+                    f"worker id {worker_id!r} of this fleet is in use by another live worker process on this cluster: "
+                    "stop that one first (a fleet names its workers <type>-<n>), or run this fleet on another exchange"
+                )
+                await bus.publish(WorkerIdInUse(worker_id, accelerator_type, gpus, socket.gethostname(), reason), mandatory=False)
+                raise ConfigError(reason) from None
 
     def _spawn(self, coroutine) -> None:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -135,41 +172,15 @@ class SimulatedFleet:
             self._reported[command.lease_id] = []  # running: a repeat of the command waits for it
             self._spawn(self._run(gang))
 
-    async def _crash(self, gang: _Gang, accelerator_type: str, missing: tuple[str, ...]) -> None:
-        """A lease with a member the table cannot simulate: that member's process "fails at once",
-        with why (the mechanism counts it as a failed attempt, and after a few sets the job aside
-        with this reason). A packed partner is stopped with it ("killed"): it loses that lease but
-        no attempt, and the estimator reads nothing into its zero steps (it could run)."""
-        command = gang.command
-        assert self._bus is not None
-        lead = min(gang.workers)
-        for job_id, job_type in zip(command.job_ids, command.job_types, strict=True):
-            crashed = job_type in missing
-            report = JobProgress(
-                job_id=job_id, worker_id=lead, lease_id=command.lease_id, round_id=command.round_id,
-                steps_done=0, elapsed_s=0.0, throughput_steps_per_s=0.0,
-                outcome="crashed" if crashed else "killed",
-                error=(
-                    f"the simulated fleet has no throughput for {job_type!r} on {command.scale_factor} GPU(s) of "
-                    f"{accelerator_type} in its table, so it cannot run it"
-                ) if crashed else "",
-                accelerator_type=accelerator_type,
-                packed_with=tuple(other for other in command.job_ids if other != job_id),
-            )
-            self._reported[command.lease_id].append(report)
-            await self._bus.publish(report)
-
     def _gpus_of(self, worker_id: str) -> int:
         return next(g for w, _, g in self._servers if w == worker_id)
 
     async def _run(self, gang: _Gang) -> None:
         command = gang.command
         accelerator_type = self._type_of[command.worker_id]
-        missing = unsimulated(self._table, command.job_types, command.scale_factor, accelerator_type)
-        if missing:
-            await self._crash(gang, accelerator_type, missing)
-            return
-        rates = true_rates(self._table, command.job_types, command.scale_factor, accelerator_type)
+        rates = lease_rates(
+            self._reference, command.job_types, command.scale_factor, accelerator_type, command.throughput_estimates_steps_per_s
+        )
         started_s = self._clock.now_s()
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
         steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)

@@ -12,18 +12,12 @@ from common.throughputs import ThroughputTable
 
 def true_rates(table: ThroughputTable, job_types: Sequence[str], scale_factor: int, accelerator_type: str) -> tuple[float, ...]:
     """What the hardware really does: each member's steps/s, alone or in its pair, from the table
-    (the simulator's truth, whatever the mechanism believes); 0 where the table has nothing."""
+    (the simulator's truth, whatever the mechanism believes); 0 where the table has nothing. The
+    fleets run a job the table lacks at sim/derived_rates.py's rates instead."""
     if len(job_types) == 1:
         return (table.isolated_steps_per_s.get((job_types[0], scale_factor, accelerator_type), 0.0),)
     pair = table.pair(job_types[0], job_types[1], scale_factor, accelerator_type)
     return tuple(pair) if pair is not None else (0.0,) * len(job_types)
-
-
-def unsimulated(table: ThroughputTable, job_types: Sequence[str], scale_factor: int, accelerator_type: str) -> tuple[str, ...]:
-    """The members the table has no figure for at this size on this type: the simulated hardware
-    cannot run them (a user's own job type, or a size the table lacks), so the fleet reports them
-    crashed, with why, rather than running them at 0 steps/s for ever."""
-    return tuple(t for t in job_types if (t, scale_factor, accelerator_type) not in table.isolated_steps_per_s)
 
 
 def lease_outcome(

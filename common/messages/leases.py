@@ -11,6 +11,8 @@ the rendezvous address and tells the others (GangRendezvous).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from common.messages.base import Message, message
 
 
@@ -36,6 +38,9 @@ class RunJobs(Message):
     # per job: the steps the mechanism has credited; the job resumes from its newest checkpoint at
     # or below this (a checkpoint whose report was lost is not counted, so it is not used)
     resume_steps: tuple[int, ...] = ()
+    # per job: its submitter's steps/s per accelerator type ({}: none given; (): no job of the lease
+    # gave one). A simulated fleet runs a job its table lacks from it (sim/derived_rates.py).
+    throughput_estimates_steps_per_s: tuple[Mapping[str, float], ...] = ()
 
 
 @message("worker.cmd.{worker_id}.extend")
@@ -58,6 +63,7 @@ class ExtendLease(Message):
     commands: tuple[str, ...] = ()
     working_dirs: tuple[str, ...] = ()
     resume_steps: tuple[int, ...] = ()
+    throughput_estimates_steps_per_s: tuple[Mapping[str, float], ...] = ()  # as RunJobs's
 
 
 @message("worker.cmd.{worker_id}.kill")

@@ -96,14 +96,14 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
         "bad id": JobSpec("bad id", RESNET, 1000),
         "bad-arrival": JobSpec("bad-arrival", RESNET, 1000),
     }
-    # Not bad: a job type (or size) no table knows is scheduled from estimates. But the simulated
-    # fleet cannot run what its table lacks: each lease of it "crashes" with why, and after
-    # --max-failed-attempts the job fails with that reason; 3 GPUs of one type are not here: held.
-    unsimulated = {
+    # Not bad: a job type (or size) no table knows is scheduled from estimates, and the simulated
+    # fleet runs it at a derived speed (sim/derived_rates.py: here the typical job's); 3 GPUs of one
+    # type are not here: held.
+    beyond_the_table = {
         "own-type": JobSpec("own-type", "GPT-7", 1000),
         "own-size": JobSpec("own-size", RESNET, 1000, scale_factor=3),
     }
-    messages = [JobSubmitted(spec) for spec in (*bad_fields.values(), *unsimulated.values())]
+    messages = [JobSubmitted(spec) for spec in (*bad_fields.values(), *beyond_the_table.values())]
     messages[len(bad_fields) - 1] = JobSubmitted(bad_fields["bad-arrival"], arrival_offset_s=-5.0)
     good_body = {"spec": {"job_id": "raw", "job_type": RESNET, "total_steps": 1000}}
     wrong_type = {"spec": {**good_body["spec"], "job_id": "raw-type", "total_steps": "1000"}}  # type: ignore[dict-item]
@@ -119,10 +119,7 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     reasons = {job_id: str(rows[job_id]["reason"]) for job_id in bad_fields}
     assert reasons["bad-slo"] == "slo_s: must be > 0, got -10"
     assert reasons["bad-weight-huge"] == "priority_weight: must be <= 1000, got 1e+12"
-    await eventually(lambda: state_of(cluster, "own-type") == "failed", timeout_s=60, poll_s=0.5)
-    reason = str(jobs(cluster)["own-type"]["reason"])
-    assert "the simulated fleet has no throughput for 'GPT-7' on 1 GPU(s) of " in reason, reason
-    assert reason.startswith("failed 5 times in a row; last: "), reason
+    await eventually(lambda: state_of(cluster, "own-type") == "completed", timeout_s=60, poll_s=0.5)
     assert jobs(cluster)["own-size"]["state"] == "held"
     assert "needs 3 GPUs of one accelerator type" in str(jobs(cluster)["own-size"]["reason"])
     assert reasons["bad id"] == "job_id: must be printable, without spaces, got 'bad id'"

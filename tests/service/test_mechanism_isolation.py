@@ -34,6 +34,7 @@ from policy_service import service as policy_module
 from policy_service.service import PolicyService, shipped_context
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from sim.clock import VirtualClock
+from sim.derived_rates import TableReference
 from sim.fleet import SimulatedFleet
 from tests.support.waiting import Collector
 
@@ -188,25 +189,32 @@ async def test_a_gang_too_large_for_the_cluster_is_held_until_workers_that_fit_i
 
 
 @pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed"])
-async def test_a_job_the_simulated_fleet_cannot_run_fails_with_why_and_the_rest_runs(policy: str) -> None:
-    """A user's own job type is accepted and scheduled on priors, but the simulated hardware has no
-    truth for it: each of its leases "crashes" with why, the job fails after max_failed_attempts,
-    and the others finish (a packed partner of it loses that lease, not an attempt)."""
+async def test_a_job_type_the_simulated_fleet_lacks_runs_at_its_submitters_figures_or_the_typical_jobs(policy: str) -> None:
+    """A user's own job type is accepted and scheduled on priors (issue 23): the simulated hardware
+    runs it at the steps/s its submitter gave for the type (carried to the fleet in the lease
+    command), and a type nobody gave a figure for as the table's typical job; all complete."""
     w = await world(policy, fleet={"v100": 1, "k80": 1}, estimates=True)
-    await submit(w, JobSpec("mine", "MyNet", 1000), JobSpec("a", RESNET, 3000), JobSpec("b", "A3C", 3000))
-    await w.run_until(lambda: w.completed() == {"a", "b"} and w.job_ids(JobFailed) == ["mine"])
+    said = {"v100": 12.5, "k80": 3.1}  # the README's; the typical job's are 12.31 and 3.66
+    await submit(
+        w, JobSpec("mine", "MyNet", 1000, throughput_estimate_steps_per_s=said), JobSpec("theirs", "OtherNet", 1000),
+        JobSpec("a", RESNET, 3000), JobSpec("b", "A3C", 3000),
+    )
+    await w.run_until(lambda: w.completed() == {"mine", "theirs", "a", "b"})
 
-    failed = next(m for m in w.events.messages if isinstance(m, JobFailed))
-    attempts = preset("default", policy).max_failed_attempts
-    assert failed.reason.startswith(f"failed {attempts} times in a row; last: "), failed.reason
-    assert "the simulated fleet has no throughput for 'MyNet' on 1 GPU(s) of " in failed.reason
-    assert w.job_ids(JobRejected) == []
+    assert w.job_ids(JobFailed) == [] and w.job_ids(JobRejected) == []
+    reports = [m for m in w.events.messages if isinstance(m, JobProgress) and m.job_id in ("mine", "theirs")]
+    typical = TABLE.typical_isolated(1)
+    ran = {(m.job_id, m.accelerator_type, m.throughput_steps_per_s) for m in reports if m.steps_done > 0 and not m.packed_with}
+    assert {job_id for job_id, _, _ in ran} == {"mine", "theirs"}
+    for job_id, w_type, rate in ran:
+        assert rate == (said[w_type] if job_id == "mine" else typical[w_type]), (job_id, w_type, rate)
+    assert all(m.outcome == "" for m in reports)
 
 
-async def test_the_simulated_fleet_crashes_only_the_member_it_cannot_run() -> None:
-    """A packed lease of a job its table lacks with one it knows: the unknown one crashes with why;
-    its partner is stopped ("killed": no attempt lost, and the estimator ignores a killed lease,
-    so its zero steps do not read as a type it cannot run on)."""
+async def test_a_packed_lease_with_a_job_the_table_lacks_runs_both_at_the_typical_packed_fraction() -> None:
+    """A packed lease of a job its table lacks with one it knows (the estimator's colocation prior
+    can ask for one): each member at its rate alone times the fraction the table's pairs keep on
+    that type (sim/derived_rates.py); nothing crashes."""
     broker = InMemoryBroker(serialize=True)
     clock = VirtualClock(broker)
     bus = InMemoryBus(broker, clock=clock, source="test")
@@ -214,14 +222,20 @@ async def test_the_simulated_fleet_crashes_only_the_member_it_cannot_run() -> No
     reports = Collector()
     await bus.subscribe("test.progress", [JobProgress.ROUTING_KEY], reports, durable=False)
     await SimulatedFleet(clock=clock, table=TABLE, cluster={"v100": 1}).start(bus)
-    await bus.publish(RunJobs("v100-0", 0, "lease-1", 0, ("mine", "a"), (0,), 360.0, (100, 100), ("MyNet", "A3C")))
+    said = ({"v100": 12.5}, {})
+    await bus.publish(RunJobs(
+        "v100-0", 0, "lease-1", 0, ("mine", "a"), (0,), 360.0, (10**6, 10**6), ("MyNet", "A3C"),
+        throughput_estimates_steps_per_s=said,
+    ))
     await clock.run_until(lambda: len(reports.messages) == 2, max_time_s=1_000.0)
 
+    fraction = TableReference(TABLE).packed_fraction(1, "v100")  # 0.60
     by_job = {m.job_id: m for m in reports.messages}  # type: ignore[attr-defined]
-    assert by_job["mine"].outcome == "crashed" and by_job["mine"].error == (
-        "the simulated fleet has no throughput for 'MyNet' on 1 GPU(s) of v100 in its table, so it cannot run it"
-    )
-    assert (by_job["a"].outcome, by_job["a"].steps_done, by_job["a"].packed_with) == ("killed", 0, ("mine",))
+    mine, a = by_job["mine"], by_job["a"]
+    assert (mine.outcome, a.outcome, mine.packed_with, a.packed_with) == ("", "", ("a",), ("mine",))
+    assert mine.throughput_steps_per_s == pytest.approx(12.5 * fraction)
+    assert a.throughput_steps_per_s == pytest.approx(TABLE.isolated_steps_per_s[("A3C", 1, "v100")] * fraction)
+    assert (mine.steps_done, a.steps_done) == (int(12.5 * fraction * 360.0), int(a.throughput_steps_per_s * 360.0))
 
 
 async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
