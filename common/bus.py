@@ -134,3 +134,10 @@ class Bus(Protocol):
         to a queue that exists but has no consumer waits there silently: a caller that expects
         an answer can say at once that nobody is listening."""
         ...
+
+    async def claim(self, name: str) -> None:
+        """Hold ``name`` for as long as this connection lives, or raise ``NameClaimedError`` when
+        another live connection holds it. The broker keeps the claim (RabbitMQ: an exclusive
+        queue), so it cannot outlive a process that died, and two processes cannot both hold it:
+        a worker claims its id before it consumes its commands."""
+        ...

@@ -15,7 +15,9 @@
     │   ├── PublishError       the broker did not confirm a publish (nack, timeout, lost channel)
     │   │   └── QueueFullError a bounded queue (x-max-length, reject-publish) refused it: full;
     │   │                      publish_many raises it after the batch, naming what was refused
-    │   └── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
+    │   ├── SubscriptionError  a queue cannot be subscribed (bad name, exclusive clash, ...)
+    │   └── NameClaimedError   a name another live connection holds (Bus.claim: a worker id
+    │                          in use by another process)
     ├── PolicyError            the policy library (see policy_service.core)
     │   ├── UnknownPolicyError a name not in the registry; lists the known ones
     │   ├── DuplicatePolicyError  a name registered twice
@@ -122,6 +124,11 @@ class QueueFullError(PublishError):
 
 class SubscriptionError(BusError):
     """A subscription could not be made."""
+
+
+class NameClaimedError(BusError):
+    """Another live connection holds the name (``Bus.claim``): a second process started as a
+    worker that is already running. The message names the name and says what to do."""
 
 
 class BrokerUnreachableError(BusError):

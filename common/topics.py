@@ -36,6 +36,7 @@ from common.messages import (
     ThroughputEstimated,
     WorkerFenced,
     WorkerHeartbeat,
+    WorkerIdInUse,
     WorkerRegistered,
 )
 
@@ -51,6 +52,7 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     JobProgress,
     WorkerRegistered,
     WorkerHeartbeat,
+    WorkerIdInUse,
     RunJobs,
     ExtendLease,
     KillJobs,

@@ -68,6 +68,7 @@ from common.messages import (
     ThroughputEstimated,
     WorkerFenced,
     WorkerHeartbeat,
+    WorkerIdInUse,
     WorkerRegistered,
 )
 from common.errors import ServiceError, UnroutableError
@@ -78,6 +79,7 @@ from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
 from mechanism_service.core import audit
+from mechanism_service.core import membership
 from mechanism_service.core import retention as retention_core
 from mechanism_service.core import status as status_core
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
@@ -191,6 +193,8 @@ class Memory:
     # watched workers (they sent a heartbeat) -> when they were last heard, mechanism time
     last_heard_s: dict[str, float] = dataclasses.field(default_factory=dict)
     lost_workers: dict[str, dict[str, object]] = dataclasses.field(default_factory=dict)  # id -> type, gpus, lost_at_s, reason
+    # joined worker id -> the process that holds it (WorkerRegistered.instance; core/membership.py)
+    instances: dict[str, str] = dataclasses.field(default_factory=dict)
     ended_leases: dict[str, str] = dataclasses.field(default_factory=dict)  # running round's leases ended early -> why
     resolve_now: bool = False  # a worker was lost: solve again at the next boundary, whatever the interval
     # Retention (core/retention.py): every finished job id -> when it ended, in that order (what
@@ -353,7 +357,10 @@ class MechanismService:
             await self._recover(self._journal)
         self._begin_epoch()
         # Registrations and heartbeats on one queue: a worker's heartbeat follows its registration.
-        await bus.subscribe("mechanism.workers", [WorkerRegistered.ROUTING_KEY, WorkerHeartbeat.ROUTING_KEY], self.on_worker)
+        await bus.subscribe(
+            "mechanism.workers", [WorkerRegistered.ROUTING_KEY, WorkerHeartbeat.ROUTING_KEY, WorkerIdInUse.ROUTING_KEY],
+            self.on_worker,
+        )
         # Several handlers at a time so that their journal writes share a commit; each records
         # and applies its message before its first await, so arrival order is kept.
         await bus.subscribe(
@@ -445,10 +452,17 @@ class MechanismService:
         if isinstance(w, WorkerHeartbeat):
             await self._on_heartbeat(w)
             return
+        if isinstance(w, WorkerIdInUse):
+            self._note_id_in_use(w)
+            return
         assert isinstance(w, WorkerRegistered)
-        if any(w.worker_id == known for known, _ in self.memory.servers.get(w.accelerator_type, ())):
+        held = self._held(w.worker_id)
+        verdict = membership.verdict(held, w.accelerator_type, w.gpu_count, w.instance)
+        if verdict is membership.Verdict.REPEAT:
             return  # registered already (a periodic re-announcement, or a redelivery)
         problem = self._worker_problem(w)
+        if verdict is membership.Verdict.REFUSE and held is not None:
+            problem = membership.refusal(w.worker_id, held, w.accelerator_type, w.gpu_count)
         if problem:
             # One worker must not stop the cluster: it stays out, and says why once (it keeps
             # re-announcing itself; `gavel cluster` lists it under workers_refused).
@@ -457,10 +471,32 @@ class MechanismService:
                 self._log.error("worker_refused", worker_id=w.worker_id, reason=problem)
             return
         self.memory.refused_workers.pop(w.worker_id, None)
+        if verdict is membership.Verdict.REPLACE and held is not None:
+            # the old process's leases end now, as a lost worker's do; its fence names the process
+            # that replaced it, so that it stops for good if it is somehow still there
+            reason = membership.replacement(held, w.accelerator_type, w.gpu_count, w.instance)
+            await self._declare_lost(w.worker_id, reason, self._clock.now_s(), replaced_by=w.instance)
         self._record("worker", d)
         self._apply_worker(w)
         self._wake.set()
         await self._durable()
+
+    def _held(self, worker_id: str) -> membership.Held | None:
+        """The worker joined under this id (None: none, or it was declared lost)."""
+        for accelerator_type, servers in self.memory.servers.items():
+            for known, gpus in servers:
+                if known == worker_id:
+                    return membership.Held(accelerator_type, gpus, self.memory.instances.get(worker_id, ""))
+        return None
+
+    def _note_id_in_use(self, w: WorkerIdInUse) -> None:
+        """A second process tried to start as a live worker and was refused at the broker: say so
+        where an operator looks (`gavel cluster`, workers_refused), once per host and shape."""
+        key = f"{w.worker_id} (another process, on {w.host or 'an unknown host'})"
+        why = f"{w.accelerator_type} with {w.gpu_count} GPU(s): {w.reason}"
+        if self.memory.refused_workers.get(key) != why:
+            self.memory.refused_workers[key] = why
+            self._log.error("worker_refused", worker_id=w.worker_id, host=w.host, reason=w.reason)
 
     def _worker_problem(self, w: WorkerRegistered) -> str:
         """Why this worker cannot join ("" when it can)."""
@@ -483,6 +519,7 @@ class MechanismService:
     def _apply_worker(self, w: WorkerRegistered) -> None:
         memory = self.memory
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
+        memory.instances[w.worker_id] = w.instance
         self._cluster_grew = True
         self._pool_changed = True
         self._job_types_here = None
@@ -507,13 +544,10 @@ class MechanismService:
             grace_s = self._settings.worker_grace_s or 0.0
             if now_s - self._refenced_at_s.get(beat.worker_id, -NO_DEADLINE_S) >= grace_s:
                 self._refenced_at_s[beat.worker_id] = now_s
-                await self._publish(WorkerFenced(beat.worker_id, memory.epoch, str(lost["reason"])))
+                await self._publish(WorkerFenced(beat.worker_id, memory.epoch, str(lost["reason"]), instance=beat.instance))
             return
-        if self._registered(beat.worker_id):
+        if membership.beats_for(self._held(beat.worker_id), beat.instance):
             memory.last_heard_s[beat.worker_id] = now_s
-
-    def _registered(self, worker_id: str) -> bool:
-        return any(worker_id == known for servers in self.memory.servers.values() for known, _ in servers)
 
     # -- workers that fall silent -------------------------------------------------------------------
 
@@ -536,17 +570,19 @@ class MechanismService:
             self.crashed.set()
             raise
 
-    async def _declare_lost(self, worker_id: str, reason: str, now_s: float) -> None:
+    async def _declare_lost(self, worker_id: str, reason: str, now_s: float, replaced_by: str = "") -> None:
         """Journal the decision (it depends on time: a replay applies it, never decides again),
         apply it, then tell the worker and the rest of its gangs."""
-        fence = WorkerFenced(worker_id, self.memory.epoch, reason)
+        instance = self.memory.instances.get(worker_id, "")
+        fence = WorkerFenced(worker_id, self.memory.epoch, reason, instance=instance, replaced_by=replaced_by)
         if self._journal is not None:
             self._journal.append("lost", DEFAULT_CODEC.encode(fence, source=self.name, sent_at_s=now_s), now_s)
         gpus, ended, kills = self._apply_loss(worker_id, reason, now_s)
         await self._durable()
         self._log.warning(
-            "worker_lost", worker_id=worker_id, reason=reason, gpus=gpus, leases_ended=ended,
-            action="its GPUs leave the cluster; its jobs run again elsewhere from their last credited steps",
+            "worker_restarted" if replaced_by else "worker_lost", worker_id=worker_id, reason=reason, gpus=gpus,
+            leases_ended=ended, action="its jobs run again from their last credited steps"
+            + ("" if replaced_by else "; its GPUs leave the cluster"),
         )
         self._refenced_at_s[worker_id] = now_s
         await self._publish(fence)  # not mandatory: a dead worker's queue may be gone
@@ -565,6 +601,7 @@ class MechanismService:
         accelerator_type, gpus = found
         memory.servers[accelerator_type].remove((worker_id, gpus))
         memory.last_heard_s.pop(worker_id, None)
+        memory.instances.pop(worker_id, None)
         self._pool_changed = True
         memory.lost_workers[worker_id] = {"accelerator_type": accelerator_type, "gpus": gpus, "lost_at_s": now_s, "reason": reason}
         self._job_types_here = None

@@ -133,6 +133,9 @@ class ServiceBus:
     async def consumer_count(self, queue: str) -> int | None:
         return await self._bus.consumer_count(queue)
 
+    async def claim(self, name: str) -> None:
+        await self._bus.claim(name)
+
     async def cancel_subscriptions(self, timeout_s: float = 30.0) -> None:
         await asyncio.gather(*(sub.cancel(timeout_s) for sub in self.subscriptions))
 

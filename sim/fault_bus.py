@@ -89,6 +89,9 @@ class FaultyBus:
     async def consumer_count(self, queue: str) -> int | None:
         return await self._inner.consumer_count(queue)
 
+    async def claim(self, name: str) -> None:
+        await self._inner.claim(name)
+
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
         await self._inner.publish_raw(routing_key, body, mandatory=mandatory)  # poison: not ours to alter
 

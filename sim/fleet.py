@@ -19,11 +19,22 @@ task of its own.
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass, field
 
 from common.bus import Bus, Delivery
 from common.clock import Clock
-from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerRegistered
+from common.errors import ConfigError, NameClaimedError
+from common.messages import (
+    ExtendLease,
+    JobProgress,
+    KillJobs,
+    RunJobs,
+    WorkerFenced,
+    WorkerHeartbeat,
+    WorkerIdInUse,
+    WorkerRegistered,
+)
 from common.throughputs import ThroughputTable
 from sim.derived_rates import TableReference, lease_rates
 from sim.learning import measurement_factor
@@ -53,9 +64,16 @@ class SimulatedFleet:
         name: str = "fleet",
         measurement_noise: float = 0.0,
         seed: int = 0,
+        instance: str = "",
+        claim_ids: bool = False,
     ) -> None:
         # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
         self.name = name
+        # As a real worker's (WorkerRegistered.instance): `gavel serve fleet` gives each start its
+        # own, and claims its worker ids on the broker, so that a fleet and a worker (or two
+        # fleets) cannot both run as one id; the in-process simulator needs neither.
+        self._instance = instance
+        self._claim_ids = claim_ids
         self._clock = clock
         self._clock_name = clock_name  # announced, so a mechanism on another clock can say so
         self._lockstep = lockstep
@@ -77,6 +95,8 @@ class SimulatedFleet:
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        if self._claim_ids:
+            await self._claim(bus)
         await bus.subscribe(
             f"{self.name}.commands",
             [f"worker.cmd.{worker_id}.*" for worker_id, _, _ in self._servers],
@@ -99,10 +119,24 @@ class SimulatedFleet:
                 # it as a new server), and a heartbeat: watched from it as a real worker is, a fleet
                 # stopped past the mechanism's grace is declared lost and fenced
                 await self._bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
-                await self._bus.publish(WorkerHeartbeat(worker_id), mandatory=False)
+                await self._bus.publish(WorkerHeartbeat(worker_id, instance=self._instance), mandatory=False)
 
     def _registration(self, worker_id: str, accelerator_type: str, gpus: int) -> WorkerRegistered:
-        return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name)
+        return WorkerRegistered(worker_id, accelerator_type, gpus, worker_id, clock=self._clock_name, instance=self._instance)
+
+    async def _claim(self, bus: Bus) -> None:
+        """Every worker id of the fleet, or none: one line naming the first that another live
+        process (a real worker, another fleet) holds."""
+        for worker_id, accelerator_type, gpus in self._servers:
+            try:
+                await bus.claim(f"worker.{worker_id}")
+            except NameClaimedError:
+                reason = (
+                    f"worker id {worker_id!r} of this fleet is in use by another live worker process on this cluster: "
+                    "stop that one first (a fleet names its workers <type>-<n>), or run this fleet on another exchange"
+                )
+                await bus.publish(WorkerIdInUse(worker_id, accelerator_type, gpus, socket.gethostname(), reason), mandatory=False)
+                raise ConfigError(reason) from None
 
     def _spawn(self, coroutine) -> None:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coroutine)

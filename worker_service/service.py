@@ -25,6 +25,7 @@ import asyncio
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from pathlib import Path
 import structlog
 
 from common.bus import Bus, Delivery
+from common.errors import ConfigError, NameClaimedError
 from common.messages import (
     ExtendLease,
     GangRendezvous,
@@ -41,6 +43,7 @@ from common.messages import (
     RunJobs,
     WorkerFenced,
     WorkerHeartbeat,
+    WorkerIdInUse,
     WorkerRegistered,
 )
 from worker_service import core, processes
@@ -101,9 +104,15 @@ class WorkerService:
         now_unix_s: Callable[[], float] = time.time,
         base_env: Mapping[str, str] | None = None,
         server_id: str = "",
+        instance: str | None = None,
     ) -> None:
         self.name = f"worker-{config.worker_id}"
         self.config = config
+        # This process among every one that ever ran as this worker id (WorkerRegistered.instance)
+        self.instance = instance if instance is not None else uuid.uuid4().hex[:12]
+        # Set when this process must stop on its own: another process took its worker id
+        self.crashed = asyncio.Event()
+        self.stop_reason = ""
         self._server_id = server_id or config.worker_id
         self._heartbeat_s = heartbeat_s
         self._kill_grace_s = kill_grace_s
@@ -127,6 +136,7 @@ class WorkerService:
         self._bus = bus
         for directory in (self.config.run_dir, self.config.checkpoint_dir, self.config.work_dir):
             Path(directory).mkdir(parents=True, exist_ok=True)
+        await self._claim_id(bus)
         # Commands and round starts share one queue, so a round's start comes after its commands.
         await bus.subscribe(
             f"worker.{self.config.worker_id}",
@@ -137,6 +147,24 @@ class WorkerService:
         await self._announce()
         self._spawn(self._heartbeats())
         self._log.info("worker_started", gpus=self.config.gpus, device=self.config.device, checkpoint_dir=self.config.checkpoint_dir)
+
+    async def _claim_id(self, bus: Bus) -> None:
+        """One process per worker id: two would compete for its commands (each taking every other
+        one) and the mechanism would count GPUs that are not there. The broker holds the claim, so
+        it is refused while the other process lives and free as soon as it dies."""
+        c = self.config
+        try:
+            await bus.claim(f"worker.{c.worker_id}")
+        except NameClaimedError:
+            reason = (
+                f"worker id {c.worker_id!r} is in use by another live worker process on this cluster: give this "
+                "one its own --worker-id, or stop the other first (a restart of the same worker takes its place "
+                "as soon as the old process has exited)"
+            )
+            # The mechanism records the attempt where an operator looks (`gavel cluster`).
+            attempt = WorkerIdInUse(c.worker_id, c.accelerator_type, c.gpus, socket.gethostname(), reason)
+            await bus.publish(attempt, mandatory=False)
+            raise ConfigError(reason) from None
 
     async def stop(self) -> None:
         """Stop every job (each checkpoints and is reported as killed), then the tasks."""
@@ -155,10 +183,14 @@ class WorkerService:
     async def _announce(self) -> None:
         assert self._bus is not None
         c = self.config
-        registration = WorkerRegistered(c.worker_id, c.accelerator_type, c.gpus, self._server_id, clock="wall")
+        registration = WorkerRegistered(
+            c.worker_id, c.accelerator_type, c.gpus, self._server_id, clock="wall", instance=self.instance
+        )
         # Not mandatory: a worker may start before the mechanism; it re-announces itself.
         await self._bus.publish(registration, mandatory=False)
-        heartbeat = WorkerHeartbeat(c.worker_id, tuple(sorted({r.lease_id for r in self._runs.values()})), self._newest_epoch)
+        heartbeat = WorkerHeartbeat(
+            c.worker_id, tuple(sorted({r.lease_id for r in self._runs.values()})), self._newest_epoch, self.instance
+        )
         await self._bus.publish(heartbeat, mandatory=False)
 
     async def _heartbeats(self) -> None:
@@ -331,12 +363,22 @@ class WorkerService:
 
     async def _on_fenced(self, message: WorkerFenced) -> None:
         """Declared lost: our leases were ended without us; stop everything, report nothing (the
-        mechanism refuses it), and announce ourselves again to rejoin."""
+        mechanism refuses it), and announce ourselves again to rejoin. A fence for another process
+        of this worker id (the one this process replaced) is not ours; a fence that says another
+        process replaced this one ends this one (it must not take the id back)."""
+        if message.instance and message.instance != self.instance:
+            self._log.info("fence_for_another_instance", instance=message.instance, reason=message.reason)
+            return
         self._log.warning("worker_fenced", reason=message.reason, jobs=len(self._runs))
         runs = list(self._runs.values())
         for run in runs:
             run.reported.add(run.lease_id)  # no report: the lease is over for the mechanism
         await asyncio.gather(*(self._stop_run(run, "fenced") for run in runs), return_exceptions=True)
+        if message.replaced_by and message.replaced_by != self.instance:
+            self.stop_reason = f"another process ({message.replaced_by}) took worker id {self.config.worker_id!r}: {message.reason}"
+            self._log.error("worker_replaced", reason=self.stop_reason, action="this process stops")
+            self.crashed.set()
+            return
         await self._announce()
 
     async def _stop_run(self, run: JobRun, reason: str, *, killed: bool = False) -> None:

@@ -36,7 +36,7 @@ from common.messages.throughput import (
     StragglerFlag,
     ThroughputEstimated,
 )
-from common.messages.workers import WorkerHeartbeat, WorkerRegistered
+from common.messages.workers import WorkerHeartbeat, WorkerIdInUse, WorkerRegistered
 
 __all__ = [
     "AllocationComputed",
@@ -77,6 +77,7 @@ __all__ = [
     "ThroughputEstimated",
     "WorkerFenced",
     "WorkerHeartbeat",
+    "WorkerIdInUse",
     "WorkerRegistered",
     "message",
     "value",

@@ -100,3 +100,9 @@ class WorkerFenced(Message):
     worker_id: str
     epoch: int
     reason: str
+    # The instance declared lost ("": whatever process holds the id). A worker restarted under
+    # the same id ignores a fence meant for the process it replaced.
+    instance: str = ""
+    # The instance that took this one's place: the fenced process stops for good instead of
+    # registering again (it would take the id back, and the two would take turns)
+    replaced_by: str = ""

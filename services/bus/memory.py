@@ -30,7 +30,7 @@ import structlog
 from common.bus import DeadLetter, Delivery, Handler
 from common.clock import Clock
 from common.codec import DEFAULT_CODEC, Codec, Envelope, id_sequence
-from common.errors import BusClosedError, DecodeError, QueueFullError, SubscriptionError, UnroutableError
+from common.errors import BusClosedError, DecodeError, NameClaimedError, QueueFullError, SubscriptionError, UnroutableError
 from common.messages.base import Message
 from common.topics import check_subscription, topic_matches
 from services.bus.consumer import ConsumerLoop
@@ -145,6 +145,7 @@ class InMemoryBroker:
         self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
         self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
         self._dead: collections.deque[DeadLetter] = collections.deque()
+        self._claims: dict[str, object] = {}  # name -> the connection (InMemoryBus) holding it
         self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
         self.activity = 0  # messages enqueued or settled so far: a virtual clock's quiescence check
         self._idle = asyncio.Event()
@@ -305,6 +306,16 @@ class InMemoryBroker:
         q = self._queues.get(queue)
         return len(q.pending) if q else 0
 
+    def claim(self, name: str, holder: object) -> None:
+        """``name`` for ``holder`` (a connection), unless another connection holds it."""
+        held_by = self._claims.setdefault(name, holder)
+        if held_by is not holder:
+            raise NameClaimedError(f"{name!r} is held by another live connection")
+
+    def release_claims(self, holder: object) -> None:
+        for name in [n for n, h in self._claims.items() if h is holder]:
+            del self._claims[name]
+
     def consumer_count(self, queue: str) -> int | None:
         q = self._queues.get(queue)
         return None if q is None else len(q.consumers)
@@ -351,6 +362,7 @@ class InMemoryBus:
     async def close(self, timeout_s: float = 30.0) -> None:
         for sub in list(self._subscriptions):
             await sub.cancel(timeout_s)
+        self.broker.release_claims(self)  # as a closed connection's exclusive queues go
         self._open = False
 
     async def __aenter__(self) -> InMemoryBus:
@@ -478,6 +490,10 @@ class InMemoryBus:
     async def consumer_count(self, queue: str) -> int | None:
         self._check_open()
         return self.broker.consumer_count(queue)
+
+    async def claim(self, name: str) -> None:
+        self._check_open()
+        self.broker.claim(name, self)
 
     # -- conveniences that forward to the broker ------------------------------------------------
 

@@ -50,6 +50,7 @@ from common.errors import (
     BusClosedError,
     BusError,
     DecodeError,
+    NameClaimedError,
     PublishError,
     QueueFullError,
     SubscriptionError,
@@ -237,6 +238,8 @@ class RabbitBus:
         self._declared_queues: set[str] = set()
         self._bounds = queue_bounds(settings.submissions_max_length)  # queue (below the exchange) -> bound
         self.reconnects = 0  # times the robust connection came back after a drop
+        self._claims: set[str] = set()  # names this connection holds (claim), taken again after a reconnect
+        self._reclaiming: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -292,6 +295,19 @@ class RabbitBus:
     def _on_reconnect(self, *_: object) -> None:
         self.reconnects += 1
         log.warning("bus_reconnected", exchange=self.exchange_name, source=self._source, reconnects=self.reconnects)
+        if self._claims:  # the claims went with the old connection
+            self._reclaiming = asyncio.get_running_loop().create_task(self._reclaim())
+
+    async def _reclaim(self) -> None:
+        for name in sorted(self._claims):
+            try:
+                await self._declare_claim(name)
+            except NameClaimedError as e:
+                # Another process took the name while the broker was away. The mechanism tells the
+                # two apart by their instances and fences this one (WorkerFenced.replaced_by).
+                log.error("claim_lost", name=name, error=str(e), source=self._source)
+            except Exception as e:  # noqa: BLE001 - a claim is retried at the next reconnect
+                log.warning("claim_retry_failed", name=name, error=repr(e), source=self._source)
 
     async def close(self, timeout_s: float = 30.0) -> None:
         for sub in list(self._subscriptions):
@@ -538,6 +554,29 @@ class RabbitBus:
     async def consumer_count(self, queue: str) -> int | None:
         self._require()
         return await self._consumers_of(self.queue_name(queue))
+
+    async def claim(self, name: str) -> None:
+        self._require()
+        await self._declare_claim(name)
+        self._claims.add(name)
+
+    async def _declare_claim(self, name: str) -> None:
+        """An exclusive queue is the claim: RabbitMQ refuses it to every other connection
+        (RESOURCE_LOCKED) and deletes it when this one closes, so a process that died holds
+        nothing. On a channel of its own, since the refusal closes the channel; not robust, since
+        the reconnect callback takes it again (and says so if it cannot)."""
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(self.queue_name(f"claim.{name}"), exclusive=True, auto_delete=True, robust=False)
+            await channel.close()  # the queue belongs to the connection, not to the channel
+        except aiormq.exceptions.ChannelLockedResource:
+            raise NameClaimedError(f"{name!r} is held by another live connection to this broker") from None
+        except aiormq.exceptions.ChannelAccessRefused:
+            user = _user(self._settings.amqp_url)
+            raise SubscriptionError(
+                f"user {user!r} may not declare the claim queue {self.queue_name(f'claim.{name}')!r}"
+            ) from None
 
     async def _consumers_of(self, name: str) -> int | None:
         """A passive declaration (it needs no permission): the queue's consumers, None if it does

@@ -24,6 +24,7 @@ import json
 import os
 import pathlib
 import time
+import uuid
 from collections.abc import Sequence
 
 import structlog
@@ -59,6 +60,15 @@ BUS_HELP = (
 )
 
 
+DESCRIPTIONS = {
+    "fleet": "Fake workers, one per server of --cluster, that run each lease at the throughput table's steps/s. A job "
+    "the table lacks (your own type, or a size it lacks) runs at the steps/s its `gavel submit --throughput` gave for "
+    "the type, else at a figure derived from the table: its typical job (a type it has: that type's figure at the "
+    "nearest size, times (n/s)^0.75), scaled by the figures given; packed, each at the fraction the table's pairs "
+    "typically keep. docs/deploy.md, 'What the simulated fleet runs', states the rule.",
+}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run one service in this process, on RabbitMQ")
     serve_sub = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
@@ -68,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("estimator", "the throughput estimator: learns how fast each job runs alone and packed (or reads a table)"),
         ("fleet", "a fake worker fleet that makes progress from the throughput table"),
     ):
-        p = serve_sub.add_parser(name, help=help_text)
+        p = serve_sub.add_parser(name, help=help_text, description=DESCRIPTIONS.get(name))
         _common_options(p)
         _service_options(p, only=name)
         p.set_defaults(run=run_serve, services=(name,), bus_kind="amqp")
@@ -404,6 +414,8 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     heartbeat_s=5.0 * (args.time_scale or 1.0),
                     clock_name=describe_clock(clock, lockstep=args.lockstep),
                     name=getattr(args, "fleet_name", "fleet"),
+                    instance=uuid.uuid4().hex[:12],  # this start of the fleet (a restart replaces it)
+                    claim_ids=True,
                 )
             )
         else:
@@ -430,12 +442,12 @@ async def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         if health_file:
             _write_stopped(health_file, outcome)
     if crashed:
-        raise CommandFailed("a service crashed (see its round_loop_crashed event); a supervisor should restart it")
+        raise CommandFailed(crashed)
     return 0
 
 
-async def _serve(names: list[str], args: argparse.Namespace, settings: Settings, health_file: str | None) -> bool:
-    """Run the services until a signal or a crash (True)."""
+async def _serve(names: list[str], args: argparse.Namespace, settings: Settings, health_file: str | None) -> str:
+    """Run the services until a signal or a crash; what to say of a crash ("": none)."""
     bus_settings = dataclasses.replace(settings.bus, kind=args.bus_kind or settings.bus.kind)  # up: GAVEL_BUS
     if args.amqp:
         bus_settings = dataclasses.replace(
@@ -458,7 +470,11 @@ async def _serve(names: list[str], args: argparse.Namespace, settings: Settings,
     )
     writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
     try:
-        return await host.run_until_stopped()
+        if not await host.run_until_stopped():
+            return ""
+        # a service that stopped on purpose says why (a worker whose id another process took)
+        reasons = [str(getattr(s, "stop_reason", "")) for s in services if getattr(s, "stop_reason", "")]
+        return "; ".join(reasons) or "a service crashed (see its round_loop_crashed event); a supervisor should restart it"
     finally:
         if writer is not None:
             writer.cancel()

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from common.bus import Delivery
-from common.errors import BusClosedError, EncodeError, SubscriptionError, UnroutableError
+from common.errors import BusClosedError, EncodeError, NameClaimedError, SubscriptionError, UnroutableError
 from common.messages import AllocationComputed, JobRejected, KillJobs, RunJobs, SolveStatus
 from services.bus.memory import InMemoryBus
 from tests.support.messages import submitted, wire
@@ -345,6 +345,21 @@ async def test_consumer_count_tells_a_missing_queue_an_idle_one_and_a_consumed_o
     await first.cancel()
     await second.cancel()
     assert await bus.consumer_count("idle.queue") == 0
+
+
+async def test_a_claim_is_held_by_one_connection_until_it_closes(harness):
+    """Two processes must not both run as one worker id (issue 23): the broker holds the claim,
+    refuses it to every other connection, and frees it when its holder's connection closes (as a
+    process that dies closes it)."""
+    first = await harness.connect("first")
+    second = await harness.connect("second")
+    await first.claim("worker.k80-0")
+    await first.claim("worker.k80-0")  # the holder may claim again (a re-announcement)
+    with pytest.raises(NameClaimedError, match="worker.k80-0"):
+        await second.claim("worker.k80-0")
+    await second.claim("worker.k80-1")  # other names are free
+    await first.close()
+    await second.claim("worker.k80-0")  # the broker deleted the claim with the connection
 
 
 # -- bounded queues: backpressure on submissions (issue 13) ------------------------------------------

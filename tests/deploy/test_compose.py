@@ -90,6 +90,7 @@ from common.messages import (
     SubmissionsSealed,
     ThroughputEstimated,
     WorkerHeartbeat,
+    WorkerIdInUse,
     WorkerRegistered,
 )
 
@@ -129,6 +130,7 @@ class ServiceSpec:
     bindings: tuple[str, ...]  # binding keys on the exchange
     publishes: tuple[str, ...]  # routing keys published to the exchange
     gets: tuple[str, ...] = ()  # queues it only takes messages from (basic.get)
+    claims: tuple[str, ...] = ()  # exclusive queues it declares as a claim on a name (Bus.claim), never bound
     exclusive: bool = False  # its queues are private (exclusive, auto-delete)
 
 
@@ -161,6 +163,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
         bindings=(
             key(WorkerRegistered),
             key(WorkerHeartbeat),
+            key(WorkerIdInUse),
             key(JobSubmitted),
             key(SubmissionsSealed),
             key(CancelJob),
@@ -199,7 +202,8 @@ SERVICES: Mapping[str, ServiceSpec] = {
         "FLEET_AMQP_PASSWORD",
         queues=("gavel.fleet.commands",),
         bindings=("worker.cmd.v100-0.*", "worker.cmd.k80-3.*"),  # one binding per simulated server
-        publishes=(key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress)),
+        publishes=(key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(WorkerIdInUse)),
+        claims=("gavel.claim.worker.v100-0", "gavel.claim.worker.k80-3"),  # one per simulated server
     ),
     # A real worker (worker_service/service.py): its own queue for its commands and round starts,
     # and, as a gang's first worker, the rendezvous to each other worker of the gang.
@@ -210,7 +214,9 @@ SERVICES: Mapping[str, ServiceSpec] = {
         bindings=("worker.cmd.v100-0.*", key(RoundStarted)),
         publishes=(
             key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(GangRendezvous, worker_id="v100-1"),
+            key(WorkerIdInUse),
         ),
+        claims=("gavel.claim.worker.v100-0",),  # its worker id: one process per id
     ),
     # The CLI's only queues are private reply queues. It does not declare the queues submissions
     # go to (the mechanism's and the estimator's): definitions.json does (so a submission is kept
@@ -727,6 +733,7 @@ def needs(spec: ServiceSpec) -> set[tuple[str, str]]:
         # queue.bind: write on the queue, read on the exchange; basic.consume: read on the queue
         need |= {("configure", q), ("read", q), ("write", DLX), ("write", q), ("read", EXCHANGE)}
     need |= {("read", q) for q in spec.gets}
+    need |= {("configure", q) for q in spec.claims}  # queue.declare, exclusive, no arguments, never bound
     return need
 
 
@@ -811,15 +818,16 @@ def test_no_user_may_bind_to_all_traffic(name: str) -> None:
 
 def test_the_worker_user_has_exactly_least_privilege() -> None:
     """Every real worker connects as gavel-worker: its own queues gavel.worker.<id> (configure,
-    write, read), the exchanges and the dead-letter queue every service declares at start, none of
-    the mechanism's queues; it publishes only registrations, heartbeats, progress and gang
-    rendezvous, and binds only per-worker commands and round starts. (One user for every worker:
+    write, read), the claim on its id gavel.claim.worker.<id> (configure: an exclusive queue,
+    never bound or consumed), the exchanges and the dead-letter queue every service declares at
+    start, none of the mechanism's queues; it publishes only registrations, heartbeats, progress,
+    gang rendezvous and a refused claim (worker.id_in_use), and binds only per-worker commands and round starts. (One user for every worker:
     a worker could bind another worker's commands. A multi-tenant cluster gives each worker a user
     of its own, pinned to its worker id: docs/deploy.md, section 5.)"""
     assert permissions_of("gavel-worker") == {
         "user": "gavel-worker",
         "vhost": VHOST,
-        "configure": r"^(gavel|gavel\.dlx|gavel\.dead-letters|gavel\.worker\..+)$",
+        "configure": r"^(gavel|gavel\.dlx|gavel\.dead-letters|gavel\.worker\..+|gavel\.claim\.worker\..+)$",
         "write": r"^(gavel|gavel\.dlx|gavel\.dead-letters|gavel\.worker\..+)$",
         "read": r"^(gavel|gavel\.dlx|gavel\.worker\..+)$",
     }
@@ -827,7 +835,7 @@ def test_the_worker_user_has_exactly_least_privilege() -> None:
         "user": "gavel-worker",
         "vhost": VHOST,
         "exchange": EXCHANGE,
-        "write": r"^(worker\.(registered|heartbeat)|job\.progress|worker\.cmd\.[^.*#]+\.rendezvous)$",
+        "write": r"^(worker\.(registered|heartbeat|id_in_use)|job\.progress|worker\.cmd\.[^.*#]+\.rendezvous)$",
         "read": r"^(worker\.cmd\.[^.*#]+\.[^.]+|round\.started)$",
     }
     perms, topic = permissions_of("gavel-worker"), topic_permissions_of("gavel-worker")

@@ -157,7 +157,7 @@ class World:
     async def worker(self, worker_id: str, accelerator_type: str, *, register: bool = True) -> ScriptedWorker:
         worker = await ScriptedWorker(self.bus, worker_id, accelerator_type).start(register=register)
         if register:
-            await eventually(lambda: self.mechanism._registered(worker_id))
+            await eventually(lambda: self.mechanism._held(worker_id) is not None)
         return worker
 
     async def submit(self, *specs: JobSpec) -> None:

@@ -95,7 +95,7 @@ def run(lease_id: str, round_id: int, *, job_ids=("j1",), command=COUNTER, durat
 async def test_it_registers_and_heartbeats(rig: Rig) -> None:
     await rig.members.wait_until(lambda: sum(isinstance(m, WorkerHeartbeat) for m in rig.members.messages) >= 2)
     registered = [m for m in rig.members.messages if isinstance(m, WorkerRegistered)]
-    assert registered[0] == WorkerRegistered("w1", "v100", 2, "w1", clock="wall")
+    assert registered[0] == WorkerRegistered("w1", "v100", 2, "w1", clock="wall", instance=rig.worker.instance)
 
 
 async def test_a_lease_ends_with_a_checkpoint_and_its_extension_continues_the_same_process(rig: Rig) -> None:
