@@ -24,11 +24,12 @@ import datetime
 import math
 import os
 import pathlib
+import sys
 from typing import TYPE_CHECKING
 
 from common.errors import FaultSpecError
 from mechanism_service.core.settings import PRESETS
-from services.cli.common import CommandFailed, per_hour, print_json
+from services.cli.common import CommandFailed, per_hour, print_json, print_lines
 from services.cli.progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from sim.faults import FaultSpec
     from sim.results import SimulationResult
     from sim.traces import TraceJob
+    from services.logging import LogFile
 
 ENGINES = ("fast", "services")
 PRESET_NAMES = tuple(PRESETS)
@@ -48,6 +50,8 @@ ESTIMATION_FILES = ("estimation.csv", "estimation_error.png")  # a learned estim
 COMPARISON_FILES = ("comparison.txt", "comparison.json", "comparison_jct_cdf.png", "comparison_utilization.png")
 PLOT_SUFFIX = ".png"
 MAX_VIOLATIONS_SHOWN = 5  # invariant violations printed under a run with faults (faults.json has them all)
+LOG_FILE = "simulation.log"  # the services' events during the runs, beside the results
+FAULT_FILES = ("faults.json", "gpu_occupancy.csv")  # write_faults, per run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -202,6 +206,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         parse_policies,
         parse_window,
     )
+    from services.logging import logging_into
     from sim.metrics import compare, render_comparison
     from sim.traces import write_trace
 
@@ -256,7 +261,17 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
             ),
             flush=True,
         )
-    results, summaries = run_all(policies, scenario, context)
+    # The services' events (every injected fault's among them) go to a file, not over the progress
+    # bar; the end of the output says where, and how many.
+    log_file: LogFile | None = None
+    try:
+        with logging_into(out / LOG_FILE) as log_file:
+            results, summaries = run_all(policies, scenario, context)
+    except BaseException:
+        if log_file is not None and log_file.by_level:  # what led to the failure is there
+            print_lines([f"gavel: {describe_log(log_file)}"], stream=sys.stderr)
+        raise
+    assert log_file is not None
 
     # 3. files, then what the user reads
     if args.trace is None:
@@ -267,6 +282,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         write_faults(results, out)
     if args.json:
         print_json(results_json(results, summaries, out))
+        if log_file.by_level:
+            print_lines([describe_log(log_file, faults=faults is not None)], stream=sys.stderr)
         if plot_error:
             raise plots_failed(out, plot_error)
         return 0
@@ -281,7 +298,11 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         for policy, result in results.items():
             print(describe_faults(policy, result, replay_flags(args)))
         print()
-    print(describe_files(out, policies, learned=estimation.learned, plots=args.plots and not plot_error))
+    print(describe_files(
+        out, policies, learned=estimation.learned, plots=args.plots and not plot_error, faults=faults is not None
+    ))
+    if log_file.by_level:
+        print(describe_log(log_file, faults=faults is not None))
     if plot_error:
         raise plots_failed(out, plot_error)
     return 0
@@ -330,6 +351,13 @@ def missing_flags(args: argparse.Namespace, generating: bool, no_policy: bool) -
     if args.cluster is None:
         missing.append("--cluster SPEC (GPUs per type: v100=4,p100=4,k80=4, or Gavel's 4:4:4)")
     return missing
+
+
+def describe_log(log_file: LogFile, *, faults: bool = False) -> str:
+    """Where the services' events went, and how many of each level: a fault run's errors are
+    mostly the injected faults, which the services log as they would in production."""
+    told = "; the services' account of the injected faults" if faults else ""
+    return f"the services' log of the run: {log_file.path} ({log_file.summary()}{told})"
 
 
 def _trace(
@@ -538,11 +566,13 @@ def describe_estimation(policy: str, summary: Summary) -> str:
     )
 
 
-def describe_files(out: pathlib.Path, policies: tuple[str, ...], learned: bool = False, plots: bool = True) -> str:
+def describe_files(
+    out: pathlib.Path, policies: tuple[str, ...], learned: bool = False, plots: bool = True, faults: bool = False
+) -> str:
     def kept(names: tuple[str, ...]) -> str:
         return ", ".join(n for n in names if plots or not n.endswith(PLOT_SUFFIX))
 
-    files = RUN_FILES + (ESTIMATION_FILES if learned else ())
+    files = RUN_FILES + (ESTIMATION_FILES if learned else ()) + (FAULT_FILES if faults else ())
     if len(policies) == 1:
         return f"wrote {out}/: {kept(files)}"
     return (

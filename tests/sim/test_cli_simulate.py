@@ -405,3 +405,29 @@ def test_a_run_whose_every_solve_fails_says_the_policys_reason_not_that_the_clus
     assert str(stalled.value).startswith(
         "t=0.0 s: jobs 0, 1, 2 were never scheduled: the policy failed: unknown solver 'nonsense'; installed cvxpy solvers:"
     )
+
+
+def test_a_fault_runs_service_events_go_to_a_log_file_not_over_the_progress_bar(tmp_path, capsys):
+    """Issue 23: the services' logs of injected faults (a crash's traceback among them) were
+    printed into the progress display. They go to DIR/simulation.log, and the run's last line
+    says where and how many. About 3 s (12 jobs, a mechanism crash and a worker crash)."""
+    out = tmp_path / "faults"
+    code, stdout, stderr = gavel(
+        capsys, "simulate", "--jobs", "12", "--jobs-per-hour", "20", "--cluster", "2:2:2", "--policy",
+        "max_min_fairness_perf", "--faults", "mechanism-crash=1,worker-crash=1", "--fault-seed", "7",
+        "--out", str(out), "--no-plots",
+    )
+    assert code == 0
+    assert "{" not in stderr and "Traceback" not in stderr + stdout, stderr
+    events = [json.loads(line) for line in (out / "simulation.log").read_text().splitlines()]
+    levels = {(e["event"], e["level"]) for e in events}
+    assert {("round_loop_crashed", "error"), ("mechanism_restarting", "warning"), ("worker_lost", "warning")} <= levels
+    crash = next(e for e in events if e["event"] == "round_loop_crashed")
+    assert "InjectedCrash" in crash["exception"]  # the whole account is in the file
+    errors = sum(e["level"] == "error" for e in events)
+    warnings = sum(e["level"] == "warning" for e in events)
+    assert stdout.splitlines()[-2:] == [
+        f"wrote {out}/: summary.json, jobs.csv, faults.json, gpu_occupancy.csv",
+        f"the services' log of the run: {out / 'simulation.log'} ({errors} error{'s' * (errors != 1)}, "
+        f"{warnings} warning{'s' * (warnings != 1)}; the services' account of the injected faults)",
+    ]
