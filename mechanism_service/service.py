@@ -914,7 +914,8 @@ class MechanismService:
                 body["throughputs"] = self._throughput_report(request.job_id)
         elif request.query == "workers":
             body = status_core.workers_report(
-                memory.state, memory.servers, memory.lost_workers, memory.last_heard_s, now_s, memory.book.stragglers
+                memory.state, memory.servers, memory.lost_workers, memory.last_heard_s, now_s, memory.book.stragglers,
+                memory.refused_workers,
             )
         elif request.query == "cluster":
             body = status_core.cluster_report(memory.state, memory.servers, self._policy, now_s, obs, memory.round_id)

@@ -47,7 +47,9 @@ TABLES = {"events": {"seq", "kind", "body"}, "snapshot": {"id", "last_seq", "bod
 
 
 class Journal:
-    def __init__(self, path: str | pathlib.Path, *, sync: str = "normal", label: str = "mechanism journal") -> None:
+    def __init__(
+        self, path: str | pathlib.Path, *, sync: str = "normal", label: str = "mechanism journal", cluster: str = ""
+    ) -> None:
         if sync not in ("normal", "full"):
             raise ValueError(f"journal sync must be normal or full, got {sync!r}")
         self.path = pathlib.Path(path)
@@ -72,6 +74,8 @@ class Journal:
         if "at_s" not in columns:  # a journal written before arrival stamps were kept
             self._db.execute("ALTER TABLE events ADD COLUMN at_s REAL")
         self._claim(label)
+        if cluster:
+            self._belongs_to(cluster)
         self._in_transaction = False
         self.snapshot_seq = self._snapshot_seq()
 
@@ -89,6 +93,19 @@ class Journal:
         if owner != label:
             self._db.close()
             raise JournalError(f"{self.path} is a {owner}, not a {label}: give each service its own file")
+
+    def _belongs_to(self, cluster: str) -> None:
+        """Which cluster this is the journal of (services/cli/state_paths.py): recorded at the first
+        open that names one (a journal from before that is adopted), refused to any other."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+        if row is None:
+            self._db.execute("INSERT INTO meta (key, value) VALUES ('cluster', ?)", (cluster,))
+        elif row[0] != cluster:
+            self._db.close()
+            raise JournalError(
+                f"{self.path} is the journal of another cluster ({row[0]}; this one is {cluster}): give each cluster "
+                "its own file"
+            )
 
     def append(self, kind: str, body: bytes, at_s: float | None = None) -> int:
         """Add an event to the open transaction (durable once ``commit`` returns)."""
@@ -193,6 +210,21 @@ def read_events(path: str | pathlib.Path, *, label: str = "mechanism journal") -
             yield from db.execute("SELECT seq, kind, body, at_s FROM events ORDER BY seq")
         except sqlite3.DatabaseError as e:
             raise JournalError(_reason(path, e)) from None
+    finally:
+        db.close()
+
+
+def recorded_cluster(path: str | pathlib.Path) -> str | None:
+    """The cluster a journal file records (read-only; None: none recorded, or not readable as one)."""
+    try:
+        db = sqlite3.connect(f"{pathlib.Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+        return None if row is None else str(row[0])
+    except sqlite3.Error:
+        return None
     finally:
         db.close()
 

@@ -75,6 +75,9 @@ def _rates_problem(job: NewJob, rates: Rates, types: Sequence[str], runs_on: Seq
     return rates.unknown(job, types) or f"{job.job_type!r} on {job.scale_factor} GPUs runs on no accelerator type here"
 
 
+WAITS_FOR_WORKERS = "it waits for workers to join"  # a held job's reason ends so (status adds the refused workers)
+
+
 def admission(
     gpus: Mapping[str, int], job: NewJob, rates: Rates, *, elastic_types: Sequence[str] = ()
 ) -> Admission:
@@ -97,7 +100,7 @@ def admission(
         f" (here: {here})" if here else ", and there is none here"
     )
     if elastic_types:
-        return Admission("hold", f"{reason}: it waits for workers to join")
+        return Admission("hold", f"{reason}: {WAITS_FOR_WORKERS}")
     return Admission("refuse", reason)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from common.messages import StragglerFlag
 from mechanism_service.core.attempts import attempts_view
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
-from mechanism_service.core.reducers import NewJob
+from mechanism_service.core.reducers import WAITS_FOR_WORKERS, NewJob
 
 
 @dataclass
@@ -142,7 +142,8 @@ def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -
             else:
                 rows.append(_job_row(job, now_s, running_on, "running" if job.index in running_on else "queued"))
     rows += obs.waiting
-    rows += obs.held
+    note = refused_note(obs.workers_refused)
+    rows += [{**row, "reason": f"{row['reason']}{note}"} if note and WAITS_FOR_WORKERS in str(row.get("reason", "")) else row for row in obs.held]
     rows += [{"id": job_id, "state": "rejected", "reason": reason} for job_id, reason in obs.rejected.items()]
     rows += list(obs.cancelled.values())
     return rows
@@ -183,11 +184,14 @@ def workers_report(
     last_heard_s: Mapping[str, float] | None = None,
     now_s: float | None = None,
     stragglers: Mapping[str, StragglerFlag] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> list[dict[str, object]]:
     """The registered workers ("up"; with their last heartbeat and how long ago, None for workers
     that send none, like the in-process simulator's fleet), then the workers declared lost ("lost": when, how long
-    ago, and why). Times are the mechanism's. A worker the estimator flagged as a straggler says
-    so: its measurements over its recent jobs, as a share of what their estimates predict."""
+    ago, and why), then the workers that tried to join and were refused ("refused", and why: a
+    clock that differs from the mechanism's, a worker id in use, ...). Times are the mechanism's.
+    A worker the estimator flagged as a straggler says so: its measurements over its recent jobs,
+    as a share of what their estimates predict."""
     heard = last_heard_s or {}
     slow = stragglers or {}
 
@@ -213,7 +217,22 @@ def workers_report(
         }
         for worker_id, info in sorted((lost or {}).items())
     ]
+    rows += [
+        {"worker_id": worker_id, "accelerator_type": None, "gpus": None, "state": "refused", "reason": why}
+        for worker_id, why in sorted((refused or {}).items())
+    ]
     return rows
+
+
+def refused_note(refused: Mapping[str, str]) -> str:
+    """What a job that waits for workers adds when some tried to join and were refused: the user
+    looks at `gavel jobs`, and "waits for workers" would hide that they came (a fleet on another
+    clock, say) and why they were turned away."""
+    if not refused:
+        return ""
+    count = f"{len(refused)} worker{'s' if len(refused) != 1 else ''}"
+    first_id, first_why = next(iter(sorted(refused.items())))
+    return f"; {count} tried to join and {'were' if len(refused) != 1 else 'was'} refused (`gavel workers`), e.g. {first_id}: {first_why}"
 
 
 def allocation_report(state: MechanismState | None, obs: Observations) -> dict[str, object]:

@@ -35,12 +35,13 @@ from common.errors import JournalError
 from mechanism_service.clocks import ScaledClock, describe_clock
 from mechanism_service.core.retention import LIVE, Retention
 from mechanism_service.core.settings import PRESETS
-from services.journal import Journal
+from services.journal import Journal, recorded_cluster
 from services.bus import make_bus
 from services.cli.common import (
     CommandFailed, load_table, non_negative_int, non_negative_number, or_none, positive_int, positive_number,
 )
 from services.cli.worker_options import add_worker_options, worker_config
+from services.cli.state_paths import cluster_identity, default_state_path, legacy_state_path
 from services.clock import WallClock
 from services.host import Service, ServiceHost
 from services.logging import bind_service
@@ -269,7 +270,21 @@ def _share(text: str) -> float:
 
 
 def default_journal_path(settings: Settings, service: str = "mechanism") -> pathlib.Path:
-    return pathlib.Path(settings.state_dir) / f"{service}-{settings.bus.exchange}.sqlite"
+    """The default file of a service's state, named for its cluster (services/cli/state_paths.py);
+    a file kept under the name from before the cluster was in it is still used (an upgrade loses
+    nothing), unless it belongs to another cluster."""
+    path, legacy = default_state_path(settings, service), legacy_state_path(settings, service)
+    if path.exists() or not legacy.exists():
+        return path
+    recorded = recorded_cluster(legacy)
+    if recorded is not None and recorded != cluster_identity(settings.bus):
+        return path  # the other cluster's
+    log.warning(
+        "state_file_old_name", service=service, path=str(legacy),
+        hint=f"it is still used; to give it its cluster's name, move it (and its -wal and -shm files) to {path} "
+        "while the service is stopped",
+    )
+    return legacy
 
 
 def open_estimator_state(args: argparse.Namespace, settings: Settings, bus_kind: str) -> Journal | None:
@@ -286,13 +301,16 @@ def open_estimator_state(args: argparse.Namespace, settings: Settings, bus_kind:
         path, source = str(default_journal_path(settings, "estimator")), "default"
     from estimator_service.service import JOURNAL_LABEL  # noqa: PLC0415 - only when an estimator runs
 
-    return _open_kept(path, source, JOURNAL_LABEL, "the default estimator state (choose another with --state, or --no-state)", "estimator_state_opened")
+    return _open_kept(
+        path, source, JOURNAL_LABEL, "the default estimator state (choose another with --state, or --no-state)",
+        "estimator_state_opened", cluster_identity(settings.bus),
+    )
 
 
-def _open_kept(path: str, source: str, label: str, default_says: str, event: str) -> Journal:
+def _open_kept(path: str, source: str, label: str, default_says: str, event: str, cluster: str) -> Journal:
     """A service's journal, or one line naming the flag (or default) that chose a bad file."""
     try:
-        journal = Journal(path, label=label)
+        journal = Journal(path, label=label, cluster=cluster)
     except JournalError as e:
         raise CommandFailed(f"{default_says if source == 'default' else source}: {e}", exit_code=2) from None
     log.info(event, path=str(journal.path), source=source)
@@ -336,6 +354,7 @@ def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) ->
     return _open_kept(
         path, source, "mechanism journal",
         "the default journal (choose another with --journal or GAVEL_JOURNAL_PATH, or --no-journal)", "journal_opened",
+        cluster_identity(settings.bus),
     )
 
 

@@ -113,17 +113,23 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_workers(rows: list[dict[str, object]]) -> None:
     """Registered workers (up: when they were last heard, if they send heartbeats), then the lost
-    ones (when, and why); older mechanisms send neither state nor times."""
+    ones (when, and why), then the refused ones (why); older mechanisms send neither state nor
+    times. The reason comes last: it is long, and a table reads best with it at the end."""
     lost = any(r.get("state") == "lost" for r in rows)
+    why = lost or any(r.get("state") == "refused" for r in rows)
     slow = any(r.get("straggler") for r in rows)
     print_table(
-        ["worker", "type", "GPUs", "state", "heard", *(["lost", "why"] if lost else []), *(["straggler"] if slow else [])],
+        [
+            "worker", "type", "GPUs", "state", "heard", *(["lost"] if lost else []), *(["straggler"] if slow else []),
+            *(["why"] if why else []),
+        ],
         [
             [
-                r["worker_id"], r["accelerator_type"], r["gpus"], r.get("state", "up"),
+                r["worker_id"], r.get("accelerator_type") or "-", r.get("gpus") or "-", r.get("state", "up"),
                 _ago(r.get("silent_s")),
-                *([_ago(r.get("lost_s_ago")), r.get("reason") or ""] if lost else []),
+                *([_ago(r.get("lost_s_ago"))] if lost else []),
                 *([_straggler(r.get("straggler"))] if slow else []),
+                *([r.get("reason") or ""] if why else []),
             ]
             for r in rows
         ],

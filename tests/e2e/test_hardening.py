@@ -257,7 +257,15 @@ async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_
     refused = answer(cluster, "cluster")["workers_refused"]  # type: ignore[index]
     assert set(refused) == {"v100-0", "k80-0"}  # type: ignore[arg-type]
     assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in refused["v100-0"]  # type: ignore[index]
-    assert answer(cluster, "workers") == []
+    # where the user looks: `gavel workers` lists them refused, with why, and a job that waits for
+    # workers says that some came and were turned away (issue 23: it looked like an empty cluster)
+    workers = answer(cluster, "workers")
+    assert [(w["worker_id"], w["state"]) for w in workers] == [("k80-0", "refused"), ("v100-0", "refused")]  # type: ignore[index, union-attr]
+    assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "early").returncode == 0
+    await eventually(lambda: state_of(cluster, "early") == "held", timeout_s=20, poll_s=0.3)
+    reason = str(jobs(cluster)["early"]["reason"])
+    assert "it waits for workers to join; 2 workers tried to join and were refused (`gavel workers`)" in reason, reason
+    assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in reason
 
     cluster.kill("fleet")
     cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1", *SCALE)
@@ -268,4 +276,4 @@ async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_
     assert "no consumer" in str(missing["reason"])
     assert not logged(log, "allocation_unavailable")  # said before any timeout
     cluster.start("policy", "serve", "policy", "--solving", "inline")
-    await eventually(lambda: state_of(cluster, "j") == "completed", timeout_s=120, poll_s=0.5)
+    await eventually(lambda: state_of(cluster, "j") == state_of(cluster, "early") == "completed", timeout_s=120, poll_s=0.5)

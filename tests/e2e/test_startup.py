@@ -134,7 +134,9 @@ async def test_a_mechanism_started_without_journal_flags_keeps_its_jobs_across_a
     health = tmp_path / "mechanism.health"
     mechanism = cluster.start("mechanism", "serve", "mechanism", "--health-file", str(health))
     await ready(health, mechanism.pid)
-    journal = tmp_path / "gavel" / f"mechanism-{cluster.exchange}.sqlite"  # XDG_STATE_HOME is the test's directory
+    # XDG_STATE_HOME is the test's directory; the file is named for the cluster (exchange, broker, vhost)
+    url = urllib.parse.urlsplit(cluster.url)
+    journal = tmp_path / "gavel" / f"mechanism-{cluster.exchange}@{url.hostname}_{url.port or 5672}.sqlite"
     opened = logged(tmp_path / "mechanism.log", "journal_opened")
     assert [(e["path"], e["source"]) for e in opened] == [(str(journal), "default")]
     out = gavel(cluster, "submit", "--job-type", "ResNet-18 (batch size 64)", "--steps", "1000", "--job-id", "kept")

@@ -266,9 +266,11 @@ def test_client_commands_do_not_wait_for_the_broker(tmp_path):
     "argv", [("serve", "mechanism"), ("up", "--bus", "amqp", "--services", "mechanism")], ids=["serve", "up-amqp"]
 )
 def test_the_mechanism_keeps_a_journal_by_default(tmp_path, argv):
-    out = gavel(*argv, env=offline_env(tmp_path, GAVEL_EXCHANGE="staging"))
+    env = offline_env(tmp_path, GAVEL_EXCHANGE="staging")
+    out = gavel(*argv, env=env)
     assert out.returncode == 1, out.stderr  # no broker here: the journal is opened before connecting
-    journal = tmp_path / "state" / "gavel" / "mechanism-staging.sqlite"
+    port = env["GAVEL_AMQP_URL"].rsplit(":", 1)[1].rstrip("/")
+    journal = tmp_path / "state" / "gavel" / f"mechanism-staging@127.0.0.1_{port}.sqlite"  # the cluster's own
     opened = [e for e in events(out.stderr) if e.get("event") == "journal_opened"]
     assert [e["path"] for e in opened] == [str(journal)], out.stderr
     assert journal.is_file()
