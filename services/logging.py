@@ -53,6 +53,7 @@ def configure_logging(settings: LogSettings = LogSettings(), *, stream: TextIO |
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(stream)
+    handler.addFilter(OrdinaryReconnect(show=level <= logging.DEBUG))
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[*shared[1:], structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
@@ -63,6 +64,52 @@ def configure_logging(settings: LogSettings = LogSettings(), *, stream: TextIO |
     root.handlers[:] = [handler]
     root.setLevel(max(level, logging.WARNING))  # libraries: warnings and up
     _configured = True
+
+
+# What aio-pika and aiormq log when the broker drops a connection that the robust connection then
+# restores (rabbitmqctl close_connection, a broker restart, a network blip): an error naming the
+# close, a warning with the reader's traceback, an error per channel whose close callback finds no
+# transport, and a warning per failed attempt while the broker is away. The bus says it once each
+# way instead (bus_connection_lost, bus_reconnected: services/bus/rabbit.py). (logger, message
+# start): the records that are this noise whatever they carry.
+RECONNECT_NOISE = (
+    ("aiormq.connection", "Unexpected connection close from remote"),
+    ("aio_pika.robust_connection", "Connection attempt to "),
+)
+# Records that are the same noise only when their exception is a lost connection: the reader's
+# traceback may also be a malformed frame, a callback's error our own bug.
+RECONNECT_NOISE_IF_CONNECTION_LOST = (
+    ("aiormq.connection", "Cancelling cause reader exited abnormally"),
+    ("aio_pika.tools", "Callback "),
+)
+CONNECTION_LOST = frozenset({"AMQPConnectionError", "ConnectionError", "IncompleteReadError", "ChannelInvalidStateError"})
+
+
+class OrdinaryReconnect(logging.Filter):
+    """Turns the client library's account of an ordinary reconnect (RECONNECT_NOISE) into debug
+    records: shown, at debug, only when ``show`` (GAVEL_LOG_LEVEL=debug), else dropped."""
+
+    def __init__(self, *, show: bool) -> None:
+        super().__init__()
+        self._show = show
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG or not self._is_noise(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return self._show
+
+    @staticmethod
+    def _is_noise(record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if any(record.name == name and message.startswith(start) for name, start in RECONNECT_NOISE):
+            return True
+        if not any(record.name == name and message.startswith(start) for name, start in RECONNECT_NOISE_IF_CONNECTION_LOST):
+            return False
+        error: object = record.exc_info[1] if record.exc_info else None
+        if error is None and isinstance(record.args, tuple):  # aio_pika.tools: "Callback %r error: %s: %s"
+            error = next((a for a in record.args if isinstance(a, BaseException)), None)
+        return error is not None and any(c.__name__ in CONNECTION_LOST for c in type(error).__mro__)
 
 
 def bind_service(name: str, **context: object) -> None:

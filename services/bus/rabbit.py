@@ -240,6 +240,8 @@ class RabbitBus:
         self.reconnects = 0  # times the robust connection came back after a drop
         self._claims: set[str] = set()  # names this connection holds (claim), taken again after a reconnect
         self._reclaiming: asyncio.Task[None] | None = None
+        self._lost_at: float | None = None  # loop time the connection was lost, until it is back
+        self._closing = False  # our own close: not a lost connection
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -273,6 +275,7 @@ class RabbitBus:
 
     async def start(self) -> None:
         url = self._settings.amqp_url
+        self._closing = False
         try:
             self._connection = await aio_pika.connect_robust(
                 url,
@@ -283,6 +286,7 @@ class RabbitBus:
         except (OSError, aiormq.exceptions.AMQPError, asyncio.TimeoutError) as e:
             raise connect_error(url, e, timeout_s=self._settings.connect_timeout_s) from None
         self._connection.reconnect_callbacks.add(self._on_reconnect)
+        self._connection.close_callbacks.add(self._on_connection_lost)
         self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         self._exchange = await self._channel.declare_exchange(
             self.exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
@@ -292,9 +296,26 @@ class RabbitBus:
         await dlq.bind(self._dlx, "#")
         log.info("bus_connected", url=redact_url(url), exchange=self.exchange_name, source=self._source)
 
+    def _on_connection_lost(self, _connection: object, reason: BaseException | None) -> None:
+        """One warning line for a dropped connection (the broker closed it, restarted, the
+        network went): aio-pika restores it on its own, and says so at debug only
+        (services/logging.py), where its error lines and a reader's traceback read like a crash."""
+        if self._closing or self._lost_at is not None:
+            return
+        self._lost_at = asyncio.get_running_loop().time()
+        log.warning(
+            "bus_connection_lost", exchange=self.exchange_name, source=self._source,
+            reason=(str(reason) or type(reason).__name__) if reason is not None else "not given",
+            action=f"reconnecting every {self._settings.reconnect_interval_s:g} s",
+        )
+
     def _on_reconnect(self, *_: object) -> None:
         self.reconnects += 1
-        log.warning("bus_reconnected", exchange=self.exchange_name, source=self._source, reconnects=self.reconnects)
+        lost_at, self._lost_at = self._lost_at, None
+        down_s = None if lost_at is None else round(asyncio.get_running_loop().time() - lost_at, 1)
+        log.warning(
+            "bus_reconnected", exchange=self.exchange_name, source=self._source, reconnects=self.reconnects, down_s=down_s
+        )
         if self._claims:  # the claims went with the old connection
             self._reclaiming = asyncio.get_running_loop().create_task(self._reclaim())
 
@@ -310,6 +331,7 @@ class RabbitBus:
                 log.warning("claim_retry_failed", name=name, error=repr(e), source=self._source)
 
     async def close(self, timeout_s: float = 30.0) -> None:
+        self._closing = True
         for sub in list(self._subscriptions):
             await sub.cancel(timeout_s)
         if self._connection is not None and not self._connection.is_closed:

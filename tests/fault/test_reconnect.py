@@ -51,3 +51,29 @@ async def test_publishes_during_a_dropped_connection_are_retried_and_consumers_r
     await got.wait_until(lambda: {d.envelope.message_id for d in got.deliveries} >= set(more), timeout_s=30)
     # At-least-once: a retried publish may arrive twice, never not at all; ids let consumers dedupe.
     assert {d.message.spec.job_id for d in got.deliveries} == {str(i) for i in range(50)} | {str(100 + i) for i in range(20)}  # type: ignore[attr-defined]
+
+
+async def test_an_ordinary_reconnect_is_one_warning_each_way_and_the_librarys_account_is_debug(rabbit, tmp_path):
+    """Issue 23: every service logged aiormq's and aio-pika's errors (and the reader's traceback)
+    when the broker closed its connection, which the robust connection then restored. Now: one
+    bus_connection_lost and one bus_reconnected warning; the library's lines only at debug
+    (services/logging.py, OrdinaryReconnect). About 1 s (two rabbitmqctl calls)."""
+    import io
+    import json
+
+    from common.config import LogSettings
+    from services.logging import configure_logging
+
+    stream = io.StringIO()
+    configure_logging(LogSettings(level="info", format="json"), stream=stream, force=True)
+    name = f"reconnect-log-{uuid.uuid4().hex[:6]}"
+    bus = await rabbit.connect(name, reconnect_interval_s=0.5)
+    await asyncio.to_thread(close_connection_named, name)
+    await eventually(lambda: bus.reconnects == 1 and bus.connected, timeout_s=30)
+
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    loud = [(e["event"], e["level"]) for e in events if e["level"] in ("warning", "error", "critical")]
+    assert loud == [("bus_connection_lost", "warning"), ("bus_reconnected", "warning")], loud
+    lost = next(e for e in events if e["event"] == "bus_connection_lost")
+    assert "CONNECTION_FORCED" in lost["reason"] and lost["source"] == name
+    assert not any("exception" in e for e in events)  # no traceback above debug
