@@ -13,15 +13,15 @@ from services.cli.common import CommandFailed, print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bus", help="check the broker connection, inspect dead letters")
+    p = sub.add_parser("bus", help="check that the broker answers, or read the messages no service could handle (dead letters)")
     bus_sub = p.add_subparsers(dest="bus_command", metavar="BUS_COMMAND", required=True)
 
-    check = bus_sub.add_parser("check", help="connect to the configured broker and declare the topology")
+    check = bus_sub.add_parser("check", help="connect to the broker and create the exchange and dead-letter queue the services use")
     check.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(run=run_check)
 
-    dead = bus_sub.add_parser("dead-letters", help="take dead letters off the queue and show why each failed")
+    dead = bus_sub.add_parser("dead-letters", help="take up to --limit messages off the dead-letter queue (removing them) and show why each failed")
     dead.add_argument("--amqp", metavar="URL", help="broker URL (default: GAVEL_AMQP_URL)")
     dead.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     dead.add_argument("--json", action="store_true", help="print JSON")

@@ -20,7 +20,7 @@ SHOWN_VIOLATIONS = 50  # the rest are counted (--json lists all)
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check-journal",
-        help="check the invariants I1-I6 over a mechanism's journal",
+        help="check a mechanism's journal for broken guarantees (the invariants I1-I6 of docs/reliability.md)",
         description=(
             "Reads a mechanism's journal (its inputs and its audit trail) without changing it and checks the "
             "invariants of docs/reliability.md: I1 one terminal state per accepted job; I2 one lease per GPU; I3 no "

@@ -10,7 +10,7 @@ from services.cli.common import print_json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "config", help="show the effective settings (from GAVEL_* environment variables)",
+        "config", help="show the settings in effect, as read from the GAVEL_* environment variables",
         description="The settings every command reads, as JSON (the password redacted). bus.kind is what `gavel up` "
         "runs on without --bus; `gavel serve`, `gavel submit` and the status commands always use RabbitMQ.",
     )

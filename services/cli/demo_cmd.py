@@ -50,7 +50,7 @@ DEMO = DemoScenario()
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
-        help="the bundled scenario on the embedded default: agnostic vs aware LAS vs aware LAS with space sharing",
+        help="run a short built-in example: 300 jobs under three policies, blind to accelerator types, aware of them, and sharing GPUs",
         description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
     )
     p.add_argument("--out", default="out/demo", metavar="DIR", help="where the plots and files go (default out/demo)")

@@ -30,7 +30,7 @@ UNCONSOLIDATED = "_unconsolidated"  # Gavel's pseudo-types: a gang spread over s
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "job-types",
-        help="the job types you can submit, with their steps/s per accelerator type",
+        help="list the job types you can submit and how fast each runs on each accelerator type",
         description="One row per job type: its scale factors (GPUs per job) and its steps/s alone on each "
         "accelerator type, for scale factor 1 or --scale-factor N. Gavel's table also has TYPE_unconsolidated "
         "columns: the steps/s of a gang spread over several servers instead of one (the same as TYPE on 1 GPU; "

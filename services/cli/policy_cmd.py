@@ -26,12 +26,12 @@ EXIT_NO_ALLOCATION = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("policy", help="solve a policy problem, list the policies")
+    p = sub.add_parser("policy", help="list the scheduling policies, or compute one's allocation for a problem file")
     policy_sub = p.add_subparsers(dest="policy_command", metavar="POLICY_COMMAND", required=True)
 
     solve = policy_sub.add_parser(
         "solve",
-        help="solve one problem (JSON, see docs/policies.md) and print the allocation as JSON",
+        help="compute a policy's allocation for one problem (a JSON file: docs/policies.md) and print it as JSON",
         description="Exit codes: 0 solved; 2 bad input; 3 no feasible allocation (see the output's reason).",
     )
     solve.add_argument("--policy", required=True, help="a policy name (gavel policy list)")
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     solve.add_argument("--output", metavar="OUT.json", help="write the allocation here instead of stdout")
     solve.set_defaults(run=run_solve)
 
-    listing = policy_sub.add_parser("list", help="every policy name, with what it optimises")
+    listing = policy_sub.add_parser("list", help="list every policy name with what it optimises")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=run_list)
 

@@ -74,10 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run one service in this process, on RabbitMQ")
     serve_sub = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
     for name, help_text in (
-        ("policy", "the policy service: allocation requests in, allocations out (scale it out)"),
-        ("mechanism", "the mechanism: rounds, leases, job lifecycle, the journal"),
-        ("estimator", "the throughput estimator: learns how fast each job runs alone and packed (or reads a table)"),
-        ("fleet", "a fake worker fleet that makes progress from the throughput table"),
+        ("policy", "run the policy service: it computes each job's share of time on each accelerator type (start several to share the load)"),
+        ("mechanism", "run the mechanism: it decides who runs where each round, leases GPUs to jobs and keeps the journal"),
+        ("estimator", "run the throughput estimator: it learns how fast each job runs on each type, alone and sharing a GPU (or reads a table)"),
+        ("fleet", "run simulated workers that make progress at the throughput table's speeds (no GPUs needed)"),
     ):
         p = serve_sub.add_parser(name, help=help_text, description=DESCRIPTIONS.get(name))
         _common_options(p)
@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(run=run_serve, services=(name,), bus_kind="amqp")
     worker = serve_sub.add_parser(
         "worker",
-        help="a real worker: runs PyTorch training jobs on this server's accelerators under the mechanism's leases",
+        help="run a real worker on this server: it runs the training jobs the mechanism leases to its GPUs",
         description="One process per server, owning its accelerators of one type (docs/worker.md). Jobs run as "
         "child processes; their checkpoints go to --checkpoint-dir, which every worker must share.",
     )
@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _service_options(up, only=None)
     up.set_defaults(run=run_serve)
 
-    health = sub.add_parser("health", help="exit 0 when the service writing FILE is ready (container healthchecks)")
+    health = sub.add_parser("health", help="exit 0 if the service writing this health file is up and ready, 1 if not (for container health checks)")
     health.add_argument("file", help="the health file (GAVEL_HEALTH_FILE of the service)")
     health.add_argument(
         "--max-age-s", type=positive_number, default=30.0, help="older than this counts as dead (default 30)"

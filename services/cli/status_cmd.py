@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     for name, query, help_text in (
-        ("jobs", "jobs", "every job: state, accelerator type now, steps, attained service, waiting time"),
-        ("job", "job", "one job's history: rounds, placements, lease extensions, allocation share"),
-        ("workers", "workers", "the registered workers"),
-        ("cluster", "cluster", "capacity and use per accelerator type, the policy, its last solve"),
+        ("jobs", "jobs", "list the jobs: state, accelerator type, steps done, GPU-hours received, hours waited"),
+        ("job", "job", "show one job's history: where it ran round by round, lease extensions, its share of the allocation"),
+        ("workers", "workers", "list the workers: accelerator type, GPUs, when last heard from; lost and refused ones, and why"),
+        ("cluster", "cluster", "show the GPUs per accelerator type and their use, the policy and how its last solve went"),
     ):
         p = sub.add_parser(name, help=help_text)
         if name == "job":

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
-        help="policies x input rates x seeds on generated traces, on all cores; average JCT against input rate",
+        help="simulate each policy at several arrival rates and seeds (on all cores) and plot average job completion time against the rate",
         description=(
             "Run every (policy, jobs/hour, seed) on the trace Gavel generates with that seed and rate, on all cores, "
             "and plot average JCT against input rate. Exit codes: 0 done; 1 the plot could not be drawn; 2 bad input."

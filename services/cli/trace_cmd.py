@@ -36,12 +36,12 @@ _FLAG_OF_FIELD = {"num_jobs": "--jobs", "jobs_per_hour": "--jobs-per-hour", "see
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("trace", help="generate, convert and summarise job traces")
+    p = sub.add_parser("trace", help="make, convert or describe job trace files")
     trace_sub = p.add_subparsers(dest="trace_command", metavar="TRACE_COMMAND", required=True)
 
     gen = trace_sub.add_parser(
         "generate",
-        help="a synthetic trace with Gavel's job distribution",
+        help="write a synthetic trace with Gavel's job distribution",
         description=(
             "Job types uniform over the throughput table's templates; run time on a V100 60x10^U(1.5,3) s "
             "(80 percent) or 60x10^U(3,4) s; with --multi-gpu, 1/2/4/8 GPUs at 70/10/15/5 percent. With --rng "
@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--output", required=True, metavar="FILE", help="FILE.trace (Gavel's 10 columns) or FILE.jsonl")
     gen.set_defaults(run=run_generate)
 
-    conv = trace_sub.add_parser("convert", help="rewrite a trace in another format (from the output's extension)")
+    conv = trace_sub.add_parser("convert", help="rewrite a trace in another format (chosen by the output file's extension)")
     conv.add_argument("input", metavar="INPUT", help="a .trace (10- or 7-column) or .jsonl trace")
     conv.add_argument("--output", required=True, metavar="FILE", help="FILE.trace or FILE.jsonl")
     conv.add_argument(
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     conv.set_defaults(run=run_convert)
 
-    show = trace_sub.add_parser("show", help="jobs, arrival span, job-type and scale-factor mix, GPU-hours on V100")
+    show = trace_sub.add_parser("show", help="describe a trace: its jobs, arrival span, job types and GPU counts, GPU-hours on a V100")
     show.add_argument("file", metavar="FILE", help="a .trace (10- or 7-column) or .jsonl trace")
     show.add_argument("--throughputs", metavar="TABLE.json", help="throughput table for the GPU-hours (default: the shipped one)")
     show.add_argument("--json", action="store_true")
