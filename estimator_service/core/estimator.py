@@ -9,9 +9,10 @@ Pure: no I/O, no clock, no randomness beyond the seeded completion. docs/estimat
 method with its formulas; in short, per job and accelerator type k, its steps/s alone combines
 (beliefs.combine, in log space, weighted by precision):
 
-- its own measurements on k (left out: those of workers flagged as stragglers);
+- its own measurements on k (a flagged straggler's only where no healthy worker measured it);
 - the other jobs of its colocation class, pooled (pools.py);
-- the reference table's figure, for a class the reference set knows;
+- the reference table's figure, for a class the reference set knows, times the type's
+  calibration (calibration.py: this cluster's hardware against the table's);
 - the user's estimate at submission;
 - for a class the reference set does not know, measured on some types but not on k: its
   measured speed there times the matched reference's speed ratio between k and those types;
@@ -46,8 +47,9 @@ from common.messages import (
     ThroughputEstimated,
 )
 from estimator_service.core.beliefs import MEASUREMENTS, Belief, Source, combine
+from estimator_service.core.calibration import AS_THE_TABLE, Calibration, TypeCalibration
 from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
-from estimator_service.core.evidence import JobEvidence
+from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
 from estimator_service.core.pools import Pool
 from estimator_service.core.reference import ReferenceSet, class_of
 from estimator_service.core.settings import EstimatorSettings
@@ -60,6 +62,9 @@ TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in
 # the publish tolerance, so skipping their recomputation changes nothing published.
 STAMP_TOLERANCE = 1e-3
 WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
+# A type's calibration is applied again when it moved by more than this (log): each reference
+# report moves it a little, and every figure is recomputed when it is applied.
+CALIBRATION_STEP = 0.01
 
 
 @dataclass
@@ -82,9 +87,11 @@ class Estimator:
         self.classes: dict[str, _Class] = {}
         self.pools: dict[tuple[str, str], Pool] = {}
         self.stragglers = StragglerWatch(settings.straggler_ratio, settings.straggler_jobs)
+        self.calibration = Calibration(settings.calibration_tolerance, settings.calibration_sd)
+        self._calibrated: dict[str, TypeCalibration] = {}  # type -> the calibration applied
         self.revision = 0
         self._order = 0
-        self._global = 0  # grows with straggler flags and refits: every cached figure depends on them
+        self._global = 0  # grows with straggler flags, calibrations, refits: every cached figure depends on them
         self._rows: dict[str, tuple[tuple[int, int], Row]] = {}
         self._matches: dict[str, tuple[tuple[int, int], np.ndarray | None]] = {}  # class -> its match's speeds
         self._priors: dict[tuple[str, str, str], tuple[int, Source | None]] = {}  # fraction priors, by refit
@@ -99,12 +106,28 @@ class Estimator:
         self._dirty_pairs: set[tuple[str, str]] = set()
         self._dirty_profiling: set[str] = set()
         self._new_flags: list[StragglerFlag] = []
-        self._excluded: frozenset[str] = frozenset()  # flagged workers, whose measurements are left out
+        self._slow: Stragglers = NO_STRAGGLERS  # flagged workers: their measurements count where no healthy one's do
         # Types published: the profiled ones and any a report named (a pseudo-type nobody runs on is
         # not worth estimating at every step).
         self._types_out: tuple[str, ...] = references.feature_types
         self._fits_seen: dict[int, int] = {}  # scale factor -> completion fits already accounted for
         self._typical = {sf: references.typical_isolated(sf) for sf in {*references.groups, 1}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A snapshot from before calibration (which left stragglers' measurements out) loads as
+        the same model with nothing calibrated yet, its flags as corrections."""
+        self.__dict__.update(state)
+        if "calibration" in state:
+            return
+        old = self.settings  # its new fields were never set: the defaults
+        fields = {f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)}
+        self.settings = EstimatorSettings(**fields)
+        self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
+        self._calibrated = {}
+        flagged = self.stragglers.flagged
+        self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
+        self.__dict__.pop("_excluded", None)
+        self._global += 1
 
     # -- inputs ------------------------------------------------------------------------------------
 
@@ -165,6 +188,7 @@ class Estimator:
             new_cell = not len(self.pools.get((cls.name, w), ()))
             self._watch(job, w, report.worker_id, value)
             job.record(w, "", report.worker_id, value, profiled)
+            self._calibrate(job, w, report.worker_id)
             self._alone_changed(job, w)
         if new_cell:  # what the class still lacks changed: its profiling request with it
             self._dirty_profiling.add(job.colocation_class)
@@ -233,7 +257,7 @@ class Estimator:
 
     def _alone_changed(self, job: JobEvidence, accelerator_type: str) -> None:
         cls = self.classes[job.colocation_class]
-        sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self._excluded)
+        sources = job.alone_sources(accelerator_type, self.settings.measurement_sd, self._slow)
         belief = combine(sources)
         pool = self._pool(cls.name, accelerator_type)
         own_before = pool.contributions.get(job.job_id)
@@ -262,8 +286,8 @@ class Estimator:
         self._observe_cell(name, partner, accelerator_type)
 
     def _watch(self, job: JobEvidence, accelerator_type: str, worker_id: str, value: float) -> None:
-        """Straggler evidence: this measurement against a confident estimate made without the
-        worker's own measurements of the job."""
+        """Straggler evidence: this measurement against a confident estimate of the worker's
+        healthy peers of its type (none: no evidence)."""
         if job.alone_count(accelerator_type, worker_id) >= WATCHED_PER_JOB:
             return  # this job has said what it can about this worker
         predicted = self._predicted(job, accelerator_type, worker_id)
@@ -274,11 +298,13 @@ class Estimator:
             return
         self._new_flags.append(change)
         self._global += 1
-        self._excluded = frozenset(self.stragglers.flagged)
-        for other in self.jobs.values():  # its measurements leave (or rejoin) every estimate
+        flagged = self.stragglers.flagged
+        self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
+        self._recalibrate(self.types)  # its level leaves (or rejoins) its type's calibration
+        for other in self.jobs.values():  # its measurements give way to (or rejoin) healthy ones
             if worker_id in other.workers():
                 for w in other.alone:
-                    sources = other.alone_sources(w, self.settings.measurement_sd, self._excluded)
+                    sources = other.alone_sources(w, self.settings.measurement_sd, self._slow)
                     self._pool(other.colocation_class, w).put(other.job_id, combine(sources), sum(x.count for x in sources))
                 self.classes[other.colocation_class].stamp += 1
                 if other.colocation_class in self.classes and self.classes[other.colocation_class].evidenced:
@@ -286,23 +312,49 @@ class Estimator:
         self._everything_dirty()
 
     def _predicted(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> Belief | None:
-        """The job's speed alone on the type from everything but the worker's own measurements
-        (of this job and of the others of its class)."""
+        """The job's speed alone on the type as the worker's healthy peers of that type say: their
+        measurements of it and of its class, the table's figure calibrated on them. None without
+        a peer: a worker is slow against its peers, not against a table measured elsewhere."""
         s = self.settings
-        excluded = self._excluded | {worker_id}
-        sources = list(job.alone_sources(accelerator_type, s.measurement_sd, excluded))
+        excluded = frozenset(self.stragglers.flagged) | {worker_id}
+        sources = list(job.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
         for other_id in self.classes[job.colocation_class].jobs:
             other = self.jobs[other_id]
             if other_id != job.job_id and accelerator_type in other.alone:
-                pooled = combine(other.alone_sources(accelerator_type, s.measurement_sd, excluded))
+                pooled = combine(other.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
                 if pooled is not None:
                     sources.append(Source(pooled.value, pooled.variance + 2 * s.job_spread_sd**2, pooled.provenance))
         located = self.references.locate(job.colocation_class)
-        if located is not None:
+        peers = self.calibration.of(accelerator_type, excluded)
+        if located is not None and peers is not None:
             value = located[0].isolated[located[1], self.types.index(accelerator_type)]
             if np.isfinite(value):
-                sources.append(Source(float(value), s.reference_sd**2 + s.job_spread_sd**2, Provenance.REFERENCE))
+                variance = s.reference_sd**2 + s.job_spread_sd**2 + peers.variance
+                sources.append(Source(float(value) * peers.factor, variance, Provenance.REFERENCE))
         return combine(sources)
+
+    def _calibrate(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> None:
+        """A reference job measured alone: its worker's ratio to the table, the type's calibration."""
+        located = self.references.locate(job.colocation_class)
+        mean_log = job.mean_log(accelerator_type, worker_id)
+        if located is None or mean_log is None:
+            return
+        table = located[0].isolated[located[1], self.types.index(accelerator_type)]
+        if np.isfinite(table) and table > 0:
+            self.calibration.observe(worker_id, accelerator_type, job.job_id, mean_log - math.log(table))
+            self._recalibrate((accelerator_type,))
+
+    def _recalibrate(self, types: tuple[str, ...]) -> None:
+        """Apply the types' calibrations that moved (every figure derived from the table moves)."""
+        moved = False
+        for w in types:
+            now = self.calibration.applied(w, self.stragglers.flagged)
+            if now.moved(self._calibrated.get(w, AS_THE_TABLE), CALIBRATION_STEP):
+                self._calibrated[w] = now
+                moved = True
+        if moved:
+            self._global += 1
+            self._everything_dirty()
 
     def _was_requested(self, job_id: str, accelerator_type: str, partner_class: str) -> bool:
         request = self._published_profiling.get(job_id)
@@ -385,24 +437,26 @@ class Estimator:
 
     def _compute_row(self, job: JobEvidence) -> Row:
         s = self.settings
-        excluded = self._excluded
+        slow = self._slow
         located = self.references.locate(job.colocation_class)
         spread = s.job_spread_sd**2
         direct: dict[str, list[Source]] = {}
         for w in self._types_out:
             k = self.types.index(w)
-            sources = list(job.alone_sources(w, s.measurement_sd, excluded))
+            sources = list(job.alone_sources(w, s.measurement_sd, slow))
             pooled = self._pool(job.colocation_class, w).mean(without=job.job_id)
             if pooled is not None:
                 sources.append(Source(pooled.value, pooled.variance + spread, pooled.provenance, pooled.count))
             if located is not None:
                 value = located[0].isolated[located[1], k]
                 if np.isfinite(value):
-                    sources.append(Source(float(value), s.reference_sd**2 + spread, Provenance.REFERENCE))
+                    calibrated = self._calibrated.get(w, AS_THE_TABLE)
+                    variance = s.reference_sd**2 + spread + calibrated.variance
+                    sources.append(Source(float(value) * calibrated.factor, variance, Provenance.REFERENCE))
             if w in job.user:
                 sources.append(Source(job.user[w], s.user_sd**2, Provenance.USER))
             if located is None:
-                sources += self._packed_sources(job, w, excluded)
+                sources += self._packed_sources(job, w, slow)
             direct[w] = sources
         beliefs = {w: combine(sources) for w, sources in direct.items()}
         measured = {
@@ -420,18 +474,19 @@ class Estimator:
                 if ratio is not None:
                     sources = [*sources, ratio]
             if not sources:  # nothing at all is known: the typical job of its size
-                sources = [Source(float(typical[k]), s.typical_sd**2, Provenance.REFERENCE)]
+                calibrated = self._calibrated.get(w, AS_THE_TABLE)
+                sources = [Source(float(typical[k]) * calibrated.factor, s.typical_sd**2 + calibrated.variance, Provenance.REFERENCE)]
             belief = combine(sources)
             row[w] = belief if belief is not None else Belief(0.0, 0.0, Provenance.REFERENCE)
         return row
 
-    def _packed_sources(self, job: JobEvidence, accelerator_type: str, excluded: frozenset[str]) -> list[Source]:
+    def _packed_sources(self, job: JobEvidence, accelerator_type: str, slow: Stragglers) -> list[Source]:
         """A new class's speed alone implied by its packed runs there: each run's steps/s over the
         prior fraction of that pair (the completion's, which never used this type's measured
         fractions unless the speed alone there was measured: no circle)."""
         out = []
         for partner, w in [key for key in job.packed if key[1] == accelerator_type]:
-            packed = combine(job.packed_sources(partner, w, self.settings.measurement_sd, excluded))
+            packed = combine(job.packed_sources(partner, w, self.settings.measurement_sd, slow))
             prior = self._fraction_prior(job.colocation_class, partner, w)
             if packed is None or prior is None or not (packed.value > 0 and prior.value > 0):
                 continue
@@ -439,20 +494,23 @@ class Estimator:
         return out
 
     def _ratio_source(self, match: np.ndarray, measured: dict[str, Belief], k: int) -> Source | None:
-        """The job's measured speeds times the matched reference's ratio to type k."""
+        """The job's measured speeds times the matched reference's ratio to type k (each type's
+        table figure calibrated)."""
         if not np.isfinite(match[k]):
             return None
+        target = self._calibrated.get(self.types[k], AS_THE_TABLE)
         logs, variances = [], []
         for w, belief in measured.items():
             other = match[self.types.index(w)]
             if np.isfinite(other) and other > 0:
                 if match[k] <= 0:
                     return Source(0.0, self.settings.matched_sd**2, Provenance.REFERENCE)
-                logs.append(belief.log_value + math.log(match[k] / other))
-                variances.append(belief.variance)
+                here = self._calibrated.get(w, AS_THE_TABLE)
+                logs.append(belief.log_value + math.log(match[k] / other) + target.log_shift - here.log_shift)
+                variances.append(belief.variance + here.variance)
         if not logs:
             return None
-        variance = self.settings.matched_sd**2 + math.fsum(variances) / len(variances)
+        variance = self.settings.matched_sd**2 + target.variance + math.fsum(variances) / len(variances)
         return Source(math.exp(math.fsum(logs) / len(logs)), variance, Provenance.REFERENCE)
 
     def _match(self, name: str, scale_factor: int) -> np.ndarray | None:
@@ -478,8 +536,8 @@ class Estimator:
         for k, w in enumerate(self.types):
             pooled = self.pools.get((name, w))
             mean = pooled.mean() if pooled is not None else None
-            if mean is not None and mean.value > 0:
-                measured.append((k, math.log(mean.value)))
+            if mean is not None and mean.value > 0:  # against the table calibrated to this hardware
+                measured.append((k, math.log(mean.value) - self._calibrated.get(w, AS_THE_TABLE).log_shift))
         if not measured:
             return None
         columns = [k for k, _ in measured]
@@ -498,7 +556,7 @@ class Estimator:
             job = self.jobs.get(job_id)
             if job is None:
                 continue
-            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self._excluded))
+            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self._slow))
             if packed is None:
                 continue
             if packed.value <= 0:

@@ -38,6 +38,14 @@ class EstimatorSettings:
     straggler_jobs: int = 3
     # Jobs pooled per class (the most recent; a job's own measurements are all kept, as sums).
     pooled_jobs: int = 32
+    # A type's hardware is calibrated against the table (calibration.py) when its jobs run more
+    # than this (log) off the table's figures: within it, the table's own spread. The spread of
+    # jobs' ratios around the calibration is assumed this until 3 jobs measured it.
+    calibration_tolerance: float = 0.1
+    calibration_sd: float = 0.3
+    # What a straggler's slowness (a median over a few jobs) is not known to: added to the
+    # variance of its measurements scaled back to a healthy peer's, where no healthy one measured.
+    straggler_sd: float = 0.1
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -46,6 +54,11 @@ class EstimatorSettings:
             raise ValueError(f"profiling_percentage: {self.profiling_percentage} is not in [0, 1]")
         if not 0.0 <= self.profiling_share <= 1.0:
             raise ValueError(f"profiling_share: {self.profiling_share} is not in [0, 1]")
-        for name in ("measurement_sd", "job_spread_sd", "user_sd", "reference_sd", "matched_sd", "typical_sd"):
+        if not self.calibration_tolerance >= 0:
+            raise ValueError(f"calibration_tolerance: {self.calibration_tolerance} must be >= 0")
+        for name in (
+            "measurement_sd", "job_spread_sd", "user_sd", "reference_sd", "matched_sd", "typical_sd", "calibration_sd",
+            "straggler_sd",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)} must be > 0")

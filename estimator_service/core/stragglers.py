@@ -1,11 +1,18 @@
-"""Stragglers: workers whose measurements stay well below what the estimates predict.
+"""Stragglers: workers slower than their peers of the same accelerator type.
 
-Each measurement of a job alone that a confident estimate (one made without that worker's
-measurements, confidence >= ``MIN_CONFIDENCE``) predicted gives the worker a ratio measured /
-predicted. A worker is flagged when the median of its latest ratio per job, over at least
-``jobs`` distinct jobs, is below ``threshold``; the flag is withdrawn when the median climbs back
-above the threshold plus ``HYSTERESIS`` (a flag must not flicker with one lease). A flagged
-worker's measurements describe the worker, not the job: the estimator leaves them out.
+A straggler is slow against its peers, not against a table measured on other machines: hardware
+that is slower (or faster) than the table as a whole is a calibration (calibration.py). So the
+prediction a worker is judged against is its healthy peers' of the same type: their measurements
+of the job and of its class, and the table's figure calibrated on their measurements alone. With
+no peer of the type measured, there is no prediction and no straggler call.
+
+Each measurement of a job alone that such a confident prediction (confidence >= ``MIN_CONFIDENCE``)
+predicted gives the worker a ratio measured / predicted. A worker is flagged when the median of
+its latest ratio per job, over at least ``jobs`` distinct jobs, is below ``threshold``; the flag is
+withdrawn when the median climbs back above the threshold plus ``HYSTERESIS`` (a flag must not
+flicker with one lease). A flagged worker's measurements describe the worker first: where a
+healthy worker measured the same figure, the healthy one's stand; where none did, the straggler's
+count, divided by its ratio (evidence.Stragglers), so nothing measured is thrown away.
 """
 
 from __future__ import annotations

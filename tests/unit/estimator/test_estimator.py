@@ -145,11 +145,14 @@ def test_a_pair_measured_at_zero_is_never_estimated_positive_again():
     assert pair.provenance["k80"] is Provenance.MEASURED
 
 
-def test_a_slow_worker_is_flagged_and_its_measurements_are_left_out():
+def test_a_worker_slow_among_its_peers_is_flagged_and_its_measurements_give_way_to_theirs():
     e = estimator(straggler_jobs=3)
-    jobs = [f"lm-{i}" for i in range(4)]
+    jobs = [f"lm-{i}" for i in range(6)]
     for job_id in jobs:
         e.submitted(JobSpec(job_id, KNOWN, 1000))
+    for job_id in jobs[:4]:  # two healthy peers of the same type, at the table's speed
+        for peer in ("v100-a", "v100-b"):
+            e.progress(report(job_id, "v100", truth(KNOWN, "v100"), worker=peer))
     flags = []
     for job_id in jobs:
         out = e.progress(report(job_id, "v100", 0.5 * truth(KNOWN, "v100"), worker="slow"))
@@ -159,7 +162,21 @@ def test_a_slow_worker_is_flagged_and_its_measurements_are_left_out():
     assert e.stragglers.is_flagged("slow")
     picture = e.everything()
     for job_id in jobs:  # the table's figure stands: the worker was slow, not the jobs
-        assert row(picture, job_id).throughputs_steps_per_s["v100"] == pytest.approx(truth(KNOWN, "v100"), rel=1e-3)
+        assert row(picture, job_id).throughputs_steps_per_s["v100"] == pytest.approx(truth(KNOWN, "v100"), rel=0.02)
+    # lm-4 and lm-5 were measured by the straggler alone: its measurements count, scaled to a peer's
+    assert row(picture, "lm-5").provenance["v100"] is Provenance.MEASURED
+    assert e.calibration.of("v100", left_out=e.stragglers.flagged).log_shift == 0.0  # the type is the table's
+
+
+def test_a_worker_with_no_peer_of_its_type_is_never_a_straggler():
+    """Slow against the table but alone on its type: calibration (test_calibration.py), not a straggler."""
+    e = estimator(straggler_jobs=3)
+    for i in range(5):
+        e.submitted(JobSpec(f"lm-{i}", KNOWN, 1000))
+        e.progress(report(f"lm-{i}", "v100", 0.5 * truth(KNOWN, "v100"), worker="only-v100"))
+        e.progress(report(f"lm-{i}", "k80", truth(KNOWN, "k80"), worker="a-k80"))  # a peer of another type
+    assert not e.stragglers.flagged
+    assert row(e.everything(), "lm-0").throughputs_steps_per_s["v100"] == pytest.approx(0.5 * truth(KNOWN, "v100"), rel=0.01)
 
 
 def test_a_report_delivered_twice_is_one_measurement():
