@@ -37,6 +37,9 @@ class Delivery:
     # objects): a consumer that keeps a message (the mechanism's journal) stores these instead of
     # encoding it again.
     body: bytes = b""
+    # The broker user that published it, as the broker validated it (RabbitMQ refuses a user-id
+    # property that is not the publishing connection's user); "" when the transport does not say.
+    user_id: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,6 +72,10 @@ class Subscription(Protocol):
 class Bus(Protocol):
     @property
     def connected(self) -> bool: ...
+
+    # The broker user this connection logs in as and publishes under ("" when none): receivers
+    # get it as Delivery.user_id, as the broker validated it.
+    user: str
 
     async def start(self) -> None: ...
 

@@ -80,6 +80,7 @@ from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
 from mechanism_service.core import audit
 from mechanism_service.core import membership
+from mechanism_service.core import ownership
 from mechanism_service.core import retention as retention_core
 from mechanism_service.core import status as status_core
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
@@ -195,6 +196,7 @@ class Memory:
     lost_workers: dict[str, dict[str, object]] = dataclasses.field(default_factory=dict)  # id -> type, gpus, lost_at_s, reason
     # joined worker id -> the process that holds it (WorkerRegistered.instance; core/membership.py)
     instances: dict[str, str] = dataclasses.field(default_factory=dict)
+    owners: dict[str, ownership.Owner] = dataclasses.field(default_factory=dict)  # job id -> who submitted it
     ended_leases: dict[str, str] = dataclasses.field(default_factory=dict)  # running round's leases ended early -> why
     resolve_now: bool = False  # a worker was lost: solve again at the next boundary, whatever the interval
     # Retention (core/retention.py): every finished job id -> when it ended, in that order (what
@@ -260,8 +262,10 @@ class MechanismService:
         crash_point: Callable[[str], None] | None = None,
         retention: Retention = KEEP_ALL,
         archive: Callable[[Forgotten], None] | None = None,
+        owners: ownership.Ownership = ownership.Ownership(),
     ) -> None:
         self._clock: Clock = LockstepClock() if lockstep else clock
+        self._ownership = owners  # who owns a job, who may cancel it (core/ownership.py)
         self._lockstep = lockstep
         self._settings = settings
         self._policy = policy
@@ -409,9 +413,13 @@ class MechanismService:
 
     # -- handlers: journal what arrived, wake the loop --------------------------------------------
 
-    def _record(self, kind: str, d: Delivery, at_s: float | None = None) -> None:
+    def _record(self, kind: str, d: Delivery, at_s: float | None = None, message: Message | None = None) -> None:
+        """Journal an accepted input as it came (``message``: as the mechanism completed it)."""
         if self._journal is not None:
-            self._journal.append(kind, wire_bytes(d), at_s)
+            body = wire_bytes(d) if message is None else DEFAULT_CODEC.encode(
+                message, source=d.envelope.source, sent_at_s=d.envelope.sent_at_s, message_id=d.envelope.message_id,
+            )
+            self._journal.append(kind, body, at_s)
 
     def _audit_end(self, job_id: str, outcome: str, reason: str, now_s: float) -> None:
         """A job's end (or a submission refused on receipt) in the audit trail, committed with
@@ -641,13 +649,21 @@ class MechanismService:
             await self._on_job(d, message)
 
     async def _on_job(self, d: Delivery, message: JobSubmitted) -> None:
+        forged = ownership.unverified(message.broker_user, d.user_id)
+        if forged:  # nothing of it is accepted, so nothing is journaled (a replay could not check it)
+            self.memory.observations.rejected.setdefault(message.spec.job_id, f"not accepted: {forged}")
+            await self._publish_rejection(message.spec.job_id, f"not accepted: {forged}")
+            return
+        completed = None
+        if d.user_id and not message.broker_user:  # a client that did not say: the broker's word, kept
+            message = completed = dataclasses.replace(message, broker_user=d.user_id)
         now_s = self._clock.now_s()
         receipt = self._receive(message, now_s)
         if receipt.outcome in ("new", "refused"):
             # journaled with the arrival it was given (a replay's arrivals are in the trace); an
             # absorbed duplicate or a conflict changes nothing worth replaying
             stamp = receipt.job.arrival_s if receipt.job is not None and not self._lockstep else None
-            self._record("submitted", d, stamp)
+            self._record("submitted", d, stamp, completed)
         if receipt.outcome == "refused":
             self._audit_end(message.spec.job_id, audit.REFUSED, receipt.reason, now_s)
         if receipt.outcome == "new":
@@ -676,6 +692,9 @@ class MechanismService:
                 memory.launch[job_id] = (spec.command, spec.working_dir)
             if spec.throughput_estimate_steps_per_s:  # the prior until the estimator says more
                 memory.user_estimates[job_id] = dict(spec.throughput_estimate_steps_per_s)
+            owner = ownership.owner(message.submitted_by, message.broker_user, self._ownership)
+            if owner.name:
+                memory.owners[job_id] = owner
         elif receipt.outcome == "refused":
             memory.observations.rejected[job_id] = receipt.reason
             self._forget(job_id)
@@ -709,6 +728,12 @@ class MechanismService:
             await self._reply(message.request_id, message.reply_to, summary, d)
 
     async def _on_cancel(self, d: Delivery, message: CancelJob) -> None:
+        refused = self._cancel_refused(d, message)
+        if refused:  # nothing changes, so nothing is journaled
+            self._log.warning("cancel_refused", job_id=message.job_id, reason=refused)
+            if message.reply_to:
+                await self._reply(message.request_id, message.reply_to, {"error": refused}, d)
+            return
         now_s = self._clock.now_s()
         changed, answer, event = self._cancel(message.job_id, message.reason, now_s)
         if changed:
@@ -725,6 +750,18 @@ class MechanismService:
             await self._publish(event, f"job-end:{event.job_id}")  # again if it was before: deduplicated
         if message.reply_to:
             await self._reply(message.request_id, message.reply_to, answer, d)
+
+    def _cancel_refused(self, d: Delivery, message: CancelJob) -> str:
+        """Why this cancel is not allowed ("": it is): a broker user the broker did not validate,
+        or a requester who is neither the job's owner nor an operator."""
+        forged = ownership.unverified(message.broker_user, d.user_id)
+        if forged:
+            return f"cancel of {message.job_id!r} not accepted: {forged}"
+        requester = ownership.owner(message.requested_by, message.broker_user or d.user_id, self._ownership)
+        job_owner = self.memory.owners.get(message.job_id)
+        if job_owner is None or ownership.may_cancel(job_owner, requester, self._ownership):
+            return ""
+        return ownership.refusal(message.job_id, job_owner, requester)
 
     def _kills_for_cancel(self, job_id: str, reason: str) -> list[KillJobs]:
         """A cancelled job that runs now is stopped now (a real worker would run it to its lease's
@@ -903,6 +940,7 @@ class MechanismService:
             cancelling=dict(memory.cancelling),
             workers_refused=dict(memory.refused_workers),
             workers_lost=dict(memory.lost_workers),
+            owners={job_id: o.name for job_id, o in memory.owners.items()},
         )
         now_s = self._clock.now_s()
         body: object
@@ -1112,7 +1150,7 @@ class MechanismService:
                 del memory.ended_at_s[job_id]
                 for held in (
                     obs.history, obs.history_dropped, obs.attempts, obs.measured, obs.failed, obs.cancelled, obs.rejected,
-                    memory.launch,
+                    memory.launch, memory.owners,
                 ):
                     held.pop(job_id, None)
                 memory.intake.known.pop(job_id, None)  # the id is free again (module docstring)

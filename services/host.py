@@ -73,6 +73,10 @@ class ServiceBus:
     def connected(self) -> bool:
         return self._bus.connected
 
+    @property
+    def user(self) -> str:
+        return self._bus.user
+
     async def start(self) -> None:  # the host owns the connection
         return None
 

@@ -68,6 +68,10 @@ class FaultyBus:
     def connected(self) -> bool:
         return self._inner.connected
 
+    @property
+    def user(self) -> str:
+        return self._inner.user
+
     async def start(self) -> None:
         await self._inner.start()
 

@@ -38,6 +38,11 @@ class JobSubmitted(Message):
     spec: JobSpec
     batch_id: str = ""  # the submission this job came with (one `gavel submit`)
     arrival_offset_s: float = 0.0
+    # Who submits it (mechanism_service/core/ownership.py): the operating-system user the client
+    # runs as, as it says, and the broker user it publishes as, which the mechanism checks against
+    # the broker's validated user-id (a claim the broker did not validate is refused).
+    submitted_by: str = ""
+    broker_user: str = ""
 
 
 @message("job.submissions.sealed")
@@ -66,6 +71,8 @@ class CancelJob(Message):
     reason: str = "cancelled by the user"
     reply_to: str = ""
     request_id: str = ""
+    requested_by: str = ""  # who asks, as JobSubmitted.submitted_by and .broker_user say who submits
+    broker_user: str = ""
 
 
 @message("job.cancelled")

@@ -42,6 +42,7 @@ class Observations:
     held: Sequence[dict[str, object]] = ()  # arrived, the cluster cannot run them yet (with why)
     cancelling: Mapping[str, str] = field(default_factory=dict)  # active, leaving at the next boundary
     workers_refused: Mapping[str, str] = field(default_factory=dict)  # worker id -> why
+    owners: Mapping[str, str] = field(default_factory=dict)  # job id -> who submitted it (core/ownership.py)
     workers_lost: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # worker id -> when, why
 
 
@@ -146,6 +147,8 @@ def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -
     rows += [{**row, "reason": f"{row['reason']}{note}"} if note and WAITS_FOR_WORKERS in str(row.get("reason", "")) else row for row in obs.held]
     rows += [{"id": job_id, "state": "rejected", "reason": reason} for job_id, reason in obs.rejected.items()]
     rows += list(obs.cancelled.values())
+    if obs.owners:
+        rows = [{**row, "owner": obs.owners.get(str(row["id"]), "")} for row in rows]
     return rows
 
 

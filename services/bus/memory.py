@@ -42,7 +42,7 @@ log = structlog.get_logger("gavel.bus.memory")
 class _Item:
     """One message sitting in a queue or an inbox."""
 
-    __slots__ = ("message", "envelope", "body", "routing_key", "redelivered")
+    __slots__ = ("message", "envelope", "body", "routing_key", "redelivered", "user_id")
 
     def __init__(
         self,
@@ -51,11 +51,13 @@ class _Item:
         body: bytes | None,
         routing_key: str,
         redelivered: bool = False,
+        user_id: str = "",
     ) -> None:
         self.message = message
         self.envelope = envelope
         self.body = body
         self.routing_key = routing_key
+        self.user_id = user_id
         self.redelivered = redelivered
 
 
@@ -235,7 +237,7 @@ class InMemoryBroker:
                 self._dead_letter(q, item, f"undecodable: {e.reason}")
                 return
             message, envelope = decoded.message, decoded.envelope
-        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered, item.body or b"")
+        delivery = Delivery(message, envelope, item.routing_key, q.name, item.redelivered, item.body or b"", item.user_id)
         try:
             await handler(delivery)
         except asyncio.CancelledError:
@@ -339,8 +341,12 @@ class InMemoryBus:
         serialize: bool = False,
         id_factory: Callable[[], str] | None = None,
         max_lengths: Mapping[str, int] | None = None,
+        user: str = "",
     ) -> None:
         # max_lengths: the bounded queues of a private broker (a shared one has its own)
+        # user: the broker user this connection logs in as, on every delivery it publishes (as
+        # RabbitMQ's validated user-id; "": none, as in the simulator)
+        self.user = user
         self.broker = broker or InMemoryBroker(codec=codec, serialize=serialize, max_lengths=max_lengths)
         self._codec = self.broker.codec
         self._clock = clock or WallClock()
@@ -416,10 +422,10 @@ class InMemoryBus:
                 correlation_id=correlation_id,
             )
             for q in queues:
-                broker.enqueue(q, _Item(None, None, body, key))
+                broker.enqueue(q, _Item(None, None, body, key, user_id=self.user))
         else:
             for q in queues:
-                broker.enqueue(q, _Item(message, envelope, None, key))
+                broker.enqueue(q, _Item(message, envelope, None, key, user_id=self.user))
         if full:
             names = ", ".join(q.name for q in full)
             raise QueueFullError(f"a queue that {key!r} routes to is full ({names}): refused there")

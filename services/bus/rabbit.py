@@ -227,6 +227,11 @@ class RabbitBus:
         self._source = source
         self._publish_window = publish_window
         self._new_id = id_factory or id_sequence()
+        # Every publish carries the user it logs in as (RabbitMQ's validated user-id), so that a
+        # receiver knows who sent it (a job's owner) and no one can say they are someone else.
+        # Only a user the URL names: under another login (a TLS certificate) the broker would
+        # refuse a user-id that is not the connection's.
+        self.user = _user(settings.amqp_url) if urllib.parse.urlparse(settings.amqp_url).username else ""
         self.exchange_name = settings.exchange
         self.dlx_name = f"{settings.exchange}.dlx"
         self.dead_letter_queue = f"{settings.exchange}.dead-letters"
@@ -391,6 +396,7 @@ class RabbitBus:
             correlation_id=correlation_id,
             message_type=message.SCHEMA,
             app_id=source or self._source,
+            user_id=self.user or None,
         )
         await self._publish(exchange, body, properties, message.routing_key(), mandatory, timed=timed)
         return message_id
@@ -625,7 +631,10 @@ class RabbitBus:
         except DecodeError as e:
             await self._dead_letter(queue, incoming, f"undecodable: {e.reason}", acks)
             return
-        delivery = Delivery(decoded.message, decoded.envelope, routing_key, queue, bool(incoming.redelivered), incoming.body)
+        delivery = Delivery(
+            decoded.message, decoded.envelope, routing_key, queue, bool(incoming.redelivered), incoming.body,
+            incoming.user_id or "",
+        )
         try:
             await handler(delivery)
         except asyncio.CancelledError:

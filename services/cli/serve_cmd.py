@@ -33,6 +33,7 @@ from common.clock import Clock
 from common.config import BusSettings, Settings
 from common.errors import JournalError
 from mechanism_service.clocks import ScaledClock, describe_clock
+from mechanism_service.core.ownership import SHARED_BROKER_USERS, Ownership
 from mechanism_service.core.retention import LIVE, Retention
 from mechanism_service.core.settings import PRESETS
 from services.journal import Journal, recorded_cluster
@@ -136,7 +137,8 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         journal.add_argument(
             "--journal",
             help="the mechanism's SQLite journal (default: GAVEL_JOURNAL_PATH, else "
-            "$XDG_STATE_HOME/gavel/mechanism-<exchange>.sqlite; `gavel up` on the in-memory bus: none)",
+            "$XDG_STATE_HOME/gavel/mechanism-<exchange>@<host>_<port>[_<vhost>].sqlite, named for the cluster; "
+            "`gavel up` on the in-memory bus: none)",
         )
         journal.add_argument(
             "--no-journal", action="store_true", help="keep no journal: the mechanism's state will not survive a restart"
@@ -152,6 +154,19 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         p.add_argument(
             "--max-failed-attempts", type=positive_int, default=5, metavar="N",
             help="a job whose process crashes in N leases in a row fails (default 5, as Gavel)",
+        )
+        owners = p.add_argument_group(
+            "who owns a job (docs/deploy.md, \"Who owns a job\"): the broker user that submitted it, or the OS "
+            "user its client runs as where people share a broker user; only its owner and the operators may cancel it"
+        )
+        owners.add_argument(
+            "--operators", type=_names, default=frozenset(), metavar="NAMES",
+            help="owners' names (comma-separated) who may cancel anyone's job (default: none)",
+        )
+        owners.add_argument(
+            "--shared-broker-users", type=_names, default=SHARED_BROKER_USERS, metavar="NAMES",
+            help="broker users that several people share, so a job's owner is the OS user its client names "
+            f"(default: {','.join(sorted(SHARED_BROKER_USERS))})",
         )
         keep = p.add_argument_group(
             "retention (docs/reliability.md): what is over is forgotten, so that memory and the journal's "
@@ -198,7 +213,8 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         state = p.add_mutually_exclusive_group()
         state.add_argument(
             "--state",
-            help="the estimator's SQLite state (what it learned from; default: $XDG_STATE_HOME/gavel/estimator-<exchange>.sqlite; "
+            help="the estimator's SQLite state (what it learned from; default: "
+            "$XDG_STATE_HOME/gavel/estimator-<exchange>@<host>_<port>[_<vhost>].sqlite; "
             "`gavel up` on the in-memory bus: none)",
         )
         state.add_argument("--no-state", action="store_true", help="keep no state: what it learned will not survive a restart")
@@ -267,6 +283,11 @@ def _share(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text}")
     return value
+
+
+def _names(text: str) -> frozenset[str]:
+    """A comma-separated list of names (empty items ignored)."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
 def default_journal_path(settings: Settings, service: str = "mechanism") -> pathlib.Path:
@@ -416,6 +437,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     elastic_types=() if args.lockstep else table.accelerator_types,
                     admission_batch_s=0.0 if args.lockstep else 0.05,
                     retention=retention(args),
+                    owners=Ownership(operators=args.operators, shared_broker_users=args.shared_broker_users),
                 )
             )
         elif name == "estimator":

@@ -82,11 +82,16 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
         assert isinstance(answer, list)
         # why a job waits, was refused, failed or was cancelled: in the last column, in full
         why = any(row.get("reason") for row in answer)
+        owned = any(row.get("owner") for row in answer)  # who submitted it (core/ownership.py)
         print_table(
-            ["id", "type", "state", "on", "steps", "service GPU-h", "waited h", *(["why"] if why else [])],
+            [
+                "id", "type", *(["owner"] if owned else []), "state", "on", "steps", "service GPU-h", "waited h",
+                *(["why"] if why else []),
+            ],
             [
                 [
-                    row["id"], row.get("type", ""), row["state"], row.get("accelerator_type") or "",
+                    row["id"], row.get("type", ""), *([row.get("owner") or "-"] if owned else []), row["state"],
+                    row.get("accelerator_type") or "",
                     f"{row.get('steps_done', '')}/{row.get('steps_total', '')}" if "steps_total" in row else "",
                     f"{row.get('attained_service_gpu_s', 0) / 3600:.2f}" if "attained_service_gpu_s" in row else "",
                     f"{row.get('waiting_s', 0) / 3600:.2f}" if "waiting_s" in row else "",

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import hashlib
+import os
 import pathlib
+import pwd
 import re
 import sys
 import time
@@ -439,8 +442,10 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
                     progress(0.0, n, total)
 
             # one stream with a window of confirms in flight (batches would drain the window each time)
+            who = os_user()  # the job's owner where people share a broker user (core/ownership.py)
             submissions = [
-                JobSubmitted(spec, batch.batch_id, offset) for spec, offset in zip(specs, batch.offsets_s, strict=True)
+                JobSubmitted(spec, batch.batch_id, offset, submitted_by=who, broker_user=bus.user)
+                for spec, offset in zip(specs, batch.offsets_s, strict=True)
             ]
             refused = Refused((), "")
             try:
@@ -523,6 +528,18 @@ def _report(
     return 1 if refused or not_taken or not sealed else 0
 
 
+def os_user() -> str:
+    """Who runs this command, as the operating system says ("" if it cannot): the account of the
+    process's user id, else the login name of the environment."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, OSError):
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return ""
+
+
 async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
     from common.messages import CancelJob
     from services.cli.replies import Replies
@@ -535,7 +552,8 @@ async def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
         await _make_sure_the_queues_exist(bus, CancelJob.ROUTING_KEY, lambda: _bus(settings, args.amqp, "gavel-cancel"))
         async with Replies(bus) as replies:
             try:
-                await bus.publish(CancelJob(args.job_id, args.reason, replies.key, request_id))
+                cancel = CancelJob(args.job_id, args.reason, replies.key, request_id, requested_by=os_user(), broker_user=bus.user)
+                await bus.publish(cancel)
             except QueueFullError:
                 raise CommandFailed(f"the cancel was not accepted: {queue_full_reason(settings)}") from None
             try:

@@ -204,6 +204,35 @@ async def test_publish_on_a_closed_bus_raises(harness):
         await bus.publish(submitted(1))
 
 
+async def test_a_delivery_names_the_broker_user_that_published_it(harness):
+    """Who sent a message (a job's owner, issue 23) is the broker's word, not the message's."""
+    publisher = await harness.connect("publisher")
+    got = Collector()
+    await publisher.subscribe("owners", ["job.submitted"], got)
+    await publisher.publish(submitted(1))
+    (delivery,) = await got.wait_for_count(1)
+    assert delivery.user_id == publisher.user == "guest"
+
+
+@pytest.mark.broker
+async def test_rabbit_refuses_a_user_id_that_is_not_the_publishers(rabbit):
+    """RabbitMQ validates the user-id property: a publisher cannot say it is someone else."""
+    import aiormq
+
+    bus = await rabbit.connect("forger")
+    await bus.subscribe("owners", ["job.submitted"], Collector())
+    connection = await aiormq.connect(rabbit.settings().amqp_url)
+    try:
+        channel = await connection.channel()  # with publisher confirms: the refusal closes it at once
+        with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed, match="user_id property set to 'mallory'"):
+            await channel.basic_publish(
+                wire(submitted(2)), exchange=rabbit.exchange, routing_key="job.submitted",
+                properties=aiormq.spec.Basic.Properties(user_id="mallory"),
+            )
+    finally:
+        await connection.close()
+
+
 @pytest.mark.broker
 async def test_rabbit_redelivers_after_consumer_process_dies_without_ack(rabbit):
     """A consumer killed with SIGKILL never acknowledged its delivery: the broker redelivers it."""

@@ -33,6 +33,7 @@ from common.messages import (
     WorkerRegistered,
 )
 from common.messages.base import Message
+from mechanism_service.core.ownership import Ownership
 from mechanism_service.core.retention import KEEP_ALL, Retention
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
@@ -178,7 +179,7 @@ class World:
 
 def mechanism(
     clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL,
-    **settings: object,
+    owners: Ownership = Ownership(), **settings: object,
 ) -> MechanismService:
     return MechanismService(
         clock=clock,  # type: ignore[arg-type]
@@ -191,12 +192,13 @@ def mechanism(
         deadlines=False,
         elastic_types=TABLE.accelerator_types,
         retention=retention,
+        owners=owners,
     )
 
 
 async def world(
     journal: pathlib.Path | None = None, clock: SteppedClock | None = None, before: Callable[[InMemoryBus], object] | None = None,
-    round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL, **settings: object,
+    round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL, owners: Ownership = Ownership(), **settings: object,
 ) -> World:
     clock = clock or SteppedClock()
     bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
@@ -207,7 +209,7 @@ async def world(
     await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)  # type: ignore[arg-type]
     if before is not None:
         await before(bus)  # type: ignore[misc]
-    m = mechanism(clock, journal, round_timeout_s, retention, **settings)
+    m = mechanism(clock, journal, round_timeout_s, retention, owners, **settings)
     await m.start(bus)
     return World(clock, bus, m, events, requests)
 

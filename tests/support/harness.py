@@ -42,7 +42,7 @@ class BusHarness:
 
     async def connect(self, source: str = "test", **overrides: Any) -> Any:
         if not self.is_rabbit:
-            memory = InMemoryBus(self._broker, source=source)
+            memory = InMemoryBus(self._broker, source=source, user="guest")  # as the test broker's login
             await memory.start()
             self._buses.append(memory)
             return memory
