@@ -20,7 +20,7 @@ size the table has at all (the geometric mean of its types of that size on W, as
 ``ThroughputTable.typical_isolated``), times (n/s)^0.75. Gavel's table grows so with the gang's
 size: the median exponent over its 666 pairs of sizes of one type on one accelerator type is 0.74,
 and each of its figures predicted so from its nearest other size is off by 14% (median), against
-22% at the same rate per GPU and 42% unscaled (tests/sim/test_derived_rates.py measures it).
+22% at the same rate per GPU and 42% unscaled (bench/derived_rates.py).
 
 Packed, two jobs on the same GPUs: two jobs the table has at n on W take the table's pair (0 and 0
 where it has no pair: they never progress packed, as before). A pair with a member beyond the table

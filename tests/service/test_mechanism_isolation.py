@@ -211,6 +211,20 @@ async def test_a_job_type_the_simulated_fleet_lacks_runs_at_its_submitters_figur
     assert all(m.outcome == "" for m in reports)
 
 
+async def test_a_gang_of_a_size_the_table_lacks_runs_at_the_nearest_sizes_figure_scaled() -> None:
+    """`--scale-factor 3` of a type the table has on 1, 2, 4 and 8 GPUs: the gang of three V100s
+    runs at the 4-GPU figure times (3/4)^0.75 (sim/derived_rates.py) and completes."""
+    w = await world("max_min_fairness_perf", fleet={"v100": 4}, estimates=True)
+    await submit(w, JobSpec("trio", RESNET, 2000, scale_factor=3))
+    await w.run_until(lambda: w.completed() == {"trio"})
+
+    reports = [m for m in w.events.messages if isinstance(m, JobProgress) and m.steps_done > 0]
+    assert reports and {m.accelerator_type for m in reports} == {"v100"}
+    expected = TABLE.isolated_steps_per_s[(RESNET, 4, "v100")] * (3 / 4) ** 0.75  # 7.62 steps/s
+    assert [m.throughput_steps_per_s for m in reports] == pytest.approx([expected] * len(reports))
+    assert w.job_ids(JobFailed) == []
+
+
 async def test_a_packed_lease_with_a_job_the_table_lacks_runs_both_at_the_typical_packed_fraction() -> None:
     """A packed lease of a job its table lacks with one it knows (the estimator's colocation prior
     can ask for one): each member at its rate alone times the fraction the table's pairs keep on

@@ -98,9 +98,9 @@ def test_a_pair_with_a_member_beyond_the_table_runs_each_at_the_tables_typical_p
 
 
 def test_the_size_exponent_fits_gavels_table_better_than_per_gpu_or_unscaled() -> None:
-    """Each figure of the table predicted from its nearest other size for that type on that
-    accelerator type: the median relative error with SIZE_EXPONENT (14%), at the same rate per
-    GPU (22%), unscaled (42%)."""
+    """Each figure of the table predicted from its nearest other size for its type on its
+    accelerator type: the rule's exponent errs less (median) than the same rate per GPU, which errs
+    less than the nearest size unscaled (bench/derived_rates.py prints the figures)."""
 
     def median_error(exponent: float) -> float:
         errors = []
@@ -114,6 +114,4 @@ def test_the_size_exponent_fits_gavels_table_better_than_per_gpu_or_unscaled() -
                 errors.append(abs(base * (sf / s) ** exponent / actual - 1))
         return statistics.median(errors)
 
-    assert SIZE_EXPONENT == 0.75
-    errors = [round(median_error(e), 2) for e in (SIZE_EXPONENT, 1.0, 0.0)]
-    assert errors == [0.14, 0.22, 0.42]
+    assert median_error(SIZE_EXPONENT) < median_error(1.0) < median_error(0.0)
