@@ -96,6 +96,7 @@ from mechanism_service.core.reducers import (
     LeaseResult,
     NewJob,
     add_server,
+    admission,
     apply_allocation,
     remove_job,
     remove_server,
@@ -712,7 +713,11 @@ class MechanismService:
     async def _on_sealed(self, d: Delivery, message: SubmissionsSealed) -> None:
         self._record("sealed", d)
         # every submission of the batch was handled before this (one queue, applied in order)
+        batch = self.memory.intake.batches.get(message.batch_id)
+        waits = self._waits_for_workers(batch.received if batch is not None else set())
         summary = self.memory.intake.seal(message.batch_id, message.count)
+        if waits:
+            summary["waits_for_workers"] = waits
         if int(summary["received"]) < message.count:  # type: ignore[call-overload]
             # some of its messages never came (dead-lettered as undecodable): a lockstep replay
             # waits for the whole trace, so this one would wait for ever; say so
@@ -726,6 +731,21 @@ class MechanismService:
                 await self._publish_rejection(job_id, "not accepted: the submissions queue was full")
         if message.reply_to:
             await self._reply(message.request_id, message.reply_to, summary, d)
+
+    def _waits_for_workers(self, job_ids: set[str]) -> dict[str, str]:
+        """The jobs of a batch (at most 20) that the cluster as it is cannot run, with why: a gang
+        larger than any type has here is held until workers join, and the submitter hears so at
+        once instead of finding it held for ever (issue 23)."""
+        gpus = {w: sum(g for _, g in servers) for w, servers in self.memory.servers.items()}
+        if not job_ids or not any(gpus.values()):  # no worker yet: every job waits, and that says nothing
+            return {}
+        waits: dict[str, str] = {}
+        for job in self.memory.submitted:
+            if job.job_id in job_ids and len(waits) < 20:
+                verdict = admission(gpus, job, self._rates, elastic_types=self._elastic_types)
+                if verdict.verdict == "hold":
+                    waits[job.job_id] = verdict.reason
+        return waits
 
     async def _on_cancel(self, d: Delivery, message: CancelJob) -> None:
         refused = self._cancel_refused(d, message)
@@ -1075,6 +1095,7 @@ class MechanismService:
                 lease_ids: list[str] = []
                 if memory.expected:
                     await self._wait_for_round()
+                    await self._wait_out_a_crash()
                     lease_ids = list(memory.expected)  # in the order of the results
                     results, failing = self._collect_results()
                     if self._lockstep and results:
@@ -1225,9 +1246,12 @@ class MechanismService:
             self._audit_end(job.job_id, "rejected", verdict.reason, now_s)
             await self._publish_rejection(job.job_id, verdict.reason)
         if newly_held:  # once per boundary, not once per job: a trace can arrive before its fleet
-            self._log.warning(
-                "jobs_held", count=len(newly_held), job_ids=[j.job_id for j, _ in newly_held[:5]],
-                reason=newly_held[0][1], held_in_all=len(memory.held),
+            by_reason: dict[str, list[str]] = {}
+            for job, why in newly_held:
+                by_reason.setdefault(why, []).append(job.job_id)
+            self._log.warning(  # each reason with its own jobs (the first five reasons, five ids each)
+                "jobs_held", count=len(newly_held), held_in_all=len(memory.held),
+                reasons=[{"reason": why, "count": len(ids), "job_ids": ids[:5]} for why, ids in list(by_reason.items())[:5]],
             )
 
     async def _until(self, condition: Callable[[], bool]) -> None:
@@ -1255,6 +1279,22 @@ class MechanismService:
         if not done:
             missing = [lid for lid, lease in self.memory.expected.items() if len(self.memory.reports.get(lid, [])) < len(lease.entry)]
             self._log.warning("leases_unreported", leases=missing[:10], count=len(missing), action="count as no progress")
+
+    async def _wait_out_a_crash(self) -> None:
+        """A live round that ends early because a job's process crashed runs its full length all
+        the same: the job's next attempt comes a round later (a command that fails at once was
+        otherwise tried --max-failed-attempts times within a second, and failed before anyone
+        could look). The simulator's rounds are left as they are."""
+        memory = self.memory
+        if self._round_timeout_s is None or self._lockstep:
+            return
+        crashed = [
+            r.job_id for lease_id in memory.expected for r in memory.reports.get(lease_id, []) if r.outcome == "crashed"
+        ]
+        left_s = memory.round_clock.dispatched_at_s + self._settings.round_s - self._clock.now_s()
+        if crashed and left_s > 0:
+            self._log.info("round_runs_out_after_crash", jobs=crashed[:10], wait_s=round(left_s, 3))
+            await self._clock.sleep(left_s)
 
     async def _wait_when_idle(self) -> None:
         memory = self.memory

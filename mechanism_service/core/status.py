@@ -279,12 +279,16 @@ def cluster_report(
         "capacity_gpus": capacity,
         "in_use_gpus": in_use,
         "jobs_active": len(state.jobs) if state is not None else 0,
-        "jobs_completed": len(state.completed) if state is not None else 0,  # of those still remembered
+        # finished jobs still remembered: done all their steps, or failed (state.completed holds both)
+        "jobs_completed": sum(j.steps_remaining <= 0 for j in state.completed) if state is not None else 0,
+        "jobs_failed": sum(j.steps_remaining > 0 for j in state.completed) if state is not None else 0,
         "jobs_forgotten": obs.forgotten_jobs,
         "rounds": rounds,
         "jobs_held": len(obs.held),
         "jobs_cancelling": len(obs.cancelling),
-        "resets": state.resets if state is not None else 0,
+        # times the allocation was solved anew and every job's time ledgers started over (Gavel's
+        # "reset": when jobs arrive or leave, a worker joins or is lost, at most once per interval)
+        "allocation_resets": state.resets if state is not None else 0,
         "last_solve_s": obs.last_solve_s,
         "last_solve": obs.last_solve,
         "allocation": allocation_report(state, obs),

@@ -496,6 +496,7 @@ def _report(
             "job_ids": ids, "published": len(ids), "accepted": len(ids) - len(not_taken), "publish_s": publish_s,
             "confirmed": summary is not None,
             **({k: summary[k] for k in ("batch_id", "new", "known", "refused", "reasons")} if summary else {}),
+            **({"waits_for_workers": summary["waits_for_workers"]} if summary and "waits_for_workers" in summary else {}),
             "not_accepted": {"count": len(not_taken), "reason": full.reason, "job_ids": not_taken}, "sealed": sealed,
         })
     elif len(ids) == 1 and not refused and not not_taken:
@@ -523,6 +524,12 @@ def _report(
         notes += [f"gavel: job {job_id} refused: {reason}" for job_id, reason in list(reasons.items())[:REASONS_SHOWN]]
         if refused > len(reasons) or len(reasons) > REASONS_SHOWN:
             notes.append(f"gavel: ... {refused - min(len(reasons), REASONS_SHOWN)} more refused (gavel jobs shows why)")
+        waits: dict[str, str] = dict(summary.get("waits_for_workers", {}))  # type: ignore[call-overload]
+        notes += [
+            f"gavel: job {job_id} accepted, but the cluster as it is cannot run it: {reason} (gavel cancel {job_id} "
+            "if none are coming; --max-gpus N refuses such gangs)"
+            for job_id, reason in list(waits.items())[:REASONS_SHOWN]
+        ]
     print_lines(out)
     print_lines(notes, sys.stderr)
     return 1 if refused or not_taken or not sealed else 0

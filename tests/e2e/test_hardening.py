@@ -136,6 +136,10 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     # a gang no accelerator type here can hold: held, with why, in `gavel job` and `gavel jobs`
     out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "1000", "--scale-factor", "8", "--job-id", "gang")
     assert out.returncode == 0, out.stderr
+    # said at once, not found later held for ever (issue 23)
+    assert the_line(out.stderr).startswith(
+        "gavel: job gang accepted, but the cluster as it is cannot run it: needs 8 GPUs of one accelerator type"
+    ), out.stderr
     await eventually(lambda: state_of(cluster, "gang") == "held", timeout_s=30, poll_s=0.3)
     held_reason = f"needs 8 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2, p100 2, v100 2): it waits for workers to join"
     assert answer(cluster, "job", "gang")["reason"] == held_reason  # type: ignore[index]

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from common.messages import (
     AllocationFailed,
@@ -176,16 +177,31 @@ async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> No
 
 async def test_a_gang_too_large_for_the_cluster_is_held_until_workers_that_fit_it_join() -> None:
     w = await world("max_min_fairness_perf", elastic=True, fleet={"k80": 2})
-    await submit(w, JobSpec("gang", RESNET, 1000, scale_factor=4), JobSpec("small", RESNET, 1000))
-    await w.run_until(lambda: w.completed() == {"small"})
+    with capture_logs() as logs:
+        await submit(
+            w, JobSpec("gang", RESNET, 1000, scale_factor=4), JobSpec("small", RESNET, 1000),
+            JobSpec("gang8", RESNET, 1000, scale_factor=8),
+        )
+        await w.run_until(lambda: w.completed() == {"small"} and len(w.mechanism.memory.held) == 2)
+    held_events = [e for e in logs if e["event"] == "jobs_held"]  # one per boundary that held jobs
+    assert [r for e in held_events for r in e["reasons"]] == [  # each reason with its own jobs (issue 23)
+        {
+            "reason": f"needs 4 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2): it waits for workers to join",
+            "count": 1, "job_ids": ["gang"],
+        },
+        {
+            "reason": f"needs 8 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2): it waits for workers to join",
+            "count": 1, "job_ids": ["gang8"],
+        },
+    ]
     held = dict((j.job_id, why) for j, why in w.mechanism.memory.held)
-    assert held == {"gang": f"needs 4 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2): it waits for workers to join"}
+    assert held["gang"] == f"needs 4 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2): it waits for workers to join"
     assert w.job_ids(JobRejected) == []  # held, not refused: the cluster may grow
 
     # four V100s join (a second fleet, on a queue of its own): the gang fits now
     await SimulatedFleet(clock=w.clock, table=TABLE, cluster={"v100": 4}, name="fleet-v100").start(w.bus)
     await w.run_until(lambda: "gang" in w.completed())
-    assert w.mechanism.memory.held == []
+    assert [j.job_id for j, _ in w.mechanism.memory.held] == ["gang8"]  # 8 do not fit on 4
 
 
 @pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed"])

@@ -66,7 +66,11 @@ def parameters(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 def test_by_hand_it_trains_the_steps_and_checkpoints_them(tmp_path):
     code, out, err = run("--job-type", "Transformer (batch size 16)", "--steps", "3", "--checkpoint-dir", str(tmp_path))
-    assert (code, out, err) == (0, "", "")  # quiet by default
+    assert (code, err) == (0, "")
+    # a line at the first step and one at the end, by default (the 30 s cadence is not reached)
+    first, last = out.splitlines()
+    assert first.startswith("Transformer (batch size 16): step 1 loss ")
+    assert last == "Transformer (batch size 16): stopped at step 3 (every step done)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3"]
     assert parameters(tmp_path / "step-3")
 
@@ -167,3 +171,18 @@ def continued(job_type: str, checkpoint: Path, steps: int) -> dict[str, torch.Te
         return job.model.state_dict()
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_catalog_job_logs_its_first_step_then_by_time_and_by_steps() -> None:
+    """Issue 23: catalog jobs wrote nothing to their log. A line at the first step, then every
+    ``--log-every-s`` seconds (and every ``--log-every`` steps when given)."""
+    from worker_service.workloads.runner import ProgressLines
+
+    lines = ProgressLines(every_steps=0, every_s=30.0)
+    due = [step for step, now_s in [(101, 0.0), (102, 10.0), (150, 29.9), (160, 30.0), (161, 31.0), (400, 60.0)] if lines.due(step, now_s)]
+    assert due == [101, 160, 400]  # the first step (resumed at 100), then every 30 s
+    assert lines.rate() == " (5.0 steps/s)"  # (400 - 101) steps over 60 s, start-up aside
+    by_steps = ProgressLines(every_steps=50, every_s=0.0)
+    assert [s for s in (1, 49, 50, 99, 100) if by_steps.due(s, float(s))] == [1, 50, 100]
+    assert parse_settings(["--job-type", "A3C"], {}).log_every_s == 30.0
+    assert parse_settings(["--job-type", "A3C", "--log-every-s", "0"], {}).log_every_s == 0.0

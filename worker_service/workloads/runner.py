@@ -9,7 +9,9 @@ Environment: ``GAVEL_DEVICE`` (default cpu; ``--device`` wins), ``GAVEL_NUM_THRE
 intra-op threads, default 1: a worker packs jobs by the core), and for a gang ``WORLD_SIZE``,
 ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (torch.distributed's env:// rendezvous).
 
-Output: nothing unless ``--log-every N`` (then one line per N steps, rank 0 only). Exit 2 with one
+Output (rank 0 only, on stdout: a worker keeps it in the job's log): a line at the first step, one
+every ``--log-every-s`` seconds (30; 0: none) and every ``--log-every`` N steps if given, and one
+when the process stops (its step, and whether the job is done). Exit 2 with one
 line on stderr for what the caller must fix (a bad flag, an unknown job type, a data directory
 without its files, no CUDA); any other failure exits 1 with its traceback on stderr (the worker
 reports the tail).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +53,11 @@ class RunSettings:
     device: str  # "cpu" or "cuda:<index>"
     data_dir: Path | None
     checkpoint_dir: Path | None
-    log_every_steps: int  # 0: quiet
+    log_every_steps: int  # 0: not by steps
     threads: int
     rank: int
     world_size: int
+    log_every_s: float = 30.0  # 0: not by time
 
 def _natural(text: str, name: str, *, minimum: int = 0) -> int:
     if not text.strip().isdigit() or int(text) < minimum:
@@ -69,7 +73,10 @@ def parse_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Ru
     parser.add_argument("--seed", type=str, default="0")
     parser.add_argument("--device", default=None, help=f"cpu or cuda (default: ${ENV_DEVICE}, else cpu)")
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="by hand: save here, resume from here")
-    parser.add_argument("--log-every", type=str, default="0", help="print a line every N steps (default: never)")
+    parser.add_argument("--log-every", type=str, default="0", help="also print a line every N steps (default: by time only)")
+    parser.add_argument(
+        "--log-every-s", type=str, default="30", help="print a line every S seconds of stepping (default 30; 0: only the first and last)"
+    )
     args = parser.parse_args(argv)
     device = (args.device or environ.get(ENV_DEVICE) or "cpu").strip()
     if device == "cuda":
@@ -85,6 +92,7 @@ def parse_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Ru
         data_dir=args.data_dir,
         checkpoint_dir=args.checkpoint_dir,
         log_every_steps=_natural(args.log_every, "--log-every"),
+        log_every_s=float(_natural(args.log_every_s, "--log-every-s")),
         threads=_natural(environ.get(ENV_NUM_THREADS, "1"), ENV_NUM_THREADS, minimum=1),
         rank=_natural(environ.get("RANK", "0") or "0", "RANK"),
         world_size=_natural(environ.get("WORLD_SIZE", "1") or "1", "WORLD_SIZE", minimum=1),
@@ -101,6 +109,34 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 2
     except KeyboardInterrupt:
         return 130
+
+class ProgressLines:
+    """When a job prints a line: at its first step in this process, then every ``every_steps``
+    steps and every ``every_s`` seconds (steps per second differ 1000-fold between job types, so
+    a time cadence keeps every job's log readable; issue 23: catalog jobs logged nothing)."""
+
+    def __init__(self, every_steps: int, every_s: float) -> None:
+        self._every_steps, self._every_s = every_steps, every_s
+        self._first: tuple[int, float] | None = None
+        self._last: tuple[int, float] = (0, 0.0)
+
+    def due(self, step: int, now_s: float) -> bool:
+        if self._first is None:
+            self._first = self._last = (step, now_s)
+            return True
+        by_steps = bool(self._every_steps) and step % self._every_steps == 0
+        by_time = bool(self._every_s) and now_s - self._last[1] >= self._every_s
+        if by_steps or by_time:
+            self._last = (step, now_s)
+            return True
+        return False
+
+    def rate(self) -> str:
+        """Steps per second since the first step (the interpreter's start-up and the restore aside)."""
+        assert self._first is not None
+        steps, elapsed_s = self._last[0] - self._first[0], self._last[1] - self._first[1]
+        return f" ({steps / elapsed_s:.1f} steps/s)" if steps and elapsed_s > 0 else ""
+
 
 def train(workload: Workload, settings: RunSettings) -> int:
     """Build the job, join the gang if there is one, and step through the lease iterator."""
@@ -150,12 +186,15 @@ def train(workload: Workload, settings: RunSettings) -> int:
             checkpoint_dir=settings.checkpoint_dir,
         )
         # 4. Train until the iterator stops: the steps are done, or the lease ended.
-        log = settings.log_every_steps if settings.rank == 0 else 0
+        lines = ProgressLines(settings.log_every_steps, settings.log_every_s) if settings.rank == 0 else None
         for batch in batches:
             loss = job.train_step(batch)
             done_steps = batches.step + 1  # the iterator counts this step when we ask for the next
-            if log and done_steps % log == 0:
-                print(f"{workload.job_type}: step {done_steps} loss {loss:.4f}", flush=True)
+            if lines is not None and lines.due(done_steps, time.monotonic()):
+                print(f"{workload.job_type}: step {done_steps} loss {loss:.4f}{lines.rate()}", flush=True)
+        if lines is not None:
+            why = "every step done" if batches.done else "lease over or stopped: resumes from its checkpoint"
+            print(f"{workload.job_type}: stopped at step {batches.step} ({why})", flush=True)
     finally:
         if gang and dist.is_initialized():
             dist.destroy_process_group()
@@ -171,4 +210,4 @@ def train(workload: Workload, settings: RunSettings) -> int:
     return 0
 
 
-__all__ = ["RunSettings", "UsageError", "main", "parse_settings", "train"]
+__all__ = ["ProgressLines", "RunSettings", "UsageError", "main", "parse_settings", "train"]
