@@ -265,6 +265,7 @@ class MechanismService:
         archive: Callable[[Forgotten], None] | None = None,
         owners: ownership.Ownership = ownership.Ownership(),
     ) -> None:
+        self.crash_reason = ""  # why the round loop stopped, when it did (ServiceError: on purpose)
         self._clock: Clock = LockstepClock() if lockstep else clock
         self._ownership = owners  # who owns a job, who may cancel it (core/ownership.py)
         self._lockstep = lockstep
@@ -1143,8 +1144,10 @@ class MechanismService:
                     self._idle_boundaries = 0
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as e:
             self._log.exception("round_loop_crashed")
+            # a stop on purpose says why in its words (a simulation's jobs that can never run)
+            self.crash_reason = str(e) if isinstance(e, ServiceError) else ""
             self.crashed.set()
             raise
         finally:
@@ -1325,6 +1328,9 @@ class MechanismService:
                 return
             if self._idle_boundaries > 3:
                 stuck = ", ".join(j.job_id for j in list(memory.state.jobs.values())[:5])
+                failed = (memory.observations.last_solve or {}).get("error")
+                if failed:  # not the cluster's fault: say what the policy said (a solver not installed)
+                    raise ServiceError(f"t={self._clock.now_s():.1f} s: jobs {stuck} were never scheduled: the policy failed: {failed}")
                 raise ServiceError(f"t={self._clock.now_s():.1f} s: jobs {stuck} can never be scheduled on this cluster")
             force_reset_when_idle(memory.state)
             return

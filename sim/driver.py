@@ -151,7 +151,7 @@ async def simulate_services(
     finally:
         await host.stop()
     if mechanism.crashed.is_set():
-        raise ServiceError("the mechanism crashed during the simulation: see round_loop_crashed in the log")
+        raise ServiceError(mechanism.crash_reason or "the mechanism crashed during the simulation: see round_loop_crashed in the log")
     return _result(config, mechanism, archive, measured, watch, started_wall)
 
 

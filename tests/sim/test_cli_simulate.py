@@ -407,6 +407,20 @@ def test_a_run_whose_every_solve_fails_says_the_policys_reason_not_that_the_clus
     )
 
 
+def test_the_services_engine_too_says_the_policys_reason_when_every_solve_fails():
+    import asyncio
+
+    from common.errors import ServiceError
+    from mechanism_service.core.settings import preset
+    from sim.driver import simulate_services
+    from sim.fastpath import RunConfig
+
+    jobs = [TraceJob(str(i), "ResNet-18 (batch size 64)", 1000, 1, 0.0) for i in range(3)]
+    config = RunConfig("max_min_fairness_perf", {"v100": 1}, preset("gavel", "max_min_fairness_perf"), solver="nonsense")
+    with pytest.raises(ServiceError, match=r"jobs 0, 1, 2 were never scheduled: the policy failed: unknown solver 'nonsense'"):
+        asyncio.run(simulate_services(jobs, config, shipped_context()))
+
+
 def test_a_fault_runs_service_events_go_to_a_log_file_not_over_the_progress_bar(tmp_path, capsys):
     """Issue 23: the services' logs of injected faults (a crash's traceback among them) were
     printed into the progress display. They go to DIR/simulation.log, and the run's last line
