@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,7 @@ from estimator_service.core.calibration import AS_THE_TABLE, Calibration, TypeCa
 from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
 from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
 from estimator_service.core.pools import Pool
+from estimator_service.core.profiling import blocks_packing, request, wanted
 from estimator_service.core.reference import ReferenceSet, class_of
 from estimator_service.core.settings import EstimatorSettings
 from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
@@ -106,6 +108,8 @@ class Estimator:
         self._dirty_pairs: set[tuple[str, str]] = set()
         self._dirty_profiling: set[str] = set()
         self._new_flags: list[StragglerFlag] = []
+        self._gangs_seen: dict[str, int] = {}  # type -> the largest gang a report came from there
+        self._packing_open = True  # no new class lacks a run alone that can be served (profiling.py)
         self._slow: Stragglers = NO_STRAGGLERS  # flagged workers: their measurements count where no healthy one's do
         # Types published: the profiled ones and any a report named (a pseudo-type nobody runs on is
         # not worth estimating at every step).
@@ -117,6 +121,8 @@ class Estimator:
         """A snapshot from before calibration (which left stragglers' measurements out) loads as
         the same model with nothing calibrated yet, its flags as corrections."""
         self.__dict__.update(state)
+        self.__dict__.setdefault("_gangs_seen", {})
+        self.__dict__.setdefault("_packing_open", True)
         if "calibration" in state:
             return
         old = self.settings  # its new fields were never set: the defaults
@@ -163,6 +169,7 @@ class Estimator:
                 return None
             job.leases.add(report.lease_id)
         w = report.accelerator_type
+        self._gangs_seen[w] = max(self._gangs_seen.get(w, 0), job.scale_factor)
         if w not in self._types_out:
             self._types_out = tuple(t for t in self.types if t in {*self._types_out, w})
             self._everything_dirty()
@@ -177,13 +184,14 @@ class Estimator:
             cells = len(cls.evidenced)
             job.record(w, partner_class, report.worker_id, value, profiled)
             measured_so = self._packed_jobs.setdefault((job.colocation_class, partner_class, w), [])
+            with_itself = partner_class == cls.name and not measured_so  # a cell of its request (profiling.py)
             if job.job_id not in measured_so:
                 measured_so.append(job.job_id)
             self._packed_changed(job.colocation_class, partner_class, w)
             if self.references.locate(job.colocation_class) is None:
                 cls.stamp += 1  # its packed runs tell its speed alone
                 self._dirty_rows.add(job.job_id)
-            new_cell = len(cls.evidenced) > cells
+            new_cell = len(cls.evidenced) > cells or with_itself
         else:
             new_cell = not len(self.pools.get((cls.name, w), ()))
             self._watch(job, w, report.worker_id, value)
@@ -723,6 +731,11 @@ class Estimator:
         return tuple(out)
 
     def _changed_profiling(self) -> tuple[ProfilingRequest, ...]:
+        new = [c for c in self.classes.values() if c.active and self.references.locate(c.name) is None]
+        packing_open = not any(blocks_packing(*self._lacking_alone(c)) for c in new)
+        if packing_open != self._packing_open:  # every new class's packed cells come or go
+            self._packing_open = packing_open
+            self._dirty_profiling.update(c.name for c in new)
         out = []
         for name in sorted(self._dirty_profiling):
             cls = self.classes.get(name)
@@ -740,29 +753,26 @@ class Estimator:
         self._dirty_profiling.clear()
         return tuple(out)
 
+    def _lacking_alone(self, cls: _Class) -> tuple[tuple[ProfileCell, ...], int, Mapping[str, int], Mapping[str, float]]:
+        """blocks_packing's arguments for a new class: its runs alone still lacking, and what its
+        profiled job's published row says of it."""
+        alone = tuple(ProfileCell(w) for w in self.references.feature_types if not len(self.pools.get((cls.name, w), ())))
+        oldest = min(cls.active, key=lambda j: self.jobs[j].order)
+        published = self._published_rows.get(oldest)
+        return alone, cls.scale_factor, self._gangs_seen, published.throughputs_steps_per_s if published else {}
+
     def _profiling_request(self, cls: _Class, job_id: str) -> ProfilingRequest:
-        """What a new class still lacks: its speed alone on every feature type, and packed runs
-        with references until ``profiling_percentage`` of its cells are measured."""
+        """What a new class still lacks (profiling.py), packed cells only once runs alone are done."""
         if self.references.locate(cls.name) is not None:
             return ProfilingRequest(job_id, ())
-        cells = [
-            ProfileCell(w) for w in self.references.feature_types
-            if not len(self.pools.get((cls.name, w), ()))
-        ]
-        model = self.colocation.model(cls.scale_factor)
-        wanted = 0
-        if model is not None and self.settings.profiling_percentage > 0:
-            measured = {(p, r) for d, p, r in cls.evidenced if d == WITH}
-            total = len(self.references.feature_types) * model.num_references
-            wanted = max(0, math.ceil(self.settings.profiling_percentage * total) - len(measured))
-            if wanted:
-                cells += [
-                    ProfileCell(w, partner)
-                    for p, w in enumerate(self.references.feature_types)
-                    for r, partner in enumerate(model.group.classes)
-                    if (p, r) not in measured
-                ]
-        return ProfilingRequest(job_id, tuple(cells), wanted)
+        types = self.references.feature_types
+        measured = {w for w in types if len(self.pools.get((cls.name, w), ()))}
+        with_itself = {w for w in types if self._packed_jobs.get((cls.name, cls.name, w))} if len(cls.active) > 1 else None
+        lacking = wanted(
+            cls.name, types, measured, with_itself, self.colocation.model(cls.scale_factor), cls.evidenced,
+            self.settings.profiling_percentage,
+        )
+        return request(job_id, lacking, self._packing_open)
 
 
 def _usable(report: JobProgress) -> bool:
