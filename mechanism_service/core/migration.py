@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mechanism_service.core.model import Entry, MechanismState, Placement
+from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.settings import MechanismSettings
 
 
@@ -84,14 +84,18 @@ def held_entries(state: MechanismState, now_s: float, settings: MechanismSetting
 
 
 def charge_moves(
-    state: MechanismState, rows: dict[str, list[tuple[Entry, float, float, float]]], settings: MechanismSettings
+    state: MechanismState,
+    rows: dict[str, list[tuple[Entry, float, float, float]]],
+    settings: MechanismSettings,
+    behind: frozenset[int] = frozenset(),
 ) -> dict[str, list[tuple[Entry, float, float, float]]]:
     """The planner's queues with each move charged what it costs: an entry that would start
     afresh on a type (it did not run there last round) is charged ``move_charge_restores`` times
     its move cost for each job it restarts; its priority is scaled by the share of the round left
     after the charge, (round - charge) / round (never below 0), and its deficit, the tie-break, is
     reduced by the charge (the deficit a move repairs is net of the time it sets off losing).
-    Entries that continue where they ran are left as they are."""
+    Entries that continue where they ran are left as they are, and so are the entries with a
+    member ``behind`` (core/catch_up.py): the charge kept them from the time they are owed."""
     ran_on = {entry: p.accelerator_type for entry, p in state.previous_assignment.items()}
     round_s = settings.round_s
     measured = bool(state.move_costs_by_job_type)
@@ -100,7 +104,7 @@ def charge_moves(
         out = []
         for row in type_rows:
             entry = row[0]
-            if row[1] == 0.0 or ran_on.get(entry) == w:
+            if row[1] == 0.0 or ran_on.get(entry) == w or not behind.isdisjoint(entry):
                 out.append(row)
                 continue
             cost_s = move_cost_s(state, entry, settings) if measured else settings.restore_s
@@ -117,15 +121,21 @@ def _finishes_within_s(state: MechanismState, entry: Entry, throughputs: Sequenc
 
 
 def fit_held(
-    state: MechanismState, held: Sequence[tuple[Entry, str]], reserved: Sequence[tuple[Entry, str]]
+    state: MechanismState,
+    held: Sequence[tuple[Entry, str]],
+    reserved: Sequence[tuple[Entry, str]],
+    behind: frozenset[int] = frozenset(),
 ) -> list[tuple[Entry, str]]:
     """The held entries that still fit after the ``reserved`` ones (profiling runs come first):
     no member already reserved, and GPUs of its type left (a lost worker may have taken some)
     after the jobs that never ran: a hold never keeps a newcomer waiting, its first lease pays a
-    restore anyway, and a short job waiting rounds for a stretch to end would lose the most."""
+    restore anyway, and a short job waiting rounds for a stretch to end would lose the most.
+    Nor a job ``behind`` (core/catch_up.py) that no held entry runs: its GPUs are left as a
+    newcomer's."""
     left = dict(state.gpus)
+    waiting = frozenset(waiting_behind(state.jobs, held, behind))
     for newcomer in state.jobs.values():
-        if newcomer.first_run_s is None:
+        if newcomer.first_run_s is None or newcomer.index in waiting:
             for w, share in state.allocation.get((newcomer.index,), {}).items():
                 if share > 0.0 and w in left:
                     left[w] -= newcomer.scale_factor
@@ -141,6 +151,15 @@ def fit_held(
             taken.update(entry)
             fitting.append((entry, w))
     return fitting
+
+
+def waiting_behind(jobs: Mapping[int, JobState], held: Sequence[tuple[Entry, str]], behind: frozenset[int]) -> list[int]:
+    """The jobs ``behind`` that the holds would keep waiting, in index order: each has run before
+    (one that never ran is a newcomer already) and is in no held entry."""
+    if not behind:
+        return []
+    in_held = {j for entry, _ in held for j in entry}
+    return [j for j in sorted(behind) if j in jobs and jobs[j].first_run_s is not None and j not in in_held]
 
 
 def next_stretches(

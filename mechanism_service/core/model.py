@@ -235,6 +235,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
 
     __slots__ = (
         "types", "column_of", "keys", "row_of", "rows", "throughputs", "received_s", "deficit_s", "allocation", "live",
+        "members",
         "allocation_of", "_holes", "_by_job",
     )
 
@@ -256,11 +257,14 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
         self.deficit_s = np.zeros((capacity, t))
         self.allocation = np.zeros((capacity, t))
         self.live = np.zeros(capacity, dtype=bool)
+        # each row's member job indices (a single's twice; -1 for a removed row): the planner's
+        # sums per job (core/catch_up.py) in numpy, not a walk over the entries
+        self.members = np.full((capacity, 2), -1, dtype=np.int64)
 
     def _grow(self) -> None:
-        old = (self.throughputs, self.received_s, self.deficit_s, self.allocation, self.live)
+        old = (self.throughputs, self.received_s, self.deficit_s, self.allocation, self.live, self.members)
         self._allocate_arrays(2 * len(self.live))
-        for new, before in zip((self.throughputs, self.received_s, self.deficit_s, self.allocation, self.live), old):
+        for new, before in zip((self.throughputs, self.received_s, self.deficit_s, self.allocation, self.live, self.members), old):
             new[: self.rows] = before[: self.rows]
 
     # -- the mapping ---------------------------------------------------------------------------
@@ -281,6 +285,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
             self.keys.append(entry)
             self.row_of[entry] = row
             self.live[row] = True
+            self.members[row] = (entry[0], entry[-1])
             self.allocation[row] = 0.0  # not in the installed allocation (it came after)
             for i in entry:
                 self._by_job.setdefault(i, {})[entry] = None
@@ -294,6 +299,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
         row = self.row_of.pop(entry)
         self.keys[row] = None
         self.live[row] = False
+        self.members[row] = -1
         self._holes += 1
         for i in entry:
             others = self._by_job.get(i)
@@ -338,10 +344,11 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
         self.keys = [self.keys[r] for r in kept.tolist()]
         self.row_of = {entry: row for row, entry in enumerate(self.keys)}  # type: ignore[misc]
         n = len(kept)
-        for name in ("throughputs", "received_s", "deficit_s", "allocation", "live"):
+        for name in ("throughputs", "received_s", "deficit_s", "allocation", "live", "members"):
             array = getattr(self, name)
             array[:n] = array[kept]
             array[n:] = 0
+        self.members[n:] = -1
         self.rows, self._holes = n, 0
 
     def allocation_matrix(self, allocation: Mapping[Entry, Mapping[str, float]]) -> np.ndarray:
@@ -414,6 +421,8 @@ def _restore_ledgers(
     ledgers.throughputs[np.flatnonzero(np.fromiter(map(len, keys), int, n) == 2), :, 1] = second_of_pairs
     ledgers.received_s[:n], ledgers.deficit_s[:n] = received_s, deficit_s
     ledgers.live[:n] = True
+    if n:
+        ledgers.members[:n] = [(entry[0], entry[-1]) for entry in keys]
     ledgers.keys = list(keys)
     ledgers.row_of = {entry: row for row, entry in enumerate(keys)}
     ledgers.rows = n

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mechanism_service.core.migration import move_cost_s
+from mechanism_service.core.migration import move_cost_s, waiting_behind
 from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.settings import MechanismSettings
 
@@ -111,12 +111,14 @@ def priority_columns(state: MechanismState) -> Queues:
     return Queues(ledgers.keys, ledgers.live[:rows], priority, ledgers.deficit_s[:rows], allocation, runs)
 
 
-def charge_move_columns(state: MechanismState, queues: Queues, settings: MechanismSettings) -> Queues:
+def charge_move_columns(
+    state: MechanismState, queues: Queues, settings: MechanismSettings, behind: frozenset[int] = frozenset()
+) -> Queues:
     """migration.charge_moves on columns: where an entry would start afresh on a type (it did
     not run there last round) and has a priority, the charge is ``move_charge_restores`` times
     the cost for each job it restarts; the priority times (round - charge) / round (never below
     0) and the deficit less the charge; the cost is migration.move_cost_s's (one for all while no
-    job type was measured)."""
+    job type was measured). An entry with a member ``behind`` (core/catch_up.py) is charged 0."""
     ledgers = state.entries
     rows = len(queues.live)
     ran_on = np.full(rows, -1)
@@ -139,11 +141,18 @@ def charge_move_columns(state: MechanismState, queues: Queues, settings: Mechani
         charge_s = settings.move_charge_restores * members * cost_s
     else:
         charge_s = settings.move_charge_restores * cost_s
+    if behind:
+        charge_s = np.where(_with_member(queues.keys, rows, behind), 0.0, charge_s)
     factor = (np.maximum(0.0, round_s - charge_s) / round_s)[:, None]
     charge_s = charge_s[:, None]
     priority = np.where(moving, queues.priority * factor, queues.priority)
     deficit_s = np.where(moving, queues.deficit_s - charge_s, queues.deficit_s)
     return queues._replace(priority=priority, deficit_s=deficit_s)
+
+
+def _with_member(keys: Sequence[Entry | None], rows: int, jobs: frozenset[int]) -> np.ndarray:
+    """(rows,) True where the row's entry has a member among ``jobs`` (False for a removed row)."""
+    return np.fromiter((entry is not None and not jobs.isdisjoint(entry) for entry in keys[:rows]), bool, rows)
 
 
 class LedgerLists(NamedTuple):
@@ -194,16 +203,21 @@ class QueueLists(NamedTuple):
     column: Callable[[int], TypeQueue]
 
 
-def plan_queues(state: MechanismState, settings: MechanismSettings, lists: LedgerLists | None) -> Queues | QueueLists:
-    """The queues ``pick_columns`` ranks, moves charged when ``settings.charge_moves``: from
-    ``lists`` where the round read them (a few rows), else on numpy columns."""
+def plan_queues(
+    state: MechanismState, settings: MechanismSettings, lists: LedgerLists | None, behind: frozenset[int] = frozenset()
+) -> Queues | QueueLists:
+    """The queues ``pick_columns`` ranks, moves charged when ``settings.charge_moves`` (but not
+    to the entries of jobs ``behind``): from ``lists`` where the round read them (a few rows),
+    else on numpy columns."""
     if lists is not None:
-        return queue_lists(state, settings, lists)
+        return queue_lists(state, settings, lists, behind)
     queues = priority_columns(state)
-    return charge_move_columns(state, queues, settings) if settings.charge_moves else queues
+    return charge_move_columns(state, queues, settings, behind) if settings.charge_moves else queues
 
 
-def queue_lists(state: MechanismState, settings: MechanismSettings, lists: LedgerLists) -> QueueLists:
+def queue_lists(
+    state: MechanismState, settings: MechanismSettings, lists: LedgerLists, behind: frozenset[int] = frozenset()
+) -> QueueLists:
     """``priority_columns`` and then, when ``settings.charge_moves``, ``charge_move_columns``,
     fused on Python floats for the cells a pick can visit (the live rows whose every member
     runs there), a type when the pick first asks for it: the same IEEE operations in the same
@@ -217,7 +231,7 @@ def queue_lists(state: MechanismState, settings: MechanismSettings, lists: Ledge
         queue = made.get(k)
         if queue is None:
             if not moves:
-                moves.append(_moves(state, settings))
+                moves.append(_moves(state, settings, behind))
             queue = made[k] = _type_queue(state, settings, lists, k, *moves[0])
         return queue
 
@@ -225,11 +239,11 @@ def queue_lists(state: MechanismState, settings: MechanismSettings, lists: Ledge
 
 
 def _moves(
-    state: MechanismState, settings: MechanismSettings
+    state: MechanismState, settings: MechanismSettings, behind: frozenset[int] = frozenset()
 ) -> tuple[list[str | None], list[tuple[float, float] | None]]:
     """Per ledger row: the type it ran on last round (None: none, or moves are not charged),
     and what a move costs it, (charge_s, the priority's factor) (None: looked up at its first
-    move, when job types were measured)."""
+    move, when job types were measured; (0.0, 1.0) for an entry with a member ``behind``)."""
     ledgers = state.entries
     rows = ledgers.rows
     ran_on: list[str | None] = [None] * rows
@@ -244,6 +258,10 @@ def _moves(
     if not state.move_costs_by_job_type:  # one cost for all: a single's charge, a pair's
         single, pair = _move_charge(state, settings, (0,), settings.restore_s), _move_charge(state, settings, (0, 1), settings.restore_s)
         charges = [pair if entry is not None and len(entry) == 2 else single for entry in ledgers.keys]
+    if behind:  # (x 1.0 and - 0.0: the same floats as no charge)
+        for row, entry in enumerate(ledgers.keys[:rows]):
+            if entry is not None and not behind.isdisjoint(entry):
+                charges[row] = (0.0, 1.0)
     return ran_on, charges
 
 
@@ -438,15 +456,18 @@ def fit_held_columns(
     held: Sequence[tuple[Entry, str]],
     reserved: Sequence[tuple[Entry, str]],
     lists: LedgerLists | None = None,
+    behind: frozenset[int] = frozenset(),
 ) -> list[tuple[Entry, str]]:
     """migration.fit_held with its pass over the jobs that never ran on columns: the newcomers
     found in C (their ``first_run_s`` is None), the GPUs their allocation takes on each type
     summed from the ledgers' allocation matrix (integers: the same counts as one subtraction at
     a time; from ``lists`` where the round read them); the reserved and held entries, few, as
-    the plain form walks them."""
+    the plain form walks them. The jobs ``behind`` and in no held entry count as newcomers."""
     left = dict(state.gpus)
     jobs, ledgers = state.jobs, state.entries
     newcomers = list(itertools.compress(jobs.values(), map(operator.is_, map(_FIRST_RUN, jobs.values()), itertools.repeat(None))))
+    if behind:
+        newcomers += [jobs[j] for j in waiting_behind(jobs, held, behind)]
     if newcomers and lists is not None:
         allocation, types, row_of = lists.allocation, lists.types, ledgers.row_of
         columns = [(k, w) for w, k in ledgers.column_of.items() if w in left]

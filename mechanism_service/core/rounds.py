@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanism_service.core.catch_up import behind_jobs
 from mechanism_service.core.migration import kept_and_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
 from mechanism_service.core.planning import (
@@ -204,8 +205,9 @@ def open_round(
     reserved = [(p.entry, p.accelerator_type) for p in profiling]
     profiled = frozenset(entry for entry, _ in reserved)
     lists = ledger_lists(state)  # a few rows: the ledgers read once as lists for every pass (None: numpy)
-    reserved += fit_held_columns(state, held_columns(state, now_s, settings, lists), reserved, lists)  # moves not yet paid for
-    queues = plan_queues(state, settings, lists)
+    behind = behind_jobs(state, now_s, settings)  # fallen behind: no hold keeps them waiting, no move is charged
+    reserved += fit_held_columns(state, held_columns(state, now_s, settings, lists), reserved, lists, behind)  # moves not yet paid for
+    queues = plan_queues(state, settings, lists, behind)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
     assignment = place(state, picked, order, settings, forced=profiled)
     kept, state.stretch_rounds = kept_and_stretches(state.previous_assignment, state.stretch_rounds, assignment)

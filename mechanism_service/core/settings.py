@@ -90,6 +90,11 @@ class MechanismSettings:
     # bench/round_plan.py), and it runs inside the boundary that installs the answer. Above it the
     # answer is installed as given, as with None.
     steady_max_split_jobs: int = 2_000
+    # Jobs that fall behind (core/catch_up.py): a job on course for a finish-time-fairness ratio
+    # above this if it waits this round is charged nothing for its moves, and no hold keeps it
+    # waiting (the GPUs of the types it is allocated are left for it, as for a job that never
+    # ran); None: the charge and the holds apply to every job.
+    catch_up_ratio: float | None = None
     max_gang_failures: int = 5
     # Real workers (docs/mechanism.md, "Workers that fail, jobs that crash"). A job whose process
     # crashed in this many leases in a row fails (Gavel's limit, 5, as for gang failures).
@@ -123,6 +128,8 @@ class MechanismSettings:
             raise ConfigError(f"move_overshoot_moves must be >= 0, got {self.move_overshoot_moves}")
         if self.steady_types_tolerance is not None and not 0.0 <= self.steady_types_tolerance < 1.0:
             raise ConfigError(f"steady_types_tolerance must be in [0, 1), got {self.steady_types_tolerance}")
+        if self.catch_up_ratio is not None and not self.catch_up_ratio > 1.0:
+            raise ConfigError(f"catch_up_ratio must be > 1, got {self.catch_up_ratio}")
         if self.steady_max_split_jobs < 0:
             raise ConfigError(f"steady_max_split_jobs must be >= 0, got {self.steady_max_split_jobs}")
 
@@ -166,6 +173,7 @@ def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int 
         move_charge_restores=DEFAULT_MOVE_CHARGE_RESTORES,
         move_overhead_share=DEFAULT_MOVE_OVERHEAD_SHARE,
         allocated_first=True,
+        catch_up_ratio=DEFAULT_CATCH_UP_RATIO,
         # Not for packed answers (the pairs hold most of the time and stay as they are; re-laying
         # the singles around them measured worse: docs/mechanism.md "What a move costs"), nor for
         # the agnostic policies, which the re-lay by measured throughputs would make partly aware.
@@ -187,6 +195,10 @@ DEFAULT_MOVE_CHARGE_RESTORES = 6.0
 # 6 rounds of 360 s), unless that overshoots its allocation on the type by more than 10 moves'
 # cost (200 s); bench/preset_differences.py measures the alternatives.
 DEFAULT_MOVE_OVERHEAD_SHARE = 0.01
+# A job on course for a finish-time-fairness ratio above 1.3 (waiting this round) catches up:
+# charged nothing for its moves, never kept waiting by a hold (core/catch_up.py). Measured with
+# bench/preset_differences.py --migration (docs/mechanism.md, "What a move costs").
+DEFAULT_CATCH_UP_RATIO = 1.3
 # An answer is re-laid keeping every job's throughput to 1e-4 of the policy's (core/stability.py):
 # the same allocation as far as the policy can tell, the answer's own precision.
 DEFAULT_STEADY_TYPES_TOLERANCE = 1e-4

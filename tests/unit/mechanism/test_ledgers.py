@@ -171,3 +171,20 @@ def test_the_allocation_s_columns_are_its_shares_whether_every_row_names_every_t
             gathered[e] = ledger
         assert matrix.tolist() == gathered.allocation_matrix(dict(s.allocation)).tolist()
         assert matrix[s.entries.row_of[(1,)], s.entries.column_of["k80"]] == 1 / 3
+
+
+def members_of_keys(ledgers: Ledgers) -> list[list[int]]:
+    """What ``members`` must hold: each row's first and last member, -1 for a removed row."""
+    return [[e[0], e[-1]] if e is not None and ledgers.live[r] else [-1, -1] for r, e in enumerate(ledgers.keys[: ledgers.rows])]
+
+
+def test_the_rows_members_follow_the_keys_through_growth_removal_compaction_and_snapshots():
+    s = state(k80=2).packing().jobs(7).build()  # 28 rows: grown past the first 16
+    assert s.entries.members[: s.entries.rows].tolist() == members_of_keys(s.entries)
+    withdraw_job(s, 2)
+    assert s.entries.members[: s.entries.rows].tolist() == members_of_keys(s.entries)  # holes: -1
+    s.entries.compact()
+    assert s.entries.members[: s.entries.rows].tolist() == members_of_keys(s.entries)
+    assert (s.entries.members[s.entries.rows :] == -1).all()
+    for copied in (copy.deepcopy(s), pickle.loads(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))):
+        assert copied.entries.members[: copied.entries.rows].tolist() == members_of_keys(copied.entries)

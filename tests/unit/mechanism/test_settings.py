@@ -70,6 +70,7 @@ def test_the_default_preset_resolves_at_once_runs_what_it_picks_and_charges_a_re
         move_overshoot_moves=10.0,
         allocated_first=True,
         steady_types_tolerance=1e-4,
+        catch_up_ratio=1.3,
     )
 
 

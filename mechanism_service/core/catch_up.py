@@ -1,0 +1,77 @@
+"""Which jobs have fallen behind their allocation far enough that the migration-aware rounds
+stop holding them back (docs/mechanism.md, "What a move costs": jobs that fall behind).
+
+The move charge and the holds trade a job's place in the greedy pass for fewer restores, and
+the priorities forget what that cost it: a job's priority on a type is its share over what it
+received since the last reset, and the default preset resets at every arrival and completion,
+so time a job lost to a hold or a charge survives only in the deficits, which break ties. A
+short job that waits a few rounds behind a hold or runs them on a type the allocation gives it
+nothing (its one allocated pair partner held elsewhere) finishes far later than its share
+would have it (issue 23, item 6: the worst finish-time-fairness ratio 1.31 -> 1.52).
+
+A job is *behind* when the finish-time-fairness ratio it is on course for, if it waits this
+round, exceeds ``settings.catch_up_ratio``:
+
+    1 + (owed_steps + round_s x allocated_steps_per_s) / total_steps
+
+``owed_steps``: over the job's entries (its single and every pair it is in) and types, the time
+each is owed there (the folded deficit, plus its share of the time since the reset, less what
+it received since: what the holds' overshoot test reads) times the job's rate there; time run
+where the allocation gives it nothing counts against it, as work done. ``allocated_steps_per_s``:
+the job's throughput under the allocation. Owed steps over total steps is the share of its
+work the job is late by, which is what its ratio will exceed 1 by if it never catches up; the
+round it may wait is counted in advance, so a job so short that one round of waiting would put
+it past the bound is behind from the start.
+
+Pure: reads a MechanismState.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mechanism_service.core.model import MechanismState
+from mechanism_service.core.settings import MechanismSettings
+
+
+def behind_jobs(state: MechanismState, now_s: float, settings: MechanismSettings) -> frozenset[int]:
+    """The indices of the jobs behind (the module docstring); empty when the setting is off."""
+    bound = settings.catch_up_ratio
+    if bound is None or not state.jobs:
+        return frozenset()
+    job_indices, late = steps_late_columns(state, now_s, settings)
+    excess, jobs = bound - 1.0, state.jobs
+    # each job's own bound is read only for those late by more than the smallest job's
+    candidates = job_indices[late > excess * min(job.total_steps for job in jobs.values())].tolist()
+    late_of = dict(zip(job_indices.tolist(), late.tolist()))
+    return frozenset(j for j in candidates if j in jobs and late_of[j] > excess * jobs[j].total_steps)
+
+
+def steps_late(state: MechanismState, now_s: float, settings: MechanismSettings) -> dict[int, float]:
+    """Job index -> the steps it will be owed at the end of this round if it waits: over its
+    entries and types, (owed time + its share of the round) x its rate there."""
+    job_indices, late = steps_late_columns(state, now_s, settings)
+    return dict(zip(job_indices.tolist(), late.tolist()))
+
+
+def steps_late_columns(state: MechanismState, now_s: float, settings: MechanismSettings) -> tuple[np.ndarray, np.ndarray]:
+    """``steps_late`` as two arrays, (job indices, steps late): a few numpy passes over
+    the ledgers' columns, the sums per job by the rows' members (model.Ledgers.members)."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    allocation = ledgers.allocation_matrix(state.allocation)  # rows x types
+    # owed time, plus the share of the round it may wait
+    owed_s = ledgers.deficit_s[:rows] + allocation * (now_s - state.last_reset_s + settings.round_s)
+    owed_s -= ledgers.received_s[:rows] - settings.seed_s
+    rates = ledgers.throughputs[:rows]  # rows x types x 2: each member's steps/s (a single's twice)
+    live = ledgers.live[:rows]
+    members = ledgers.members[:rows]
+    first = np.einsum("rt,rt->r", owed_s, rates[:, :, 0])
+    if len(ledgers.row_of) == len(state.jobs):  # no pairs (a job has one single): one row a job
+        return members[live, 0], first[live]
+    second = np.einsum("rt,rt->r", owed_s, rates[:, :, 1])
+    pair = live & (members[:, 0] != members[:, 1])  # a single's second member is its first again
+    indices = np.concatenate((members[live, 0], members[pair, 1]))
+    job_indices, position = np.unique(indices, return_inverse=True)
+    weights = np.concatenate((first[live], second[pair]))
+    return job_indices, np.bincount(position, weights=weights, minlength=len(job_indices))
