@@ -43,6 +43,14 @@ positive_number = _number_type(float, 0.0, False, "a finite number > 0")
 non_negative_number = _number_type(float, 0.0, True, "a finite number >= 0")
 positive_int = _number_type(int, 1, True, "a whole number >= 1")
 non_negative_int = _number_type(int, 0, True, "a whole number >= 0")
+above_one_number = _number_type(float, 1.0, False, "a finite number > 1")
+# A mechanism flag left out keeps its preset's value (an object, never a parsed value).
+PRESET_VALUE: Any = object()
+CATCH_UP_HELP = (
+    "a job on course for a finish-time-fairness ratio above R if it waits a round is charged nothing for its moves "
+    "and no hold keeps it waiting; none: never (docs/mechanism.md, 'What a move costs'; default: the preset's, "
+    "1.3 for default, none for gavel)"
+)
 
 
 def or_none(parse: Callable[[str], float]) -> Callable[[str], float | None]:

@@ -39,7 +39,8 @@ from mechanism_service.core.settings import PRESETS
 from services.journal import Journal, recorded_cluster
 from services.bus import make_bus
 from services.cli.common import (
-    CommandFailed, load_table, non_negative_int, non_negative_number, or_none, positive_int, positive_number,
+    CATCH_UP_HELP, PRESET_VALUE, CommandFailed, above_one_number, load_table, non_negative_int, non_negative_number,
+    or_none, positive_int, positive_number,
 )
 from services.cli.worker_options import add_worker_options, worker_config
 from services.cli.state_paths import cluster_identity, default_state_path, legacy_state_path
@@ -133,6 +134,7 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
     if only in (None, "mechanism"):
         p.add_argument("--policy", default="max_min_fairness_perf", help="the policy to run (default max_min_fairness_perf)")
         p.add_argument("--preset", choices=sorted(PRESETS), default="default")
+        p.add_argument("--catch-up-ratio", type=or_none(above_one_number), default=PRESET_VALUE, metavar="R|none", help=CATCH_UP_HELP)
         journal = p.add_mutually_exclusive_group()
         journal.add_argument(
             "--journal",
@@ -419,6 +421,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                 preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server),
                 worker_grace_s=worker_grace_s(args),
                 max_failed_attempts=args.max_failed_attempts,
+                **({} if args.catch_up_ratio is PRESET_VALUE else {"catch_up_ratio": args.catch_up_ratio}),
             )
             services.append(
                 MechanismService(

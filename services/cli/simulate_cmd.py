@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 
 from common.errors import FaultSpecError
 from mechanism_service.core.settings import PRESETS
-from services.cli.common import CommandFailed, per_hour, print_json, print_lines
+from services.cli.common import (
+    CATCH_UP_HELP, PRESET_VALUE, CommandFailed, above_one_number, or_none, per_hour, print_json, print_lines,
+)
 from services.cli.progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -76,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_policy_flags(p)
     add_cluster_flags(p, required=False)
+    p.add_argument("--catch-up-ratio", type=or_none(above_one_number), default=PRESET_VALUE, metavar="R|none", help=CATCH_UP_HELP)
     p.add_argument(
         "--window",
         metavar="START:END",
@@ -237,6 +240,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     scenario = Scenario(
         trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, engine, estimation,
         faults=faults, fault_seed=fault_seed, fault_journal_dir=out,
+        mechanism=() if args.catch_up_ratio is PRESET_VALUE else (("catch_up_ratio", args.catch_up_ratio),),
     )
     make_out_dir(out)
     plotter = None
@@ -517,6 +521,8 @@ def replay_flags(args: argparse.Namespace) -> str:
         parts.append(f"--policies {args.policies}")
     parts += [f"--preset {args.preset}", f"--round-s {args.round_s:g}", f"--gpus-per-server {args.gpus_per_server}",
               f"--seed {args.seed}"]
+    if args.catch_up_ratio is not PRESET_VALUE:
+        parts.append(f"--catch-up-ratio {'none' if args.catch_up_ratio is None else f'{args.catch_up_ratio:g}'}")
     if args.window:
         parts.append(f"--window {args.window}")
     if args.throughputs:

@@ -10,6 +10,7 @@ make the same schedule (tests/sim/test_equivalence.py); the second is a few time
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import pathlib
@@ -371,9 +372,12 @@ class Scenario:
     faults: FaultSpec | None = None  # the services engine only (gavel simulate --faults)
     fault_seed: int = 0
     fault_journal_dir: pathlib.Path | None = None  # where a run with mechanism crashes keeps its journal
+    mechanism: tuple[tuple[str, object], ...] = ()  # MechanismSettings fields set apart from the preset
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
+        if self.mechanism:
+            settings = dataclasses.replace(settings, **dict(self.mechanism))
         return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation)
 
 
