@@ -7,10 +7,13 @@ docs/mechanism.md. Each row is one deterministic run (no medians needed: the sim
 `--migration` measures instead what the default preset does about moves (docs/mechanism.md,
 "What a move costs"): from the default preset as it was before migration-aware rounds (20 s
 restores, every round decided afresh) it switches each piece on in turn, beside Gavel's
-mechanism (which pays nothing for a move), on the continuous calibration trace and on a generated
-trace at Gavel's paper scale (36:36:36, 4 jobs/h, Gavel's generator with seed 0, 3,000 jobs, jobs
-1000-1499 measured), and prints average JCT, the worst finish-time-fairness ratio and the share
-of leases that move (every lease that is not an extension pays the restore).
+mechanism (which pays nothing for a move), on the continuous calibration trace, on the trace of
+issue 23 (Gavel's generator with seed 0, the calibration trace's shape: 1,200 jobs at 1.4/h on
+8:8:8, jobs 100-299 measured; `generated`) and on a generated trace at Gavel's paper scale
+(36:36:36, 4 jobs/h, Gavel's generator with seed 0, 3,000 jobs, jobs 1000-1499 measured), and
+prints average JCT, the worst finish-time-fairness ratio and the share of leases that move
+(every lease that is not an extension pays the restore). bench/catch_up.py measures the last
+piece, catching up, on more traces and against the noise of close settings.
 
 Packed at paper scale is left out unless --paper-packed. A run with the default preset makes
 ~3,100 answers of 60-80 jobs: 240 s of CPU measured before the packed program went straight to
@@ -20,7 +23,7 @@ job pair through cvxpy, ~930 answers) measured 190 s. On a shared machine the wa
 several times that (15 min each with the load at 5-10 on 2 cores). --variants runs only the rows whose label holds one
 of its words, so that the rows can run as separate processes.
 
-Usage: python bench/preset_differences.py [--json] [--migration [--traces continuous,paper] [--policies A,B] [--paper-packed] [--variants W1,W2]]
+Usage: python bench/preset_differences.py [--json] [--migration [--traces continuous,generated,paper] [--policies A,B] [--paper-packed] [--variants W1,W2]]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mechanism_service.core.settings import (  # noqa: E402
+    DEFAULT_CATCH_UP_RATIO,
     DEFAULT_MOVE_CHARGE_RESTORES,
     DEFAULT_RESTORE_S,
     DEFAULT_STEADY_TYPES_TOLERANCE,
@@ -73,6 +77,9 @@ def migration_traces(context, names):
     if "continuous" in names:
         trace = read_trace(REFERENCE / "continuous_rate1.4_n1200_seed1.trace")
         yield "continuous 8:8:8", trace, {"v100": 8, "p100": 8, "k80": 8}, (100, 300), 1
+    if "generated" in names:  # issue 23's: the calibration trace's shape, Gavel's generator with seed 0
+        trace = generate_trace(TraceSpec(num_jobs=1200, jobs_per_hour=1.4), context.table, TraceStreams.gavel(0))
+        yield "generated 8:8:8", trace, {"v100": 8, "p100": 8, "k80": 8}, (100, 300), 0
     if "paper" in names:
         trace = generate_trace(TraceSpec(num_jobs=3000, jobs_per_hour=4.0), context.table, TraceStreams.gavel(0))
         yield "paper scale 36:36:36", trace, {"v100": 36, "p100": 36, "k80": 36}, (1000, 1500), 0
@@ -85,7 +92,7 @@ def migration_variants(policy: str):
     default = preset("default", policy)
     before = dataclasses.replace(
         default, extensions_first=False, charge_moves=False, move_overhead_share=None, allocated_first=False,
-        steady_types_tolerance=None,
+        steady_types_tolerance=None, catch_up_ratio=None,
     )
     charged_once = dataclasses.replace(before, extensions_first=True, charge_moves=True, move_charge_restores=1.0)
     holds = dataclasses.replace(charged_once, move_overhead_share=default.move_overhead_share)
@@ -99,14 +106,18 @@ def migration_variants(policy: str):
     yield "+ allocated entries picked first", allocated_first
     yield "+ steady allocation (1e-4)", steady
     # the default: for packed policies without the steady allocation (settings.default_preset)
-    yield f"+ {DEFAULT_MOVE_CHARGE_RESTORES:.0f} restores charged per job restarted", default
+    yield f"+ {DEFAULT_MOVE_CHARGE_RESTORES:.0f} restores charged per job restarted", dataclasses.replace(default, catch_up_ratio=None)
+    yield f"+ jobs behind catch up ({DEFAULT_CATCH_UP_RATIO:g})", default
     yield "  steady allocation alone (no allocated-first)", dataclasses.replace(
         holds, steady_types_tolerance=DEFAULT_STEADY_TYPES_TOLERANCE, move_charge_restores=DEFAULT_MOVE_CHARGE_RESTORES,
+        catch_up_ratio=DEFAULT_CATCH_UP_RATIO,
     )
     yield "  default, 4 restores charged", dataclasses.replace(default, move_charge_restores=4.0)
     yield "  default, 8 restores charged", dataclasses.replace(default, move_charge_restores=8.0)
     yield "  default, holds at 0.5% overhead", dataclasses.replace(default, move_overhead_share=0.005)
     yield "  default, holds overshooting 30 moves", dataclasses.replace(default, move_overshoot_moves=30.0)
+    yield "  default, catching up at 1.25", dataclasses.replace(default, catch_up_ratio=1.25)
+    yield "  default, catching up at 1.4", dataclasses.replace(default, catch_up_ratio=1.4)
     yield "  default before without a restore cost", dataclasses.replace(before, restore_s=0.0)
 
 
@@ -163,7 +174,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--migration", action="store_true", help="what the default preset does about moves")
-    parser.add_argument("--traces", default="continuous,paper", help="--migration: continuous, paper or both")
+    parser.add_argument("--traces", default="continuous,generated,paper", help="--migration: continuous, generated, paper (comma-separated)")
     parser.add_argument("--policies", default=",".join(MIGRATION_POLICIES), help="--migration: the policies")
     parser.add_argument("--paper-packed", action="store_true", help="--migration: packed at paper scale too (slow)")
     parser.add_argument("--variants", default="", help="--migration: only the rows whose label contains one of these (comma-separated)")
