@@ -24,7 +24,14 @@ max_min_fairness. The figures are printed, not asserted.
 Default trace: Gavel's continuous calibration trace (1,200 jobs at 1.4 jobs/h, seed 1) on
 v100=8,p100=8,k80=8, measuring jobs 100-299 as the calibration does, preset default, seed 0.
 `--trace FILE --cluster SPEC [--window START:END]` runs another; `--quick` a generated one
-(120 jobs at 1.5 jobs/h, numpy Generator seeded with --seed, 4:4:4, every job measured).
+(120 jobs at 1.5 jobs/h, numpy Generator seeded with --seed, 4:4:4, every job measured);
+`--static N` N jobs at t = 0 on 4:4:4, the trace `gavel trace generate --jobs N --static --seed T`
+writes (Gavel's generator), every job measured: where learning costs most, every job waiting
+while the first estimates are guesses.
+
+`--seeds 0,1,2` runs each scheduler seed (which also draws the unknown types), and with --static
+`--trace-seeds 0,1,2` each trace: every combination's 7 runs, a line per combination, then per
+policy and noise the median and the worst over the combinations (the goal read on the median).
 
 Runs are independent and go to `--jobs` processes (default 2). Measured on this 2-core machine with
 --jobs 2, the two processes sharing it: the calibration set of 7 runs took 75 s of wall time when
@@ -35,8 +42,8 @@ The learned runs spend most of their time in the estimator's core taking each le
 smaller trace saves less than one would think; the calibration trace runs only as far as its
 measured jobs 100-299 need.
 
-Usage: python bench/estimator_value.py [--quick | --trace FILE --cluster SPEC [--window START:END]]
-       [--unknown-types A,B,...] [--seed 0] [--jobs 2] [--json]
+Usage: python bench/estimator_value.py [--quick | --static N [--trace-seeds T,...] | --trace FILE --cluster SPEC
+       [--window START:END]] [--unknown-types A,B,...] [--seed 0 | --seeds S,...] [--jobs 2] [--json]
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -64,12 +72,13 @@ from services.cli.simulation import (  # noqa: E402
     run_policy,
 )
 from sim.learning import EstimationConfig  # noqa: E402
-from sim.traces import TraceJob, TraceSpec, generate_trace  # noqa: E402
+from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace  # noqa: E402
 
 CALIBRATION_TRACE = ROOT / "tests" / "data" / "gavel-reference" / "continuous_rate1.4_n1200_seed1.trace"
 CALIBRATION_CLUSTER = "v100=8,p100=8,k80=8"
 CALIBRATION_WINDOW = "100:300"
 QUICK_JOBS, QUICK_RATE_PER_H, QUICK_CLUSTER = 120, 1.5, "4:4:4"
+STATIC_CLUSTER = "4:4:4"
 
 AGNOSTIC = "max_min_fairness"
 GOALS = {"max_min_fairness_packed": 0.05, "max_min_fairness_perf": 0.03}  # learned avg JCT within this of the oracle's
@@ -128,8 +137,11 @@ def draw_unknown(trace: tuple[TraceJob, ...], seed: int) -> tuple[str, ...]:
     return tuple(in_trace[i] for i in sorted(chosen))
 
 
-def scenario_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Scenario, str]:
-    """The trace, cluster and window the flags name, and a one-line description of them."""
+def scenario_of(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, seed: int, trace_seed: int = 0
+) -> tuple[Scenario, str]:
+    """The trace, cluster and window the flags name (with this scheduler seed and, for --static,
+    this trace seed), and a one-line description of them."""
     from policy_service.service import shipped_context
 
     table = shipped_context().table
@@ -137,9 +149,13 @@ def scenario_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tu
     try:
         if args.quick:
             spec = TraceSpec(num_jobs=QUICK_JOBS, jobs_per_hour=QUICK_RATE_PER_H)
-            trace = generate_trace(spec, table, np.random.default_rng(args.seed))
+            trace = generate_trace(spec, table, np.random.default_rng(seed))
             cluster_text, window_text = args.cluster or QUICK_CLUSTER, args.window
-            source = f"generated: {QUICK_JOBS} jobs at {QUICK_RATE_PER_H:g} jobs/h (numpy Generator seed {args.seed})"
+            source = f"generated: {QUICK_JOBS} jobs at {QUICK_RATE_PER_H:g} jobs/h (numpy Generator seed {seed})"
+        elif args.static:
+            trace = generate_trace(TraceSpec(num_jobs=args.static), table, TraceStreams.gavel(trace_seed))
+            cluster_text, window_text = args.cluster or STATIC_CLUSTER, args.window
+            source = f"static: {args.static} jobs at t = 0 (gavel trace generate --static --seed {trace_seed})"
         elif args.trace:
             trace = load_trace(args.trace)
             cluster_text, window_text = args.cluster, args.window
@@ -155,10 +171,10 @@ def scenario_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tu
         window = parse_window(window_text, len(trace))
     except CommandFailed as e:
         parser.error(str(e))
-    scenario = Scenario(tuple(trace), cluster, preset="default", seed=args.seed, window=window)
+    scenario = Scenario(tuple(trace), cluster, preset="default", seed=seed, window=window)
     measured = f"jobs {window[0]}-{window[1] - 1} measured" if window else "every job measured"
     gpus = ",".join(f"{w}={n}" for w, n in cluster.items())
-    return scenario, f"{source}; {len(trace)} jobs on {gpus}, {measured}; preset default, seed {args.seed}"
+    return scenario, f"{source}; {len(trace)} jobs on {gpus}, {measured}; preset default, seed {seed}"
 
 
 def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -247,15 +263,79 @@ def print_report(report: dict[str, object]) -> None:
     )
 
 
+def parse_seeds(text: str, flag: str, parser: argparse.ArgumentParser) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"{flag}: expected integers separated by commas, got {text!r}")
+    if not seeds or min(seeds) < 0:
+        parser.error(f"{flag}: expected integers >= 0, got {text!r}")
+    return list(dict.fromkeys(seeds))
+
+
+def unknown_of(args: argparse.Namespace, parser: argparse.ArgumentParser, trace: tuple[TraceJob, ...], seed: int) -> tuple[tuple[str, ...], str]:
+    """The unknown types (--unknown-types, else drawn) and how they were chosen."""
+    if not args.unknown_types:
+        unknown = draw_unknown(trace, seed)
+        return unknown, f"drawn with numpy default_rng([{seed}, 13]) as gavel simulate --unknown-types {len(unknown)} --seed {seed}"
+    from policy_service.service import shipped_context
+
+    unknown = tuple(dict.fromkeys(name.strip() for name in args.unknown_types.split(",") if name.strip()))
+    missing = [name for name in unknown if name not in shipped_context().table.job_types]
+    if missing:
+        parser.error(f"--unknown-types: {missing[0]!r} is not a job type of the throughput table")
+    if len(shipped_context().table.job_types) <= len(unknown):
+        parser.error("--unknown-types: at least one job type must stay known (the estimator compares new ones with it)")
+    return unknown, "--unknown-types"
+
+
+def summary(reports: list[dict[str, object]]) -> dict[str, object]:
+    """Per learned (policy, noise): the median and the worst ratio to the oracle over the
+    combinations, and the goal read on the median."""
+    out = {}
+    for policy, within in GOALS.items():
+        for noise in (0.0, NOISE):
+            figures = [
+                r["vs_oracle"] for report in reports for r in report["runs"]  # type: ignore[attr-defined]
+                if r["policy"] == policy and r["estimator"] == "learned" and r["noise"] == noise and r["vs_oracle"] is not None
+            ]
+            median = statistics.median(figures) if figures else None
+            out[f"{policy} noise {noise:g}"] = {
+                "median": median, "worst": max(figures) if figures else None, "runs": figures, "within": within,
+                "met": None if median is None else bool(median <= within),
+            }
+    return out
+
+
+def print_summary(reports: list[dict[str, object]], combined: dict[str, object]) -> None:
+    for report in reports:
+        runs = {(r["policy"], r["noise"]): r for r in report["runs"] if r["estimator"] == "learned"}  # type: ignore[attr-defined]
+        figures = ", ".join(
+            f"{policy.removeprefix('max_min_fairness_')} {_pct(runs[(policy, 0.0)]['vs_oracle'], sign=True)} "
+            f"(noise {NOISE:g}: {_pct(runs[(policy, NOISE)]['vs_oracle'], sign=True)})"
+            for policy in GOALS
+        )
+        print(f"{report['scenario']}: learned vs oracle avg JCT: {figures}")
+    print(f"over {len(reports)} combinations (learned vs oracle avg JCT):")
+    for name, figures in combined.items():
+        print(
+            f"  {name:34s} median {_pct(figures['median'], sign=True)}, worst {_pct(figures['worst'], sign=True)}; "
+            f"goal <= {100 * figures['within']:.0f}%: {_verdict(figures['met'])}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--quick", action="store_true", help=f"a generated trace: {QUICK_JOBS} jobs at {QUICK_RATE_PER_H:g}/h on {QUICK_CLUSTER}")
+    source.add_argument("--static", type=int, metavar="N", help=f"a static trace of N jobs (Gavel's generator) on {STATIC_CLUSTER}")
     source.add_argument("--trace", metavar="FILE", help="another trace (needs --cluster)")
-    parser.add_argument("--cluster", metavar="SPEC", help=f"GPUs per type (default {CALIBRATION_CLUSTER}; --quick: {QUICK_CLUSTER})")
+    parser.add_argument("--cluster", metavar="SPEC", help=f"GPUs per type (default {CALIBRATION_CLUSTER}; --quick, --static: {QUICK_CLUSTER})")
     parser.add_argument("--window", metavar="START:END", help=f"measured jobs (default {CALIBRATION_WINDOW}; others: all)")
     parser.add_argument("--unknown-types", metavar="A,B,...", help="the unknown job types (default: a third of the trace's, drawn)")
     parser.add_argument("--seed", type=int, default=0, help="scheduler seed, unknown-type draw, --quick trace (default 0)")
+    parser.add_argument("--seeds", metavar="S,...", help="several scheduler seeds (each also draws the unknown types)")
+    parser.add_argument("--trace-seeds", metavar="T,...", help="with --static: several traces (default 0)")
     parser.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel processes (default 2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
@@ -263,53 +343,63 @@ def main() -> int:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
+    if args.static is not None and args.static < 1:
+        parser.error(f"--static must be >= 1, got {args.static}")
+    if args.trace_seeds and args.static is None:
+        parser.error("--trace-seeds needs --static")
+    seeds = parse_seeds(args.seeds, "--seeds", parser) if args.seeds else [args.seed]
+    trace_seeds = parse_seeds(args.trace_seeds, "--trace-seeds", parser) if args.trace_seeds else [0]
 
-    scenario, description = scenario_of(args, parser)
-    trace_types = sorted({j.job_type for j in scenario.trace})
-    if args.unknown_types:
-        from policy_service.service import shipped_context
-
-        unknown = tuple(dict.fromkeys(name.strip() for name in args.unknown_types.split(",") if name.strip()))
-        missing = [name for name in unknown if name not in shipped_context().table.job_types]
-        if missing:
-            parser.error(f"--unknown-types: {missing[0]!r} is not a job type of the throughput table")
-        if len(shipped_context().table.job_types) <= len(unknown):
-            parser.error("--unknown-types: at least one job type must stay known (the estimator compares new ones with it)")
-        drawn_by = "--unknown-types"
-    else:
-        unknown = draw_unknown(scenario.trace, args.seed)
-        drawn_by = f"drawn with numpy default_rng([{args.seed}, 13]) as gavel simulate --unknown-types {len(unknown)} --seed {args.seed}"
+    combinations = []
+    for trace_seed in trace_seeds:
+        for seed in seeds:
+            scenario, description = scenario_of(args, parser, seed, trace_seed)
+            unknown, drawn_by = unknown_of(args, parser, scenario.trace, seed)
+            combinations.append((scenario, description, unknown, drawn_by))
 
     from services.cli.progress import ProgressBar
 
     specs = runs_to_make()
+    work = [(spec, n) for spec in specs for n in range(len(combinations))]  # the longest runs first
     bar = ProgressBar("estimator value", sys.stderr, simulated=False)
     started = time.perf_counter()
-    rows: dict[RunSpec, dict[str, object]] = {}
+    rows: dict[tuple[RunSpec, int], dict[str, object]] = {}
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(one_run, spec, scenario, unknown): spec for spec in specs}
+        futures = {
+            pool.submit(one_run, spec, combinations[n][0], combinations[n][2]): (spec, n) for spec, n in work
+        }
         for future in concurrent.futures.as_completed(futures):
             rows[futures[future]] = future.result()
-            bar(0.0, len(rows), len(specs))
+            bar(0.0, len(rows), len(work))
     bar.close()
     wall_s = time.perf_counter() - started
 
     order = [RunSpec(p, e, n) for p in (*GOALS, AGNOSTIC) for e, n in (("oracle", 0.0), ("learned", 0.0), ("learned", NOISE))]
-    ordered = [rows[spec] for spec in order if spec in rows]
-    report = {
-        "scenario": description,
-        "trace_job_types": len(trace_types),
-        "unknown_types": list(unknown),
-        "unknown_drawn_by": drawn_by,
-        "processes": args.jobs,
-        "wall_s": wall_s,
-        "runs": with_ratios(ordered),
-    }
-    report["comparison"] = verdicts(report["runs"])
-    if args.json:
-        print(json.dumps(report, indent=2))
+    reports = []
+    for n, (scenario, description, unknown, drawn_by) in enumerate(combinations):
+        report = {
+            "scenario": description,
+            "trace_job_types": len({j.job_type for j in scenario.trace}),
+            "unknown_types": list(unknown),
+            "unknown_drawn_by": drawn_by,
+            "processes": args.jobs,
+            "wall_s": wall_s,
+            "runs": with_ratios([rows[(spec, n)] for spec in order if (spec, n) in rows]),
+        }
+        report["comparison"] = verdicts(report["runs"])
+        reports.append(report)
+    if len(reports) == 1:
+        if args.json:
+            print(json.dumps(reports[0], indent=2))
+        else:
+            print_report(reports[0])
         return 0
-    print_report(report)
+    combined = summary(reports)
+    if args.json:
+        print(json.dumps({"combinations": reports, "summary": combined, "wall_s": wall_s}, indent=2))
+        return 0
+    print_summary(reports, combined)
+    print(f"(wall: {wall_s:.0f} s in all with {args.jobs} processes)")
     return 0
 
 

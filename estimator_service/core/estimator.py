@@ -23,8 +23,9 @@ the measured fractions (a packed run's steps/s over the job's own estimate alone
 table's for two references, the completion's (colocation.py) when one is new, and the matched
 reference's when both are.
 
-Outputs are diffed against what was published: a figure is sent again only when it moved by more
-than ``publish_tolerance``, or its provenance changed.
+Outputs are diffed against what was published (publishing.py): a figure is sent again only when it
+moved by more than ``publish_tolerance`` and by more than ``publish_sds`` of its own standard
+deviation, or its provenance changed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
 from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
 from estimator_service.core.pools import Pool
 from estimator_service.core.profiling import blocks_packing, request, wanted
+from estimator_service.core.publishing import differs, rounded
 from estimator_service.core.reference import ReferenceSet, class_of
 from estimator_service.core.settings import EstimatorSettings
 from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
@@ -118,16 +120,17 @@ class Estimator:
         self._typical = {sf: references.typical_isolated(sf) for sf in {*references.groups, 1}}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """A snapshot from before calibration (which left stragglers' measurements out) loads as
-        the same model with nothing calibrated yet, its flags as corrections."""
+        """A snapshot from an older estimator loads as the same model: settings it lacks take their
+        defaults; one from before calibration (which left stragglers' measurements out) has
+        nothing calibrated yet and its flags as corrections."""
         self.__dict__.update(state)
+        old = self.settings  # fields added since were never set on it
+        if not all(hasattr(old, f.name) for f in dataclasses.fields(old)):
+            self.settings = EstimatorSettings(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)})
         self.__dict__.setdefault("_gangs_seen", {})
         self.__dict__.setdefault("_packing_open", True)
         if "calibration" in state:
             return
-        old = self.settings  # its new fields were never set: the defaults
-        fields = {f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)}
-        self.settings = EstimatorSettings(**fields)
         self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
         self._calibrated = {}
         flagged = self.stragglers.flagged
@@ -698,12 +701,12 @@ class Estimator:
             row = self._row(job)
             message = JobThroughput(
                 job_id,
-                {w: _rounded(b.value) for w, b in row.items()},
+                {w: rounded(b.value) for w, b in row.items()},
                 {w: b.provenance for w, b in row.items()},
                 {w: round(b.confidence, 3) for w, b in row.items()},
                 job.colocation_class,
             )
-            if _differs(self._published_rows.get(job_id), message, self.settings.publish_tolerance):
+            if differs(self._published_rows.get(job_id), message, self.settings.publish_tolerance, self.settings.publish_sds):
                 self._published_rows[job_id] = message
                 out.append(message)
         self._dirty_rows.clear()
@@ -719,12 +722,12 @@ class Estimator:
                 first, second = self._fraction(a, b, w), self._fraction(b, a, w)
                 if first is None or second is None:
                     continue
-                fractions[w] = (_rounded(first.value), _rounded(second.value))
+                fractions[w] = (rounded(first.value), rounded(second.value))
                 weaker = first if first.confidence <= second.confidence else second
                 provenance[w] = weaker.provenance
                 confidence[w] = round(weaker.confidence, 3)
             message = ColocationEstimate((a, b), fractions, provenance, confidence)
-            if _differs(self._published_pairs.get((a, b)), message, self.settings.publish_tolerance):
+            if differs(self._published_pairs.get((a, b)), message, self.settings.publish_tolerance, self.settings.publish_sds):
                 self._published_pairs[(a, b)] = message
                 out.append(message)
         self._dirty_pairs.clear()
@@ -791,12 +794,6 @@ def _ordered(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a <= b else (b, a)
 
 
-def _rounded(value: float) -> float:
-    """Six significant digits: far below any estimate's error, and the same figure whatever order
-    equal evidence arrived in (sums of floats are not associative)."""
-    return float(f"{value:.6g}")
-
-
 def _moved_belief(before: Belief, after: Belief | None) -> bool:
     if after is None or (before.value <= 0) != (after.value <= 0):
         return True
@@ -811,23 +808,3 @@ def _moved(before: Source | None, after: Source | None, tolerance: float) -> boo
     if (before.value <= 0) != (after.value <= 0):
         return True
     return before.value > 0 and abs(math.log(after.value / before.value)) > tolerance
-
-
-def _differs(before: JobThroughput | ColocationEstimate | None, now: JobThroughput | ColocationEstimate, tolerance: float) -> bool:
-    if before is None:
-        return True
-    if before.provenance != now.provenance:
-        return True
-    old = before.throughputs_steps_per_s if isinstance(before, JobThroughput) else before.fractions
-    new = now.throughputs_steps_per_s if isinstance(now, JobThroughput) else now.fractions  # type: ignore[union-attr]
-    if old.keys() != new.keys():
-        return True
-    for w, value in new.items():
-        for x, y in zip(_as_tuple(old[w]), _as_tuple(value), strict=True):
-            if (x <= 0) != (y <= 0) or (x > 0 and abs(math.log(y / x)) > tolerance):
-                return True
-    return False
-
-
-def _as_tuple(value: float | tuple[float, ...]) -> tuple[float, ...]:
-    return value if isinstance(value, tuple) else (value,)

@@ -30,8 +30,11 @@ class EstimatorSettings:
     reference_sd: float = 0.05
     matched_sd: float = 0.3
     typical_sd: float = 1.0
-    # Republish a figure when it moved by more than this (relative) or its provenance changed.
+    # Republish a figure when it moved by more than this (relative) and by more than publish_sds
+    # of its own standard deviation, or its provenance changed (publishing.py: a move within what
+    # is known of a figure is noise the scheduler would solve again for).
     publish_tolerance: float = 0.005
+    publish_sds: float = 1.0
     # A worker is a straggler when its measurements are below this share of what confident
     # estimates (made without it) predict, in the median over at least straggler_jobs jobs.
     straggler_ratio: float = 0.7
@@ -54,6 +57,8 @@ class EstimatorSettings:
             raise ValueError(f"profiling_percentage: {self.profiling_percentage} is not in [0, 1]")
         if not 0.0 <= self.profiling_share <= 1.0:
             raise ValueError(f"profiling_share: {self.profiling_share} is not in [0, 1]")
+        if not self.publish_sds >= 0:
+            raise ValueError(f"publish_sds: {self.publish_sds} must be >= 0")
         if not self.calibration_tolerance >= 0:
             raise ValueError(f"calibration_tolerance: {self.calibration_tolerance} must be >= 0")
         for name in (
