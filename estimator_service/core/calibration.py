@@ -94,9 +94,9 @@ class Calibration:
         if not workers:
             return None
         shift = statistics.median(self.levels[w] for w in workers)
+        if abs(shift) <= self.tolerance:  # (the common case, at every reference report: no list)
+            return TypeCalibration(0.0, 0.0, len(workers), sum(len(self.ratios[w]) for w in workers))
         ratios = [r for w in workers for r in self.ratios[w].values()]
-        if abs(shift) <= self.tolerance:
-            return TypeCalibration(0.0, 0.0, len(workers), len(ratios))
         if len(ratios) >= SPREAD_JOBS:
             spread_sd = MAD_TO_SD * statistics.median(abs(r - shift) for r in ratios)
         else:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,6 +111,8 @@ class Estimator:
         self._new_flags: list[StragglerFlag] = []
         self._gangs_seen: dict[str, int] = {}  # type -> the largest gang a report came from there
         self._packing_open = True  # no new class lacks a run alone that can be served (profiling.py)
+        self._gate_jobs: set[str] = set()  # the new classes' profiled jobs, whose rows that depends on
+        self._gate_stale = True
         self._slow: Stragglers = NO_STRAGGLERS  # flagged workers: their measurements count where no healthy one's do
         # Types published: the profiled ones and any a report named (a pseudo-type nobody runs on is
         # not worth estimating at every step).
@@ -129,6 +130,8 @@ class Estimator:
             self.settings = EstimatorSettings(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)})
         self.__dict__.setdefault("_gangs_seen", {})
         self.__dict__.setdefault("_packing_open", True)
+        self.__dict__.setdefault("_gate_jobs", set())
+        self.__dict__.setdefault("_gate_stale", True)
         if "calibration" in state:
             return
         self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
@@ -172,7 +175,9 @@ class Estimator:
                 return None
             job.leases.add(report.lease_id)
         w = report.accelerator_type
-        self._gangs_seen[w] = max(self._gangs_seen.get(w, 0), job.scale_factor)
+        if self._gangs_seen.get(w, 0) < job.scale_factor:
+            self._gangs_seen[w] = job.scale_factor
+            self._gate_stale = True
         if w not in self._types_out:
             self._types_out = tuple(t for t in self.types if t in {*self._types_out, w})
             self._everything_dirty()
@@ -682,7 +687,7 @@ class Estimator:
                 self._dirty_rows.update(j for c in new for j in c.active)
         rows = self._changed_rows()
         pairs = self._changed_pairs()
-        profiling = self._changed_profiling()
+        profiling = self._changed_profiling(rows)
         flags, self._new_flags = tuple(self._new_flags), []
         if not (rows or pairs or profiling or flags or always):
             return None
@@ -733,12 +738,9 @@ class Estimator:
         self._dirty_pairs.clear()
         return tuple(out)
 
-    def _changed_profiling(self) -> tuple[ProfilingRequest, ...]:
-        new = [c for c in self.classes.values() if c.active and self.references.locate(c.name) is None]
-        packing_open = not any(blocks_packing(*self._lacking_alone(c)) for c in new)
-        if packing_open != self._packing_open:  # every new class's packed cells come or go
-            self._packing_open = packing_open
-            self._dirty_profiling.update(c.name for c in new)
+    def _changed_profiling(self, rows: tuple[JobThroughput, ...]) -> tuple[ProfilingRequest, ...]:
+        if self._dirty_profiling or self._gate_stale or any(r.job_id in self._gate_jobs for r in rows):
+            self._update_gate()
         out = []
         for name in sorted(self._dirty_profiling):
             cls = self.classes.get(name)
@@ -756,13 +758,23 @@ class Estimator:
         self._dirty_profiling.clear()
         return tuple(out)
 
-    def _lacking_alone(self, cls: _Class) -> tuple[tuple[ProfileCell, ...], int, Mapping[str, int], Mapping[str, float]]:
-        """blocks_packing's arguments for a new class: its runs alone still lacking, and what its
-        profiled job's published row says of it."""
-        alone = tuple(ProfileCell(w) for w in self.references.feature_types if not len(self.pools.get((cls.name, w), ())))
-        oldest = min(cls.active, key=lambda j: self.jobs[j].order)
-        published = self._published_rows.get(oldest)
-        return alone, cls.scale_factor, self._gangs_seen, published.throughputs_steps_per_s if published else {}
+    def _update_gate(self) -> None:
+        """Whether packed cells may be asked (profiling.py); when that flips, every new class's
+        request changes. (Recomputed only when a request, a gang seen or a profiled job's row moved.)"""
+        self._gate_stale = False
+        new = [c for c in self.classes.values() if c.active and self.references.locate(c.name) is None]
+        self._gate_jobs = {min(c.active, key=lambda j: self.jobs[j].order) for c in new}
+        packing_open = True
+        for cls in new:
+            alone = tuple(ProfileCell(w) for w in self.references.feature_types if not len(self.pools.get((cls.name, w), ())))
+            profiled = self._published_rows.get(min(cls.active, key=lambda j: self.jobs[j].order))
+            believed = profiled.throughputs_steps_per_s if profiled is not None else {}
+            if blocks_packing(alone, cls.scale_factor, self._gangs_seen, believed):
+                packing_open = False
+                break
+        if packing_open != self._packing_open:
+            self._packing_open = packing_open
+            self._dirty_profiling.update(c.name for c in new)
 
     def _profiling_request(self, cls: _Class, job_id: str) -> ProfilingRequest:
         """What a new class still lacks (profiling.py), packed cells only once runs alone are done."""

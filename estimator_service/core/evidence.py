@@ -52,9 +52,12 @@ class JobEvidence:
     packed: dict[tuple[str, str], Series] = field(default_factory=dict)  # (partner class, type)
     active: bool = True
     leases: set[str] = field(default_factory=set)  # whose reports were counted (redeliveries are not)
-    # (series key, stragglers, left-out workers) -> its sources: the estimator asks for the same
-    # series many times between two measurements of it
-    _sources_cache: dict[tuple[object, Stragglers, frozenset[str]], list[Source]] = field(default_factory=dict, repr=False)
+    # (series key, stragglers' ratios, left-out workers) -> its sources: the estimator asks for the
+    # same series many times between two measurements of it (keyed on the frozenset, whose hash
+    # Python keeps, rather than on the Stragglers, whose hash a dataclass computes at every call)
+    _sources_cache: dict[tuple[object, frozenset[tuple[str, float]], frozenset[str]], list[Source]] = field(
+        default_factory=dict, repr=False
+    )
 
     def record(self, accelerator_type: str, partner_class: str, worker_id: str, steps_per_s: float, profiled: bool) -> None:
         """One measurement, alone (``partner_class`` "") or packed."""
@@ -100,9 +103,10 @@ class JobEvidence:
     def _cached(
         self, key: object, series: Series | None, sd: float, stragglers: Stragglers, excluded: frozenset[str]
     ) -> list[Source]:
-        found = self._sources_cache.get((key, stragglers, excluded))
+        cache_key = (key, stragglers.log_ratios, excluded)
+        found = self._sources_cache.get(cache_key)
         if found is None:
-            found = self._sources_cache[(key, stragglers, excluded)] = _sources(series or {}, sd, stragglers, excluded)
+            found = self._sources_cache[cache_key] = _sources(series or {}, sd, stragglers, excluded)
         return found
 
 
