@@ -231,6 +231,9 @@ def _upgraded(memory: Memory) -> Memory:
     return memory
 
 
+ANOTHER_PROCESS = " (another process, on "  # workers_refused: "<id> (another process, on <host>)"
+
+
 def _slots_set(state: MechanismState) -> set[str]:
     """The slots of a (slotted) state object that hold a value."""
     return {name for name in type(state).__slots__ if hasattr(state, name)}
@@ -502,7 +505,7 @@ class MechanismService:
     def _note_id_in_use(self, w: WorkerIdInUse) -> None:
         """A second process tried to start as a live worker and was refused at the broker: say so
         where an operator looks (`gavel cluster`, workers_refused), once per host and shape."""
-        key = f"{w.worker_id} (another process, on {w.host or 'an unknown host'})"
+        key = f"{w.worker_id}{ANOTHER_PROCESS}{w.host or 'an unknown host'})"
         why = f"{w.accelerator_type} with {w.gpu_count} GPU(s): {w.reason}"
         if self.memory.refused_workers.get(key) != why:
             self.memory.refused_workers[key] = why
@@ -526,10 +529,18 @@ class MechanismService:
             )
         return ""
 
+    def _forget_id_conflicts(self, worker_id: str) -> None:
+        """A second process's attempt on an id is moot once the id's holder is another process
+        (a restart) or gone: `gavel workers` stops listing it."""
+        refused = self.memory.refused_workers
+        for key in [k for k in refused if k.startswith(f"{worker_id}{ANOTHER_PROCESS}")]:
+            del refused[key]
+
     def _apply_worker(self, w: WorkerRegistered) -> None:
         memory = self.memory
         memory.servers[w.accelerator_type].append((w.worker_id, w.gpu_count))
         memory.instances[w.worker_id] = w.instance
+        self._forget_id_conflicts(w.worker_id)
         self._cluster_grew = True
         self._pool_changed = True
         self._job_types_here = None
@@ -612,6 +623,7 @@ class MechanismService:
         memory.servers[accelerator_type].remove((worker_id, gpus))
         memory.last_heard_s.pop(worker_id, None)
         memory.instances.pop(worker_id, None)
+        self._forget_id_conflicts(worker_id)
         self._pool_changed = True
         memory.lost_workers[worker_id] = {"accelerator_type": accelerator_type, "gpus": gpus, "lost_at_s": now_s, "reason": reason}
         self._job_types_here = None
@@ -1096,9 +1108,10 @@ class MechanismService:
                 lease_ids: list[str] = []
                 if memory.expected:
                     await self._wait_for_round()
-                    await self._wait_out_a_crash()
+                    crashed = self._crashed_to_retry()
                     lease_ids = list(memory.expected)  # in the order of the results
                     results, failing = self._collect_results()
+                    await self._wait_out_a_crash(crashed)  # the attempts say "crashed" meanwhile
                     if self._lockstep and results:
                         self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
                 else:
@@ -1283,7 +1296,16 @@ class MechanismService:
             missing = [lid for lid, lease in self.memory.expected.items() if len(self.memory.reports.get(lid, [])) < len(lease.entry)]
             self._log.warning("leases_unreported", leases=missing[:10], count=len(missing), action="count as no progress")
 
-    async def _wait_out_a_crash(self) -> None:
+    def _crashed_to_retry(self) -> list[str]:
+        """The jobs whose process crashed in the round that just ended and that will be tried
+        again (not a usage error, which fails the job at once)."""
+        memory = self.memory
+        return [
+            r.job_id for lease_id in memory.expected for r in memory.reports.get(lease_id, [])
+            if r.outcome == "crashed" and not attempts_core.usage_error(r)
+        ]
+
+    async def _wait_out_a_crash(self, crashed: list[str]) -> None:
         """A live round that ends early because a job's process crashed runs its full length all
         the same: the job's next attempt comes a round later (a command that fails at once was
         otherwise tried --max-failed-attempts times within a second, and failed before anyone
@@ -1291,9 +1313,6 @@ class MechanismService:
         memory = self.memory
         if self._round_timeout_s is None or self._lockstep:
             return
-        crashed = [
-            r.job_id for lease_id in memory.expected for r in memory.reports.get(lease_id, []) if r.outcome == "crashed"
-        ]
         left_s = memory.round_clock.dispatched_at_s + self._settings.round_s - self._clock.now_s()
         if crashed and left_s > 0:
             self._log.info("round_runs_out_after_crash", jobs=crashed[:10], wait_s=round(left_s, 3))
@@ -1392,7 +1411,7 @@ class MechanismService:
                     note_move_cost(memory.state, member.job_type, report.startup_s + report.restore_s)
                 label = attempts_core.ended_label(report, worker_lost=lost)
                 in_a_row = attempts_core.end_lease(attempts, member.job_id, label, done, report)
-                if in_a_row >= self._settings.max_failed_attempts:
+                if in_a_row >= self._settings.max_failed_attempts or attempts_core.usage_error(report):
                     failing.append((member.job_id, attempts_core.failure_reason(in_a_row, report)))
         memory.expected = {}
         memory.ended_leases = {}

@@ -30,7 +30,7 @@ from typing import Protocol
 import structlog
 
 from common.bus import Bus, DeadLetter, Delivery, Handler, Subscription
-from common.errors import BrokerUnreachableError, MisroutedError, ServiceError
+from common.errors import BrokerUnreachableError, GavelError, MisroutedError, ServiceError
 from common.messages.base import Message
 
 log = structlog.get_logger("gavel.host")
@@ -198,7 +198,8 @@ class ServiceHost:
             try:
                 await asyncio.get_running_loop().create_task(service.start(view), context=context)
             except Exception as e:
-                log.error("service_start_failed", service=service.name, error=repr(e))
+                # a refusal on purpose says itself (the command's own last line repeats it)
+                log.error("service_start_failed", service=service.name, error=str(e) if isinstance(e, GavelError) else repr(e))
                 await self.stop()
                 raise ServiceError(f"service {service.name!r} failed to start: {e}") from e
             self._started.append(service)

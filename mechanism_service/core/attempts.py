@@ -14,7 +14,9 @@ one way, said as `gavel job` prints it:
     no report        its lease ended without a report (timed out): not counted either
 
 ``max_failed_attempts`` crashes in a row end the job as failed; any attempt that ends otherwise,
-except the two that say nothing about the job, starts the count again.
+except the two that say nothing about the job, starts the count again. A crash with exit code 2
+ends it at once: by convention (argparse, the shells, the workload catalog's runner) the command
+was used wrongly (an unknown job type, a misspelt flag), and every attempt would fail the same way.
 """
 
 from __future__ import annotations
@@ -75,9 +77,19 @@ def crash_summary(report: JobProgress) -> str:
     return (f"{how}: {detail}" if detail else how)[:SUMMARY_CHARS]
 
 
+USAGE_ERROR_EXIT = 2
+
+
+def usage_error(report: JobProgress | None) -> bool:
+    """The command itself is wrong: trying it again cannot help."""
+    return report is not None and report.outcome == "crashed" and report.exit_code == USAGE_ERROR_EXIT
+
+
 def failure_reason(count: int, report: JobProgress | None) -> str:
     """``failed 5 times in a row; last: exit code 1: ValueError: ...`` (JobFailed's reason)."""
     last = crash_summary(report) if report is not None else "no error reported"
+    if usage_error(report):
+        return f"its command was used wrongly (exit code 2, which the next attempt would repeat): {last}"
     return f"failed {count} times in a row; last: {last}"
 
 

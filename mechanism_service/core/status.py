@@ -126,9 +126,22 @@ def cancelled_row(job: JobState, reason: str, now_s: float) -> dict[str, object]
     return {**_job_row(job, now_s, {}, "cancelled"), "reason": reason, "cancelled_at_s": now_s}
 
 
+def _retrying(row: dict[str, object], attempts: Mapping[str, object] | None) -> dict[str, object]:
+    """A job whose last attempt crashed waits for its next round to be tried again (the round
+    runs out its length first): say so, with the error, rather than "running"."""
+    kept = attempts.get("kept") if attempts else None
+    last = kept[-1] if isinstance(kept, list) and kept else None
+    if row["state"] != "running" or not isinstance(last, dict) or not str(last.get("ended", "")).startswith("crashed"):
+        return row
+    failed = attempts.get("failed_in_a_row", 0) if attempts else 0
+    why = f"its last attempt crashed ({last.get('error') or last['ended']}); tried again next round ({failed} failed in a row)"
+    return {**row, "state": "retrying", "accelerator_type": None, "reason": why}
+
+
 def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -> list[dict[str, object]]:
-    """One row per job id: completed, failed, running, queued, cancelling, submitted (its arrival
-    is still ahead), held (cannot run on the cluster as it is), rejected, cancelled."""
+    """One row per job id: completed, failed, running, retrying (its last attempt crashed; it runs
+    again next round), queued, cancelling, submitted (its arrival is still ahead), held (cannot run
+    on the cluster as it is), rejected, cancelled."""
     rows: list[dict[str, object]] = []
     if state is not None:
         running_on = running_placements(state.previous_assignment)
@@ -141,7 +154,8 @@ def jobs_report(state: MechanismState | None, now_s: float, obs: Observations) -
             if job.job_id in obs.cancelling:
                 rows.append({**_job_row(job, now_s, running_on, "cancelling"), "reason": obs.cancelling[job.job_id]})
             else:
-                rows.append(_job_row(job, now_s, running_on, "running" if job.index in running_on else "queued"))
+                row = _job_row(job, now_s, running_on, "running" if job.index in running_on else "queued")
+                rows.append(_retrying(row, obs.attempts.get(job.job_id)))
     rows += obs.waiting
     note = refused_note(obs.workers_refused)
     rows += [{**row, "reason": f"{row['reason']}{note}"} if note and WAITS_FOR_WORKERS in str(row.get("reason", "")) else row for row in obs.held]

@@ -439,7 +439,14 @@ class RabbitBus:
         batch = asyncio.gather(*(one(i, m) for i, m in enumerate(messages)))
         seen = -1
         while True:
-            done, _ = await asyncio.wait({batch}, timeout=self._settings.confirm_timeout_s)
+            try:
+                done, _ = await asyncio.wait({batch}, timeout=self._settings.confirm_timeout_s)
+            except asyncio.CancelledError:
+                # the caller gave up (Ctrl-C): the publishes in flight stop with it, rather than go
+                # on against a channel being closed (each retried, its error never retrieved)
+                batch.cancel()
+                await asyncio.gather(batch, return_exceptions=True)
+                raise
             if done:
                 ids = list(batch.result())
                 if refused:

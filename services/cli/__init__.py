@@ -108,13 +108,28 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in _groups(argv):
         group.register(sub)
+    _name_the_commands(parser)
     return parser
+
+
+def _name_the_commands(parser: argparse.ArgumentParser) -> None:
+    """Every (sub-)command's parser records its own name in what it parses: an argument no parser
+    took is then said with the help of the command that was meant (`gavel jobs --state x`: see
+    `gavel jobs --help`, not `gavel --help`)."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for child in action.choices.values():
+                child.set_defaults(command_prog=child.prog)
+                _name_the_commands(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(arguments)
-    args = parser.parse_args(arguments)
+    args, extras = parser.parse_known_args(arguments)
+    if extras:  # as parse_args would, but naming the command's own help
+        prog = getattr(args, "command_prog", parser.prog)
+        parser.exit(2, f"{prog}: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
     # What running needs (settings, logging, asyncio, the error tree), after the parse: a
     # command's --help and --version never pay for it.
     import asyncio

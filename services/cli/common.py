@@ -90,7 +90,10 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(h) for h in headers], *[[_fmt(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    print_lines([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+    # the last column (a reason, say) is as long as it is: its rule only as long as its header,
+    # so that one long cell does not make every line as wide
+    rules = [*("-" * w for w in widths[:-1]), "-" * len(cells[0][-1])] if widths else []
+    print_lines([lines[0], "  ".join(rules), *lines[1:]])
 
 
 def _fmt(v: Any) -> str:

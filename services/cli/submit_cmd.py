@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import getpass
 import hashlib
 import os
@@ -228,6 +229,8 @@ def batch_from_args(args: argparse.Namespace) -> Batch:
         batch = Batch(f"job:{job_id}:{uuid.uuid4().hex[:12]}", [spec], [0.0])
     for spec in batch.specs:
         check_spec(spec, args.max_gpus, trace=bool(args.trace))
+    if not args.trace:
+        check_own_type(batch.specs[0], table)
     notes = (
         *throughput_notes(batch.specs, table, allow_new=args.allow_new_types),
         *unknown_notes(batch.specs, table, trace=bool(args.trace)),
@@ -299,7 +302,7 @@ def unknown_notes(specs: list[JobSpec], table: ThroughputTable, *, trace: bool) 
             sizes = ", ".join(str(sf) for t, sf in sorted(table.job_keys) if t == spec.job_type)
             subject = f"{spec.job_type!r} on {spec.scale_factor} GPUs is not in the reference throughput table (it has {sizes})"
         else:
-            subject = f"job type {spec.job_type!r} is not in the reference throughput table"
+            subject = f"job type {spec.job_type!r} is not in the reference throughput table{did_you_mean(spec.job_type, table)}"
         hint = "" if spec.throughput_estimate_steps_per_s else " (--throughput TYPE=STEPS_PER_S,... gives a better start)"
         return [f"gavel: note: {subject}: {then}{hint}"]
     keys = list(dict.fromkeys((spec.job_type, spec.scale_factor) for spec in unknown))  # in the trace's order
@@ -309,6 +312,33 @@ def unknown_notes(specs: list[JobSpec], table: ThroughputTable, *, trace: bool) 
         f"gavel: note: {len(unknown)} of the trace's jobs are of job types not in the reference throughput table "
         f"({named}{more}): {then}"
     ]
+
+
+def check_own_type(spec: JobSpec, table: ThroughputTable) -> None:
+    """A job type the reference table lacks is a type of one's own only when the submitter says
+    something of it: what a real worker runs (--command) or how fast it runs (--throughput).
+    Otherwise it is most likely a typo (issue 23: `ResNet50 (batch size 64)` was accepted, then
+    crashed on every real worker with "unknown job type"): one line, with the nearest known types."""
+    if spec.job_type in table.job_types or spec.command or spec.throughput_estimate_steps_per_s:
+        return
+    raise CommandFailed(
+        f"--job-type: {spec.job_type!r} is not a job type of the reference table{did_you_mean(spec.job_type, table)}; "
+        "a type of your own needs --command (what a real worker runs) or --throughput (how fast it runs), or both "
+        "(gavel job-types lists the table's)",
+        exit_code=2,
+    )
+
+
+def did_you_mean(job_type: str, table: ThroughputTable) -> str:
+    """`` (did you mean 'A'?)`` for the nearest known job types (ignoring case and punctuation)."""
+    def key(name: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", name.lower())
+
+    by_key = {key(name): name for name in sorted(table.job_types)}
+    near = [by_key[k] for k in difflib.get_close_matches(key(job_type), list(by_key), n=2, cutoff=0.75)]
+    if not near and key(job_type):  # a family's name alone: "Transformer" for "Transformer (batch size 16)"
+        near = [name for k, name in by_key.items() if k.startswith(key(job_type))][:3]
+    return f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
 
 
 def check_spec(spec: JobSpec, max_gpus: int | None, *, trace: bool) -> None:
@@ -419,6 +449,8 @@ async def _seal(bus: Bus, seal: SubmissionsSealed, deadline_s: float) -> bool:
 
 
 async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     from common.messages import JobSubmitted, SubmissionsSealed
     from services.cli.replies import Replies
 
@@ -437,7 +469,10 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
             total = len(specs)
             every = max(1, total // 200)  # the bar redraws ~200 times, not once per confirm
 
+            published = [0]
+
             def confirmed(n: int) -> None:
+                published[0] = n
                 if progress is not None and (n % every == 0 or n == total):
                     progress(0.0, n, total)
 
@@ -452,6 +487,14 @@ async def run_submit(args: argparse.Namespace, settings: Settings) -> int:
                 await bus.publish_many(submissions, on_confirmed=confirmed)
             except QueueFullError as e:  # the rest were published; these were not taken
                 refused = Refused(e.refused, queue_full_reason(settings))
+            except asyncio.CancelledError:  # Ctrl-C: say how far it got, and how to finish
+                if progress is not None:
+                    progress.close()
+                print_lines([
+                    f"gavel: interrupted: {published[0]} of {total} jobs were published and are kept (the batch is not "
+                    "sealed); the same command again submits the rest (the jobs already taken are absorbed, not doubled)"
+                ], sys.stderr)
+                raise
             if progress is not None:
                 progress.close()
             reply_to = "" if args.no_wait else replies.key

@@ -42,3 +42,17 @@ def test_every_command_says_what_it_does_in_plain_words():
     starts = {command: (re.findall(r"[a-z]+", text.lower()) or [""])[0] for command, text in helps.items()}
     assert {c: s for c, s in starts.items() if s not in VERBS} == {}
     assert {c: jargon_in(t) for c, t in helps.items() if jargon_in(t)} == {}
+
+
+def test_an_argument_no_command_takes_points_to_that_commands_help(capsys):
+    """Issue 23: `gavel jobs --state running` said "(see gavel --help)"."""
+    import pytest
+
+    from services.cli import main
+
+    for argv, prog in ((["jobs", "--state", "running"], "gavel jobs"), (["serve", "policy", "--bogus"], "gavel serve policy")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 2
+        said = capsys.readouterr().err.strip()
+        assert said == f"{prog}: unrecognized arguments: {' '.join(argv[len(prog.split()) - 1:])} (see {prog} --help)"

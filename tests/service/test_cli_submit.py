@@ -105,9 +105,31 @@ NOTE_TAIL = "scheduled from estimates that start from a prior until the first me
 
 
 @pytest.mark.parametrize(
+    ("job_type", "hint"),
+    [
+        ("ResNet50 (batch size 64)", " (did you mean 'ResNet-50 (batch size 64)' or 'ResNet-50 (batch size 16)'?)"),
+        ("resnet-50 (batch size 64)", " (did you mean 'ResNet-50 (batch size 64)' or 'ResNet-50 (batch size 16)'?)"),
+        ("A3c", " (did you mean 'A3C'?)"),
+        ("GPT-7", ""),
+    ],
+)
+def test_a_job_type_the_table_lacks_and_nothing_said_of_it_is_taken_for_a_typo(job_type: str, hint: str) -> None:
+    """Issue 23: a typo was accepted, then crashed on every real worker ("unknown job type")."""
+    out = gavel("submit", "--job-type", job_type, "--steps", "10", env=nobody_listens())
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"gavel: --job-type: {job_type!r} is not a job type of the reference table{hint}; a type of your own needs "
+        "--command (what a real worker runs) or --throughput (how fast it runs), or both (gavel job-types lists the table's)"
+    )
+
+
+@pytest.mark.parametrize(
     ("args", "subject"),
     [
-        (("--job-type", "my-bert-finetune"), "job type 'my-bert-finetune' is not in the reference throughput table"),
+        (
+            ("--job-type", "my-bert-finetune", "--command", "python finetune.py"),
+            "job type 'my-bert-finetune' is not in the reference throughput table",
+        ),
         (("--scale-factor", "3"), f"{RESNET!r} on 3 GPUs is not in the reference throughput table (it has 1, 2, 4, 8)"),
         (("--scale-factor", "64"), f"{RESNET!r} on 64 GPUs is not in the reference throughput table (it has 1, 2, 4, 8)"),
     ],

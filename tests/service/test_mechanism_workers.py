@@ -368,6 +368,12 @@ async def test_a_job_that_crashes_five_times_in_a_row_fails_with_its_error() -> 
         # not launched again at once: the round runs out its length first (issue 23: five attempts
         # within a second), so the attempts are a round apart
         assert len(a.of(RunJobs)) == attempt
+        if attempt == 1:  # meanwhile `gavel jobs` says so, with the error
+            [row] = await ask_on(w.bus, "jobs", timeout_s=10)  # type: ignore[misc]
+            assert (row["state"], row["reason"]) == (  # type: ignore[index]
+                "retrying",
+                "its last attempt crashed (exit code 1: ValueError: bad learning rate); tried again next round (1 failed in a row)",
+            )
         w.clock.advance(360.0)
     await w.events.wait_until(lambda: any(isinstance(m, JobFailed) for m in w.events.messages))
     failed = next(m for m in w.events.messages if isinstance(m, JobFailed))
@@ -383,6 +389,24 @@ async def test_a_job_that_crashes_five_times_in_a_row_fails_with_its_error() -> 
         (k, "crashed (exit 1)", "exit code 1: ValueError: bad learning rate") for k in range(1, 6)
     ]
     assert report["attempts_total"] == 5 and report["last_error"] == TRACEBACK  # type: ignore[index]
+    await w.mechanism.stop()
+
+
+async def test_a_command_used_wrongly_fails_at_its_first_attempt() -> None:
+    """Exit code 2 is a usage error (argparse, the catalog's runner for an unknown job type): the
+    next attempt would fail the same way, so the job fails at once, and no round waits for it."""
+    w = await world()
+    a = await w.worker("a", "v100")
+    usage = "usage: train.py [-h] [--lr LR]\ntrain.py: error: unrecognized arguments: --lr0.1\n"
+    a.answer = lambda command: {"steps": 0, "outcome": "crashed", "exit_code": 2, "error": usage}
+    await w.submit(JobSpec("j", RESNET, 10**6))
+    await w.events.wait_until(lambda: any(isinstance(m, JobFailed) for m in w.events.messages))
+    [failed] = [m for m in w.events.messages if isinstance(m, JobFailed)]
+    assert failed.reason == (
+        "its command was used wrongly (exit code 2, which the next attempt would repeat): "
+        "exit code 2: train.py: error: unrecognized arguments: --lr0.1"
+    )
+    assert len(a.of(RunJobs)) == 1
     await w.mechanism.stop()
 
 

@@ -135,6 +135,9 @@ async def test_a_second_process_refused_at_the_broker_is_recorded_by_the_mechani
         "k80-0 (another process, on host-b)": "v100 with 1 GPU(s): worker id 'k80-0' is in use"
     }
     assert cluster["capacity_gpus"] == {"k80": 1}  # type: ignore[index]
+    # the id's holder restarts: the attempt on it is moot, and gavel workers stops listing it
+    await register(w, "k80-0", "k80", "mine-again")
+    assert w.memory.refused_workers == {}
     await w.mechanism.stop()
 
 
