@@ -83,9 +83,10 @@ async def run_status(args: argparse.Namespace, settings: Settings) -> int:
         # why a job waits, was refused, failed or was cancelled: in the last column, in full
         why = any(row.get("reason") for row in answer)
         owned = any(row.get("owner") for row in answer)  # who submitted it (core/ownership.py)
+        # "to start h": from its arrival to its first start (waiting_s), not the time queued since
         print_table(
             [
-                "id", "type", *(["owner"] if owned else []), "state", "on", "steps", "service GPU-h", "waited h",
+                "id", "type", *(["owner"] if owned else []), "state", "on", "steps", "service GPU-h", "to start h",
                 *(["why"] if why else []),
             ],
             [
