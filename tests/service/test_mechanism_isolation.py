@@ -271,10 +271,14 @@ async def test_a_packed_lease_with_a_job_the_table_lacks_runs_both_at_the_typica
 async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
     w = await world("max_min_fairness_perf", fleet={"v100": 1})
     await submit(w, JobSpec("long", RESNET, 10**7), JobSpec("later", RESNET, 1000, scale_factor=1))
-    await w.run_until(lambda: w.mechanism.state is not None and any(j.first_run_s is not None for j in w.mechanism.state.jobs.values()))
+    # "long" has run (the short "later" may run first: a short job that waits falls behind the
+    # fastest; core/catch_up.py), so it has steps to keep when it is cancelled
+    await w.run_until(lambda: w.mechanism.state is not None and any(
+        j.job_id == "long" and j.steps_done > 0 for j in w.mechanism.state.jobs.values()
+    ))
     await w.bus.publish(CancelJob("long", "not needed"))
     await w.bus.publish(CancelJob("long", "asked twice"))
-    await w.run_until(lambda: "later" in w.completed())
+    await w.run_until(lambda: "later" in w.completed() and "long" in w.mechanism.memory.observations.cancelled)
 
     cancels = [m for m in w.events.messages if isinstance(m, JobCancelled)]
     assert [(m.job_id, m.reason) for m in cancels] == [("long", "not needed")] * len(cancels) and cancels
