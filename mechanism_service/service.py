@@ -69,6 +69,7 @@ from common.messages import (
     WorkerFenced,
     WorkerHeartbeat,
     WorkerIdInUse,
+    WorkerRefused,
     WorkerRegistered,
 )
 from common.errors import ServiceError, UnroutableError
@@ -482,6 +483,9 @@ class MechanismService:
             if self.memory.refused_workers.get(w.worker_id) != problem:
                 self.memory.refused_workers[w.worker_id] = problem
                 self._log.error("worker_refused", worker_id=w.worker_id, reason=problem)
+                # and to the worker, whose own log would otherwise say nothing (not mandatory:
+                # a worker from before this message has no queue for it, and needs none)
+                await self._publish(WorkerRefused(w.worker_id, self.memory.epoch, problem))
             return
         self.memory.refused_workers.pop(w.worker_id, None)
         if verdict is membership.Verdict.REPLACE and held is not None:

@@ -22,6 +22,8 @@ import asyncio
 import socket
 from dataclasses import dataclass, field
 
+import structlog
+
 from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.errors import ConfigError, NameClaimedError
@@ -33,6 +35,7 @@ from common.messages import (
     WorkerFenced,
     WorkerHeartbeat,
     WorkerIdInUse,
+    WorkerRefused,
     WorkerRegistered,
 )
 from common.throughputs import ThroughputTable
@@ -40,6 +43,8 @@ from sim.derived_rates import TableReference, lease_rates
 from sim.learning import measurement_factor
 from sim.physics import lease_outcome
 
+
+log = structlog.get_logger("gavel.fleet")
 
 @dataclass
 class _Gang:
@@ -152,6 +157,9 @@ class SimulatedFleet:
         command = d.message
         if isinstance(command, KillJobs):
             return  # leases end at their own time in the simulator; nothing runs past them
+        if isinstance(command, WorkerRefused):
+            log.error("worker_refused_by_mechanism", worker_id=command.worker_id, reason=command.reason)
+            return
         if isinstance(command, WorkerFenced):
             # Declared lost: its reports are refused from now on, and its next re-announcement
             # (every heartbeat) registers it again as a new server.

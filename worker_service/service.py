@@ -44,6 +44,7 @@ from common.messages import (
     WorkerFenced,
     WorkerHeartbeat,
     WorkerIdInUse,
+    WorkerRefused,
     WorkerRegistered,
 )
 from worker_service import core, processes
@@ -219,7 +220,9 @@ class WorkerService:
             )
             return
         self._newest_epoch = max(self._newest_epoch, epoch)
-        if isinstance(message, WorkerFenced):
+        if isinstance(message, WorkerRefused):
+            self._log.error("worker_refused_by_mechanism", reason=message.reason, action="it keeps announcing itself")
+        elif isinstance(message, WorkerFenced):
             await self._on_fenced(message)
         elif isinstance(message, KillJobs):
             await self._on_kill(message)

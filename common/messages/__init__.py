@@ -24,7 +24,7 @@ from common.messages.jobs import (
     JobSubmitted,
     SubmissionsSealed,
 )
-from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJobs, WorkerFenced
+from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJobs, WorkerFenced, WorkerRefused
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
 from common.messages.status import StatusReported, StatusRequested
 from common.messages.throughput import (
@@ -76,6 +76,7 @@ __all__ = [
     "SubmissionsSealed",
     "ThroughputEstimated",
     "WorkerFenced",
+    "WorkerRefused",
     "WorkerHeartbeat",
     "WorkerIdInUse",
     "WorkerRegistered",

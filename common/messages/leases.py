@@ -91,6 +91,18 @@ class GangRendezvous(Message):
     from_worker: str = ""
 
 
+@message("worker.cmd.{worker_id}.refused")
+class WorkerRefused(Message):
+    """The mechanism will not take this worker in (its clock differs, its GPUs do not fit the
+    servers' size, ...): said to the worker too, so that its own log shows why it gets no work.
+    It keeps announcing itself, and is taken in once the mechanism can (restarted with the same
+    clock, say)."""
+
+    worker_id: str
+    epoch: int
+    reason: str
+
+
 @message("worker.cmd.{worker_id}.fenced")
 class WorkerFenced(Message):
     """The mechanism declared this worker lost (no heartbeat within its grace period): its leases

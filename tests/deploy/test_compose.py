@@ -91,6 +91,7 @@ from common.messages import (
     ThroughputEstimated,
     WorkerHeartbeat,
     WorkerIdInUse,
+    WorkerRefused,
     WorkerRegistered,
 )
 
@@ -178,6 +179,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(RunJobs, worker_id="v100-0"),
             key(ExtendLease, worker_id="v100-0"),
             key(KillJobs, worker_id="k80-3"),
+            key(WorkerRefused, worker_id="k80-3"),
             key(JobRejected),
             key(JobCompleted),
             key(JobFailed),

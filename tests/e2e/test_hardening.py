@@ -270,6 +270,9 @@ async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_
     reason = str(jobs(cluster)["early"]["reason"])
     assert "it waits for workers to join; 2 workers tried to join and were refused (`gavel workers`)" in reason, reason
     assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in reason
+    # and the fleet's own log says why it gets no work
+    told = logged(tmp_path / "fleet.log", "worker_refused_by_mechanism")
+    assert {e["worker_id"] for e in told} == {"v100-0", "k80-0"}, told
 
     cluster.kill("fleet")
     cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1", *SCALE)

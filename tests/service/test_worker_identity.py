@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from common.errors import ConfigError
-from common.messages import JobSpec, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerIdInUse, WorkerRegistered
+from common.messages import JobSpec, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerIdInUse, WorkerRefused, WorkerRegistered
 from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.cli.status_cmd import ask_on
 from tests.service.test_mechanism_workers import RESNET, World, world
@@ -159,6 +159,14 @@ async def test_a_worker_ignores_a_fence_for_another_process_and_stops_when_it_wa
     # a fence for this process, without a replacement: stop the jobs, register again
     await mechanism.publish(WorkerFenced("a", 1, "no heartbeat for 40 s", instance="new"))
     await registrations.wait_for_count(2)
+    assert not worker.crashed.is_set()
+    # refused by the mechanism (another clock, say): its own log says why, and it carries on
+    with capture_logs() as logs:
+        await mechanism.publish(WorkerRefused("a", 1, "worker 'a' runs on the wall clock and this mechanism on ..."))
+        await broker.drain()
+    assert [e["reason"] for e in logs if e["event"] == "worker_refused_by_mechanism"] == [
+        "worker 'a' runs on the wall clock and this mechanism on ..."
+    ]
     assert not worker.crashed.is_set()
     # replaced by another process (this one was cut off while it started): stop for good
     await mechanism.publish(WorkerFenced("a", 1, "a new process took its place", instance="new", replaced_by="newer"))
