@@ -25,22 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.throughputs import ThroughputTable, throughput_table_from_json  # noqa: E402
 from policy_service.service import shipped_context  # noqa: E402
-from sim.derived_rates import SIZE_EXPONENT, TableReference, nearest_size  # noqa: E402
+from sim.derived_rates import SIZE_EXPONENT, TableReference, size_rule_errors  # noqa: E402
 
 
 def median_error(reference: TableReference, exponent: float) -> tuple[float, int]:
-    """(median |predicted / actual - 1|, figures predicted) over the table's positive figures
-    that have another size for their type on their accelerator type."""
-    table = reference.table
-    errors = []
-    for (job_type, sf, w), actual in table.isolated_steps_per_s.items():
-        others = [s for s in reference.sizes_on[(job_type, w)] if s != sf]
-        if actual <= 0 or not others:
-            continue
-        s = nearest_size(others, sf)
-        base = table.isolated_steps_per_s[(job_type, s, w)]
-        if base > 0:
-            errors.append(abs(base * (sf / s) ** exponent / actual - 1))
+    """(median error, figures predicted) of the size rule with this exponent (size_rule_errors)."""
+    errors = size_rule_errors(reference, exponent)
     return statistics.median(errors), len(errors)
 
 

@@ -111,6 +111,23 @@ def nearest_size(sizes: Sequence[int], n: int) -> int:
     return min(sizes, key=lambda s: (abs(math.log(n / s)), s))
 
 
+def size_rule_errors(reference: TableReference, exponent: float) -> list[float]:
+    """|predicted / actual - 1| of each positive figure of the table predicted from its nearest
+    other size for its type on its accelerator type as ``base * (n / s) ** exponent`` (how well
+    SIZE_EXPONENT was chosen: tests/sim/test_derived_rates.py, bench/derived_rates.py)."""
+    table = reference.table
+    errors = []
+    for (job_type, sf, w), actual in table.isolated_steps_per_s.items():
+        others = [s for s in reference.sizes_on[(job_type, w)] if s != sf]
+        if actual <= 0 or not others:
+            continue
+        s = nearest_size(others, sf)
+        base = table.isolated_steps_per_s[(job_type, s, w)]
+        if base > 0:
+            errors.append(abs(base * (sf / s) ** exponent / actual - 1))
+    return errors
+
+
 def reference_rate(reference: TableReference, job_type: str, scale_factor: int, accelerator_type: str) -> float:
     """The job's reference on the type (module docstring): the table's figure for its type at the
     nearest size it has there, else the typical job of the nearest size, scaled to its size."""

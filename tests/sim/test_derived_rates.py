@@ -11,7 +11,7 @@ import pytest
 
 from common.throughputs import throughput_table_from_json
 from policy_service.service import shipped_context
-from sim.derived_rates import SIZE_EXPONENT, TableReference, alone_rate, lease_rates, nearest_size
+from sim.derived_rates import SIZE_EXPONENT, TableReference, alone_rate, lease_rates, nearest_size, size_rule_errors
 from sim.physics import true_rates
 
 TABLE = shipped_context().table
@@ -103,15 +103,6 @@ def test_the_size_exponent_fits_gavels_table_better_than_per_gpu_or_unscaled() -
     less than the nearest size unscaled (bench/derived_rates.py prints the figures)."""
 
     def median_error(exponent: float) -> float:
-        errors = []
-        for (job_type, sf, w), actual in TABLE.isolated_steps_per_s.items():
-            others = [s for s in REFERENCE.sizes_on[(job_type, w)] if s != sf]
-            if actual <= 0 or not others:
-                continue
-            s = nearest_size(others, sf)
-            base = TABLE.isolated_steps_per_s[(job_type, s, w)]
-            if base > 0:
-                errors.append(abs(base * (sf / s) ** exponent / actual - 1))
-        return statistics.median(errors)
+        return statistics.median(size_rule_errors(REFERENCE, exponent))
 
     assert median_error(SIZE_EXPONENT) < median_error(1.0) < median_error(0.0)
