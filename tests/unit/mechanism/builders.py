@@ -136,6 +136,11 @@ class StateBuilder:
         return self._state
 
 
+def no_shuffle(order: list[str]) -> None:
+    """A shuffle a policy must never ask for (max_min_fairness_perf never reshuffles)."""
+    raise AssertionError("max_min_fairness_perf never reshuffles")
+
+
 def state(gpus_per_server: int = 1, **gpus: int) -> StateBuilder:
     return StateBuilder(gpus, gpus_per_server)
 

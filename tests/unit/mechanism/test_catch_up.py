@@ -23,15 +23,12 @@ from mechanism_service.core.planning import (
 )
 from mechanism_service.core.rounds import open_round
 from mechanism_service.core.settings import MechanismSettings
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, no_shuffle, state
 from tests.unit.mechanism.test_planning_fast import as_rows
 from tests.unit.mechanism.test_planning_lists import SEEDS, varied
 
 OFF = replace(DEFAULT, catch_up_ratio=None)
 
-
-def no_shuffle(order: list[str]) -> None:
-    raise AssertionError("max_min_fairness_perf never reshuffles")
 
 
 def owed_state(steps: int) -> MechanismState:

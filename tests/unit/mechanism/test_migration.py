@@ -24,14 +24,11 @@ from mechanism_service.core.model import EntryLedger, JobState, Placement
 from mechanism_service.core.planning import place, priority_rows
 from mechanism_service.core.rounds import open_round
 from mechanism_service.core.settings import DEFAULT_MOVE_OVERHEAD_SHARE, MechanismSettings
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, no_shuffle, state
 
 # Holds on, moves not charged: the holds alone. 20 s restores, 1%: a stretch of 2,000 s pays.
 HOLDS = replace(DEFAULT, charge_moves=False)
 
-
-def no_shuffle(order: list[str]) -> None:
-    raise AssertionError("max_min_fairness_perf never reshuffles")
 
 
 def test_a_move_costs_the_restore_until_workers_measured_the_job_type():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mechanism_service.core.model import Placement
 from mechanism_service.core.planning import count_extensions
 from mechanism_service.core.rounds import RoundClock, RoundPlan, RoundReport, open_round, round_report
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_SHUFFLED, lease, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_SHUFFLED, lease, no_shuffle, state
 
 
 def no_shuffle(order: list[str]) -> None:

@@ -12,7 +12,7 @@ from mechanism_service.core.model import Placement
 from mechanism_service.core.policy_input import allocation_request
 from mechanism_service.core.reducers import add_server, remove_server, settle_round
 from mechanism_service.core.rounds import open_round
-from tests.unit.mechanism.builders import DEFAULT, GAVEL, RATES, isolated, lease, pair, state
+from tests.unit.mechanism.builders import DEFAULT, GAVEL, RATES, isolated, lease, no_shuffle, pair, state
 
 
 def no_shuffle(order: list[str]) -> None:
