@@ -53,17 +53,10 @@ from mechanism_service.core import status as status_core  # noqa: E402
 from mechanism_service.core.intake import fingerprint  # noqa: E402
 from mechanism_service.core.migration import next_stretches  # noqa: E402
 from mechanism_service.core.model import MechanismState, new_state  # noqa: E402
-from mechanism_service.core.planning import (  # noqa: E402
-    charge_move_columns,
-    count_extensions,
-    fit_held_columns,
-    held_columns,
-    kept_entries,
-    pick_columns,
-    place,
-    priority_columns,
-    type_order,
-)
+from mechanism_service.core.planning.holds import fit_held_columns, held_columns  # noqa: E402
+from mechanism_service.core.planning.picking import pick_columns, type_order  # noqa: E402
+from mechanism_service.core.planning.placement import count_extensions, kept_entries, place  # noqa: E402
+from mechanism_service.core.planning.priority import charge_move_columns, priority_columns  # noqa: E402
 from mechanism_service.core.rates import TableRates  # noqa: E402
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation, record_first_runs  # noqa: E402
 from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset, close_round, open_round  # noqa: E402

@@ -173,7 +173,7 @@ def next_stretches(
 def kept_and_stretches(
     previous: Mapping[Entry, Placement], stretches: Mapping[Entry, int], assignment: Mapping[Entry, Placement]
 ) -> tuple[frozenset[Entry], dict[Entry, int]]:
-    """planning.kept_entries (the entries that keep last round's placement: its very object,
+    """planning/placement.kept_entries (the entries that keep last round's placement: its very object,
     or an equal one) and ``next_stretches`` of them, in one pass over the assignment."""
     previous_of, stretch_of = previous.get, stretches.get
     kept = []

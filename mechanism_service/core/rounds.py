@@ -21,16 +21,11 @@ import numpy as np
 from mechanism_service.core.catch_up import behind_jobs
 from mechanism_service.core.migration import kept_and_stretches
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement
-from mechanism_service.core.planning import (
-    count_extensions,
-    fit_held_columns,
-    held_columns,
-    ledger_lists,
-    pick_columns,
-    place,
-    plan_queues,
-    type_order,
-)
+from mechanism_service.core.planning.holds import fit_held_columns, held_columns
+from mechanism_service.core.planning.ledger_reads import ledger_lists
+from mechanism_service.core.planning.picking import pick_columns, type_order
+from mechanism_service.core.planning.placement import count_extensions, place
+from mechanism_service.core.planning.priority import plan_queues
 from mechanism_service.core.policy_input import advance_isolated_time
 from mechanism_service.core.profiling import ProfilingPick
 from mechanism_service.core.rates import Rates

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
-from mechanism_service.core.planning import QueueRow
+from mechanism_service.core.planning.priority import QueueRow
 from mechanism_service.core.rates import TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, admit, remove_job
 from mechanism_service.core.settings import MechanismSettings, default_preset, gavel_preset

@@ -1,6 +1,6 @@
 """A boundary's fast forms against their plain definitions on random states (docs/mechanism.md,
 "A boundary at cluster scale"): settling (reducers.settle_round), installing an answer
-(reducers.apply_allocation), fitting the holds (planning.fit_held_columns against
+(reducers.apply_allocation), fitting the holds (planning/holds.fit_held_columns against
 migration.fit_held), the extensions kept, and model.share_matrix. The schedule must not change
 by a bit, so every comparison is exact."""
 
@@ -16,7 +16,8 @@ import numpy as np
 
 from mechanism_service.core.migration import fit_held, held_entries
 from mechanism_service.core.model import Entry, FrozenAllocation, JobState, MechanismState, Placement, share_matrix
-from mechanism_service.core.planning import count_extensions, fit_held_columns, kept_entries
+from mechanism_service.core.planning.holds import fit_held_columns
+from mechanism_service.core.planning.placement import count_extensions, kept_entries
 from mechanism_service.core.reducers import LeaseResult, apply_allocation, remove_job, settle_round
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.core.stability import steady_allocation

@@ -13,14 +13,9 @@ from common.errors import ConfigError
 from mechanism_service.core.catch_up import behind_jobs, steps_late
 from mechanism_service.core.migration import charge_moves, fit_held
 from mechanism_service.core.model import MechanismState, Placement
-from mechanism_service.core.planning import (
-    charge_move_columns,
-    fit_held_columns,
-    ledger_lists,
-    priority_columns,
-    priority_rows,
-    queue_lists,
-)
+from mechanism_service.core.planning.holds import fit_held_columns
+from mechanism_service.core.planning.ledger_reads import ledger_lists
+from mechanism_service.core.planning.priority import charge_move_columns, priority_columns, priority_rows, queue_lists
 from mechanism_service.core.rounds import open_round
 from mechanism_service.core.settings import MechanismSettings
 from tests.unit.mechanism.builders import DEFAULT, GAVEL, no_shuffle, state

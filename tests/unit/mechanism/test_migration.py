@@ -21,7 +21,8 @@ from mechanism_service.core.migration import (
     note_move_cost,
 )
 from mechanism_service.core.model import EntryLedger, JobState, Placement
-from mechanism_service.core.planning import place, priority_rows
+from mechanism_service.core.planning.placement import place
+from mechanism_service.core.planning.priority import priority_rows
 from mechanism_service.core.rounds import open_round
 from mechanism_service.core.settings import DEFAULT_MOVE_OVERHEAD_SHARE, MechanismSettings
 from tests.unit.mechanism.builders import DEFAULT, GAVEL, no_shuffle, state
@@ -268,7 +269,8 @@ def test_allocated_entries_are_picked_on_every_type_before_spare_gpus_are_filled
     # v100 is visited first. Job 0 is allocated p100 only, job 1 v100 only; v100 has a spare GPU.
     # Gavel's one pass gives job 0 the spare v100 (priority 0 there, but first in line); with
     # allocated_first job 0 runs where its allocation is, and the spare v100 stays for others.
-    from mechanism_service.core.planning import charge_move_columns, pick, pick_columns, priority_columns
+    from mechanism_service.core.planning.picking import pick, pick_columns
+    from mechanism_service.core.planning.priority import charge_move_columns, priority_columns
 
     s = state(v100=2, p100=1).job("a").job("a").allocate((0,), p100=0.5).allocate((1,), v100=0.5).build()
     order = ["v100", "p100"]
@@ -282,7 +284,7 @@ def test_allocated_entries_are_picked_on_every_type_before_spare_gpus_are_filled
 
 
 def test_an_entry_allocated_nowhere_still_fills_a_spare_gpu_after_the_allocated_ones():
-    from mechanism_service.core.planning import pick
+    from mechanism_service.core.planning.picking import pick
 
     s = state(v100=2, p100=1).job("a").job("a").job("a").allocate((0,), p100=0.5).allocate((1,), v100=0.5).build()
     s.allocation[(2,)] = {}

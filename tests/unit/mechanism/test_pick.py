@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mechanism_service.core.planning import pick, priorities
+from mechanism_service.core.planning.picking import pick
+from mechanism_service.core.planning.priority import priorities
 from tests.unit.mechanism.builders import GAVEL, GAVEL_FIFO, queue, row, state
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mechanism_service.core.model import Placement
-from mechanism_service.core.planning import place
+from mechanism_service.core.planning.placement import place
 from tests.unit.mechanism.builders import DEFAULT, GAVEL, state
 
 

@@ -1,4 +1,4 @@
-"""The planner's fast forms against their plain definitions on random states (core/planning.py,
+"""The planner's fast forms against their plain definitions on random states (core/planning/,
 core/migration.py), and the columnar forms the rounds run against the row forms: the schedule
 must not change by a bit, so every comparison is exact. About 1 s for the 200 random states."""
 
@@ -9,16 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from mechanism_service.core import planning
 from mechanism_service.core.migration import charge_moves, fit_held, held_entries, note_move_cost
 from mechanism_service.core.model import Entry, MechanismState, Placement
-from mechanism_service.core.planning import (
+from mechanism_service.core.planning import ledger_reads
+from mechanism_service.core.planning.holds import held_columns
+from mechanism_service.core.planning.picking import pick, pick_columns
+from mechanism_service.core.planning.priority import (
     UNSERVED_FACTOR,
     Queues,
     charge_move_columns,
-    held_columns,
-    pick,
-    pick_columns,
     priority_columns,
     priority_rows,
 )
@@ -110,7 +109,7 @@ def test_holds_alike_whether_the_cost_is_uniform_or_looked_up_per_entry():
     assert held_any > 0  # the random states exercise holds, not only their absence
 
 
-# The columnar forms the rounds run (planning.priority_columns, charge_move_columns,
+# The columnar forms the rounds run (planning/: priority_columns, charge_move_columns,
 # pick_columns) against the row forms above, on the same random states with some jobs removed
 # (the ledgers' rows then have holes) and, for half of them, the allocation installed by
 # apply_allocation (its columnar copy kept) instead of set by hand.
@@ -165,9 +164,9 @@ def test_moves_charged_on_columns_as_on_rows_measured_or_not():
 
 @pytest.fixture(params=[0, 8, 10**6], ids=["numpy", "threshold-8", "lists"])
 def small_rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """planning.SMALL_ROWS: every state planned in numpy (0), in lists (10**6), or each on its
+    """ledger_reads.SMALL_ROWS: every state planned in numpy (0), in lists (10**6), or each on its
     side of 8 rows (the random states have 1 to ~36)."""
-    monkeypatch.setattr(planning, "SMALL_ROWS", request.param)
+    monkeypatch.setattr(ledger_reads, "SMALL_ROWS", request.param)
     return request.param
 
 

@@ -1,4 +1,4 @@
-"""The planner's list forms for a few ledger rows (core/planning.py: ``ledger_lists``,
+"""The planner's list forms for a few ledger rows (core/planning/: ``ledger_lists``,
 ``queue_lists``, and ``held_columns``, ``fit_held_columns`` and ``pick_columns`` given the lists)
 against the numpy columns and the row forms, and migration.kept_and_stretches against the two
 passes it fuses, on the random states of test_planning_fast.py. The schedule must not change by
@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from mechanism_service.core import planning
 from mechanism_service.core.migration import (
     charge_moves,
     fit_held,
@@ -19,15 +18,14 @@ from mechanism_service.core.migration import (
     note_move_cost,
 )
 from mechanism_service.core.model import MechanismState, Placement
-from mechanism_service.core.planning import (
+from mechanism_service.core.planning import ledger_reads
+from mechanism_service.core.planning.holds import fit_held_columns, held_columns
+from mechanism_service.core.planning.ledger_reads import ledger_lists
+from mechanism_service.core.planning.picking import pick, pick_columns
+from mechanism_service.core.planning.placement import kept_entries
+from mechanism_service.core.planning.priority import (
     QueueLists,
     charge_move_columns,
-    fit_held_columns,
-    held_columns,
-    kept_entries,
-    ledger_lists,
-    pick,
-    pick_columns,
     plan_queues,
     priority_columns,
     priority_rows,
@@ -70,7 +68,7 @@ def test_the_lists_are_the_ledgers_columns_and_none_above_small_rows(monkeypatch
     assert lists.rates == ledgers.throughputs[:rows].ravel().tolist()
     assert lists.received_s == ledgers.received_s[:rows].ravel().tolist()
     assert lists.deficit_s == ledgers.deficit_s[:rows].ravel().tolist()
-    monkeypatch.setattr(planning, "SMALL_ROWS", rows - 1)
+    monkeypatch.setattr(ledger_reads, "SMALL_ROWS", rows - 1)
     assert ledger_lists(s) is None
 
 

@@ -3,7 +3,7 @@ section 5."""
 
 from __future__ import annotations
 
-from mechanism_service.core.planning import UNSERVED_FACTOR, QueueRow, priorities
+from mechanism_service.core.planning.priority import UNSERVED_FACTOR, QueueRow, priorities
 from mechanism_service.core.reducers import reset_ledgers
 from tests.unit.mechanism.builders import GAVEL, state
 

@@ -4,7 +4,7 @@ RoundClock (section 2), round_report (section 10)."""
 from __future__ import annotations
 
 from mechanism_service.core.model import Placement
-from mechanism_service.core.planning import count_extensions
+from mechanism_service.core.planning.placement import count_extensions
 from mechanism_service.core.rounds import RoundClock, RoundPlan, RoundReport, open_round, round_report
 from tests.unit.mechanism.builders import DEFAULT, GAVEL, GAVEL_SHUFFLED, lease, no_shuffle, state
 

@@ -1,0 +1,135 @@
+"""Step 4 of a round's plan: concrete workers for each picked entry (docs/gavel-semantics.md
+section 6): a continuing entry keeps its GPUs (a lease extension), others fill a server before
+the next; and what this round kept of the last one (section 6.3). One form: it walks the picked
+entries, a few per type, so it has no fast form to be held to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Mapping, Sequence
+
+from mechanism_service.core.model import Entry, MechanismState, Placement
+from mechanism_service.core.settings import MechanismSettings
+
+
+def place(
+    state: MechanismState,
+    picked: dict[str, list[tuple[Entry, int]]],
+    order: Sequence[str],
+    settings: MechanismSettings,
+    forced: frozenset[Entry] = frozenset(),
+) -> dict[Entry, Placement]:
+    """Workers for each picked entry: largest gangs first; an entry that ran on this type last
+    round keeps its workers when they are all still free (a lease extension); others take the
+    lowest free workers, filling a server before moving to the next (consolidation). ``forced``
+    entries (profiling runs) are placed even where the allocation gives them nothing."""
+    assignment: dict[Entry, Placement] = {}
+    for w in order:
+        entries = sorted(picked.get(w, ()), key=_SIZE, reverse=True)
+        if not entries:
+            continue
+        if settings.extensions_first:
+            # Every size extended before any fresh placement: no continuing entry is moved off
+            # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
+            _place_extensions_first(state, w, entries, state.servers[w], assignment, settings, forced)
+            continue
+        servers = [list(s) for s in state.servers[w]]
+        cursor = 0
+        used: set[int] = set()
+        sizes = sorted({s for _, s in entries}, reverse=True)
+        for size in sizes:  # Gavel: each size extended, then placed afresh, largest first
+            for entry, _ in (p for p in entries if p[1] == size):  # pass 1: extensions
+                previous = state.previous_assignment.get(entry)
+                if previous is not None and previous.accelerator_type == w and not used & set(previous.worker_ids):
+                    assignment[entry] = previous
+                    used.update(previous.worker_ids)
+            for entry, scale_factor in (p for p in entries if p[1] == size):  # pass 2: fresh placements
+                if entry in assignment:
+                    continue
+                if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
+                    continue  # picked but not allocated: its GPUs idle this round (Gavel)
+                workers: list[int] = []
+                while len(workers) < scale_factor:
+                    if cursor >= len(servers):
+                        raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+                    server = servers[cursor]
+                    if not server:
+                        cursor += 1
+                        continue
+                    worker = server.pop(0)
+                    if worker not in used:
+                        workers.append(worker)
+                assignment[entry] = Placement(w, tuple(workers))
+                used.update(workers)
+    return assignment
+
+
+_SIZE = operator.itemgetter(1)
+
+
+def _place_extensions_first(
+    state: MechanismState,
+    w: str,
+    entries: list[tuple[Entry, int]],
+    servers: Sequence[Sequence[int]],
+    assignment: dict[Entry, Placement],
+    settings: MechanismSettings,
+    forced: frozenset[Entry],
+) -> None:
+    """``place`` for one type with every extension first; then each fresh entry, largest first,
+    takes the first server with room for its whole gang (so the GPUs extensions keep do not split
+    a gang that would fit on one server), else the lowest free workers."""
+    used: set[int] = set()
+    previous_of = state.previous_assignment.get
+    fresh: list[tuple[Entry, int]] = []  # the entries placed afresh, largest first
+    for picked in entries:
+        previous = previous_of(picked[0])
+        if previous is not None and previous.accelerator_type == w and used.isdisjoint(previous.worker_ids):
+            assignment[picked[0]] = previous
+            used.update(previous.worker_ids)
+        else:
+            fresh.append(picked)
+    free: list[list[int]] | None = None  # each server's free workers, listed at the first fresh entry
+    first = 0  # servers before this one are full
+    for entry, scale_factor in fresh:
+        if entry in assignment:
+            continue
+        if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
+            continue
+        if free is None:  # (most rounds extend every entry: then no server is listed)
+            free = [list(itertools.filterfalse(used.__contains__, server)) for server in servers]
+        while first < len(free) and not free[first]:
+            first += 1
+        room = next((k for k in range(first, len(free)) if len(free[k]) >= scale_factor), None) if scale_factor > 1 else first
+        workers: list[int] = []
+        if room is not None and room < len(free):
+            workers, free[room] = free[room][:scale_factor], free[room][scale_factor:]
+        k = first
+        while len(workers) < scale_factor:
+            if k >= len(free):
+                raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+            take = free[k][: scale_factor - len(workers)]
+            free[k] = free[k][len(take):]
+            workers += take
+            k += 1
+        assignment[entry] = Placement(w, tuple(workers))
+
+
+def count_extensions(
+    state: MechanismState, assignment: dict[Entry, Placement], kept: frozenset[Entry] | None = None
+) -> tuple[int, int]:
+    """Section 6.3: (extended, opportunities) for this round against the previous one
+    (``kept``: kept_entries of the assignment, when the caller has it)."""
+    jobs = state.jobs
+    # an entry is one job or a pair: "some member still here" is its first or last
+    opportunities = sum(1 for entry in state.previous_assignment if entry[0] in jobs or entry[-1] in jobs)
+    return len(kept_entries(state, assignment) if kept is None else kept), opportunities
+
+
+def kept_entries(state: MechanismState, assignment: Mapping[Entry, Placement]) -> frozenset[Entry]:
+    """The entries that keep last round's placement (lease extensions). An extension is placed
+    with last round's Placement object itself, so identity answers before equality is asked."""
+    previous = state.previous_assignment.get
+    return frozenset(e for e, p in assignment.items() if (q := previous(e)) is p or q == p)

@@ -1,0 +1,269 @@
+"""Step 2 of a round's plan: each type's queue, every entry with its priority there
+(allocation / share of the type's time it received), its deficit and its allocation, and each
+move charged what it costs (paper section 3.1; docs/mechanism.md, "What a move costs").
+
+The row form ``priority_rows`` is the definition (``priorities`` its named rows);
+``priority_columns`` and ``charge_move_columns`` are the same arithmetic on the ledgers'
+columns, ``queue_lists`` the two fused on Python lists for a few rows. They sit together here
+so the definition and the forms held to it (test_planning_fast.py, test_planning_lists.py)
+read side by side; the charges' row form is migration.charge_moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from mechanism_service.core.migration import move_cost_s
+from mechanism_service.core.model import Entry, MechanismState
+from mechanism_service.core.planning.ledger_reads import LedgerLists
+from mechanism_service.core.settings import MechanismSettings
+
+# A job with no time received yet ranks above everyone with some, but stays finite so larger
+# allocations still sort first (paper section 3.1).
+UNSERVED_FACTOR = 1e9
+
+
+class QueueRow(NamedTuple):
+    """One entry in one type's queue (a named tuple: cheap to make in the planner's hot loop)."""
+
+    entry: Entry
+    priority: float
+    deficit_s: float
+    allocation: float
+
+
+def priorities(state: MechanismState) -> dict[str, list[QueueRow]]:
+    """Per type, every entry in admission order with its priority, deficit and allocation."""
+    return {w: [QueueRow(*row) for row in rows] for w, rows in priority_rows(state).items()}
+
+
+def priority_rows(state: MechanismState) -> dict[str, list[tuple[Entry, float, float, float]]]:
+    """``priorities`` as plain (entry, priority, deficit_s, allocation) tuples: the hot loop of a
+    simulation (every type x every entry x every round), so one pass over the entries filling
+    every type's queue, plain locals and tuples (the same arithmetic, in the same order, as
+    the plain type-by-type definition in tests/unit/mechanism/test_planning_fast.py: the schedule
+    does not change by a bit)."""
+    allocation = state.allocation
+    types = state.accelerator_types
+    rows: dict[str, list[tuple[Entry, float, float, float]]] = {w: [] for w in types}
+    per_type = [(w, rows[w].append, state.type_time_s[w]) for w in types]
+    for entry, ledger in state.entries.items():
+        shares = allocation.get(entry)
+        throughputs, received_s, deficit_s = ledger.throughputs, ledger.received_s, ledger.deficit_s
+        for w, append, total_s in per_type:
+            share = shares.get(w, 0.0) if shares is not None else 0.0
+            if share == 0.0 or min(throughputs[w]) <= 0.0:
+                append((entry, 0.0, deficit_s[w], share))
+                continue
+            received = received_s[w] / total_s if total_s > 0 else 0.0
+            append((entry, share / received if received > 0 else share * UNSERVED_FACTOR, deficit_s[w], share))
+    return rows
+
+
+class Queues(NamedTuple):
+    """Every type's queue as columns (one row a ledger row, one column a ledger type): what
+    ``priority_rows`` lists, for the rows where ``live`` (the others are removed entries)."""
+
+    keys: list[Entry | None]  # row -> entry
+    live: np.ndarray  # rows
+    priority: np.ndarray  # rows x types
+    deficit_s: np.ndarray  # rows x types
+    allocation: np.ndarray  # rows x types
+    runs: np.ndarray  # rows x types: every member runs there (throughput > 0)
+
+
+def priority_columns(state: MechanismState) -> Queues:
+    """``priority_rows`` as columns: per type, share / (received / the type's time), or share x
+    UNSERVED_FACTOR when it received nothing, 0 where the entry has no share or cannot run. Every
+    type at once (the operations are elementwise: the same floats as a column at a time, a
+    handful of numpy calls a round instead of a handful a type)."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    allocation = ledgers.allocation_matrix(state.allocation)
+    throughputs = ledgers.throughputs[:rows]
+    runs = np.minimum(throughputs[:, :, 0], throughputs[:, :, 1]) > 0.0
+    total_s = [state.type_time_s[w] for w in ledgers.types]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        received = ledgers.received_s[:rows] / np.array(total_s)
+        if not all(t > 0 for t in total_s):  # a type no time was handed out on yet: nobody received any
+            received = np.where(np.array(total_s) > 0, received, 0.0)
+        value = np.where(received > 0, allocation / received, allocation * UNSERVED_FACTOR)
+    priority = np.where(runs & (allocation != 0.0), value, 0.0)
+    return Queues(ledgers.keys, ledgers.live[:rows], priority, ledgers.deficit_s[:rows], allocation, runs)
+
+
+def charge_move_columns(
+    state: MechanismState, queues: Queues, settings: MechanismSettings, behind: frozenset[int] = frozenset()
+) -> Queues:
+    """migration.charge_moves on columns: where an entry would start afresh on a type (it did
+    not run there last round) and has a priority, the charge is ``move_charge_restores`` times
+    the cost for each job it restarts; the priority times (round - charge) / round (never below
+    0) and the deficit less the charge; the cost is migration.move_cost_s's (one for all while no
+    job type was measured). An entry with a member ``behind`` (core/catch_up.py) is charged 0."""
+    ledgers = state.entries
+    rows = len(queues.live)
+    ran_on = np.full(rows, -1)
+    row_of, column_of = ledgers.row_of, ledgers.column_of
+    for entry, placement in state.previous_assignment.items():
+        row = row_of.get(entry)
+        if row is not None:
+            ran_on[row] = column_of.get(placement.accelerator_type, -1)
+    moving = (queues.priority != 0.0) & (ran_on[:, None] != np.arange(len(ledgers.types))[None, :])
+    round_s = settings.round_s
+    if state.move_costs_by_job_type:
+        cost_s = np.zeros(rows)
+        keys = queues.keys
+        for row in np.flatnonzero(moving.any(axis=1) & queues.live).tolist():  # removed entries' rows: no cost
+            cost_s[row] = move_cost_s(state, keys[row], settings)  # type: ignore[arg-type]
+    else:
+        cost_s = np.full(rows, settings.restore_s)
+    if len(row_of) > len(state.jobs):  # pairs among the entries (a job has one single): a pair restarts two jobs
+        members = np.fromiter((len(entry) if entry else 1 for entry in queues.keys[:rows]), float, rows)
+        charge_s = settings.move_charge_restores * members * cost_s
+    else:
+        charge_s = settings.move_charge_restores * cost_s
+    if behind:
+        charge_s = np.where(_with_member(queues.keys, rows, behind), 0.0, charge_s)
+    factor = (np.maximum(0.0, round_s - charge_s) / round_s)[:, None]
+    charge_s = charge_s[:, None]
+    priority = np.where(moving, queues.priority * factor, queues.priority)
+    deficit_s = np.where(moving, queues.deficit_s - charge_s, queues.deficit_s)
+    return queues._replace(priority=priority, deficit_s=deficit_s)
+
+
+def _with_member(keys: Sequence[Entry | None], rows: int, jobs: frozenset[int]) -> np.ndarray:
+    """(rows,) True where the row's entry has a member among ``jobs`` (False for a removed row)."""
+    return np.fromiter((entry is not None and not jobs.isdisjoint(entry) for entry in keys[:rows]), bool, rows)
+
+
+class TypeQueue(NamedTuple):
+    """One type's candidates for ``pick_columns`` from lists: the live rows where every member
+    runs there, in admission order, split by whether the entry has a priority there (``served``)
+    or not; ``sort_keys[row]`` is the row's (priority, deficit, allocation) there, as
+    ``charge_move_columns(priority_columns(...))`` gives them (None: not a candidate)."""
+
+    served: list[int]
+    unserved: list[int]
+    sort_keys: list[tuple[float, float, float] | None]
+
+
+class QueueLists(NamedTuple):
+    """Every type's queue from lists (``queue_lists``): ``column(k)`` is the type in ledger
+    column k's, made at its first call (a type the reserved entries fill is never ranked, so
+    never made)."""
+
+    keys: list[Entry | None]
+    column: Callable[[int], TypeQueue]
+
+
+def plan_queues(
+    state: MechanismState, settings: MechanismSettings, lists: LedgerLists | None, behind: frozenset[int] = frozenset()
+) -> Queues | QueueLists:
+    """The queues ``pick_columns`` ranks, moves charged when ``settings.charge_moves`` (but not
+    to the entries of jobs ``behind``): from ``lists`` where the round read them (a few rows),
+    else on numpy columns."""
+    if lists is not None:
+        return queue_lists(state, settings, lists, behind)
+    queues = priority_columns(state)
+    return charge_move_columns(state, queues, settings, behind) if settings.charge_moves else queues
+
+
+def queue_lists(
+    state: MechanismState, settings: MechanismSettings, lists: LedgerLists, behind: frozenset[int] = frozenset()
+) -> QueueLists:
+    """``priority_columns`` and then, when ``settings.charge_moves``, ``charge_move_columns``,
+    fused on Python floats for the cells a pick can visit (the live rows whose every member
+    runs there), a type when the pick first asks for it: the same IEEE operations in the same
+    order, so the same floats, without ~25 numpy calls on arrays of tens of cells
+    (tests/unit/mechanism/test_planning_lists.py holds the two equal). The state must not
+    change until the pick is done."""
+    made: dict[int, TypeQueue] = {}
+    moves: list[tuple[list[str | None], list[tuple[float, float] | None]]] = []  # made with the first type's
+
+    def column(k: int) -> TypeQueue:
+        queue = made.get(k)
+        if queue is None:
+            if not moves:
+                moves.append(_moves(state, settings, behind))
+            queue = made[k] = _type_queue(state, settings, lists, k, *moves[0])
+        return queue
+
+    return QueueLists(state.entries.keys, column)
+
+
+def _moves(
+    state: MechanismState, settings: MechanismSettings, behind: frozenset[int] = frozenset()
+) -> tuple[list[str | None], list[tuple[float, float] | None]]:
+    """Per ledger row: the type it ran on last round (None: none, or moves are not charged),
+    and what a move costs it, (charge_s, the priority's factor) (None: looked up at its first
+    move, when job types were measured; (0.0, 1.0) for an entry with a member ``behind``)."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    ran_on: list[str | None] = [None] * rows
+    charges: list[tuple[float, float] | None] = [None] * rows
+    if not settings.charge_moves:
+        return ran_on, charges
+    row_of = ledgers.row_of
+    for entry, placement in state.previous_assignment.items():
+        row = row_of.get(entry)
+        if row is not None:
+            ran_on[row] = placement.accelerator_type
+    if not state.move_costs_by_job_type:  # one cost for all: a single's charge, a pair's
+        single, pair = _move_charge(state, settings, (0,), settings.restore_s), _move_charge(state, settings, (0, 1), settings.restore_s)
+        charges = [pair if entry is not None and len(entry) == 2 else single for entry in ledgers.keys]
+    if behind:  # (x 1.0 and - 0.0: the same floats as no charge)
+        for row, entry in enumerate(ledgers.keys[:rows]):
+            if entry is not None and not behind.isdisjoint(entry):
+                charges[row] = (0.0, 1.0)
+    return ran_on, charges
+
+
+def _move_charge(state: MechanismState, settings: MechanismSettings, entry: Entry, cost_s: float) -> tuple[float, float]:
+    """(charge_s, the priority's factor) of the entry's move, as charge_move_columns makes them:
+    members counted only where the entries have pairs (x 1 for a single: exact, as restores x
+    cost), the factor np.maximum(0.0, round - charge) / round."""
+    members = len(entry) if len(state.entries.row_of) > len(state.jobs) else 1
+    charge_s = settings.move_charge_restores * members * cost_s
+    left_s = settings.round_s - charge_s
+    return charge_s, (0.0 if 0.0 >= left_s else left_s) / settings.round_s
+
+
+def _type_queue(
+    state: MechanismState,
+    settings: MechanismSettings,
+    lists: LedgerLists,
+    k: int,
+    ran_on: list[str | None],
+    charges: list[tuple[float, float] | None],
+) -> TypeQueue:
+    """``queue_lists``' queue for the type in column k, its cells zipped from strided slices."""
+    ledgers = state.entries
+    types, rows, w = lists.types, ledgers.rows, ledgers.types[k]
+    total_s, charging = state.type_time_s[w], settings.charge_moves
+    served: list[int] = []
+    unserved: list[int] = []
+    sort_keys: list[tuple[float, float, float] | None] = [None] * rows
+    cells = zip(
+        range(rows), ledgers.keys, lists.allocation[k::types], lists.received_s[k::types], lists.deficit_s[k::types],
+        lists.rates[2 * k :: 2 * types], lists.rates[2 * k + 1 :: 2 * types], ran_on, charges,
+    )
+    for row, entry, share, received, deficit, first_rate, second_rate, ran, charge in cells:
+        if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
+            continue
+        if share == 0.0:
+            sort_keys[row] = (0.0, deficit, share)
+            unserved.append(row)
+            continue
+        received = received / total_s if total_s > 0 else 0.0
+        priority = share / received if received > 0 else share * UNSERVED_FACTOR
+        if charging and priority != 0.0 and ran != w:  # it would start afresh here: charged its move
+            if charge is None:  # (a cost looked up for the rows that move, as charge_move_columns does)
+                charge = charges[row] = _move_charge(state, settings, entry, move_cost_s(state, entry, settings))
+            priority *= charge[1]
+            deficit -= charge[0]
+        sort_keys[row] = (priority, deficit, share)
+        (served if priority > 0.0 else unserved).append(row)
+    return TypeQueue(served, unserved, sort_keys)
