@@ -2,7 +2,7 @@
 
 Starts from Gavel's mechanism (preset gavel) and changes one setting at a time, then all of them
 (preset default), on Gavel's two calibration traces. Prints a table (and --json) for
-docs/mechanism.md. Each row is one deterministic run (no medians needed: the simulator is exact).
+bench/RESULTS.md. Each row is one deterministic run (no medians needed: the simulator is exact).
 
 `--migration` measures instead what the default preset does about moves (docs/mechanism.md,
 "What a move costs"): from the default preset as it was before migration-aware rounds (20 s

@@ -7,7 +7,7 @@ throwaway figure, which loads the fonts) on the other core meanwhile, then draws
 handed once the run is over, on both cores (every other plot in a forked copy of itself: the
 parent only waits by then), and exits without the interpreter's tear-down. The wall time is what the user waits for and what improves; the CPU time does not
 (the child pays for its own interpreter and numpy, ~0.2 s), so on a machine whose cores are
-all busy the gain shrinks. docs/mechanism.md, "As a user runs it (issue 12)", has the figures.
+all busy the gain shrinks. docs/mechanism.md, "Speed", says why; bench/RESULTS.md has the figures.
 
     plotter = PlotProcess.start()          # first: the child imports sim.plots (matplotlib)
     ...                                    # the simulation

@@ -155,7 +155,7 @@ def gavel_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 
 
 
 def default_preset(policy: str, *, round_s: float = 360.0, gpus_per_server: int = 1) -> MechanismSettings:
-    """Ours: Gavel's mechanism with what wastes GPUs fixed (docs/mechanism.md measures each):
+    """Ours: Gavel's mechanism with what wastes GPUs fixed (docs/mechanism.md, "Presets"):
     a new job is allocated at the next boundary instead of up to 1920 s later, a picked job is
     never left idle for lack of an allocation, and moving a job costs a checkpoint restore, which
     the rounds avoid paying (extensions first, moves charged, holds, allocated entries picked
