@@ -8,7 +8,7 @@ job and round (the baseline: the mechanism before the rule). Printed per run: wa
 snapshot's size at each tenth of the run (it follows the active jobs under the rule, and only
 grows without it); the snapshots' median write time and their total; the process's peak resident
 memory (the run's, archive and results included); and whether both runs' results are the same
-(every job and round). Measured figures: docs/reliability.md, "Bounded memory".
+(every job and round). Measured figures: bench/RESULTS.md; the rule: docs/reliability.md.
 
 Usage: python bench/retention.py [--jobs 200] [--jobs-per-hour 6] [--cluster v100=4,p100=4,k80=4]
                                  [--rounds 0] [--json]
