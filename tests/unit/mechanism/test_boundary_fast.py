@@ -146,7 +146,7 @@ def settled(s: MechanismState) -> tuple[object, ...]:
 
 
 def test_settling_is_the_plain_definition():
-    """The leases' time added through the ledgers' memoryview (reducers._ReceivedTime), rows
+    """The leases' time added through the ledgers' memoryview (settle._ReceivedTime), rows
     looked up again after each removal."""
     removed = finished = 0
     for seed in SEEDS:
