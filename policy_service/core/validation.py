@@ -6,7 +6,7 @@ positive on some type that fits the gang; weights, steps, times, SLOs and prices
 entities and pairs that refer to what exists. Throughputs and pairs missing from the input come
 from Gavel's throughput table when one is given. Packing comes from, in order of precedence:
 pairs listed job by job, class colocations (an estimator's fractions per pair of colocation
-classes, applied to each job's own row), the table, or nowhere.
+classes, applied to each job's own row), the table, or nowhere; colocation.py builds each.
 
 A job's own fields are checked by common/job_checks.py, the same function `gavel submit` and the
 mechanism use, so a job they accept is never refused here for its fields. An error that is one
@@ -27,8 +27,12 @@ import numpy as np
 from common.errors import ProblemError
 from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
-from policy_service.core.grouping import group_jobs
-from policy_service.core.packing import class_fraction_table
+from policy_service.core.colocation import (
+    colocation_from_classes,
+    colocation_from_pairs,
+    colocation_from_table,
+    validate_colocations,
+)
 from policy_service.core.problem import (
     ENTITY_POLICIES,
     AllocationEntry,
@@ -41,12 +45,6 @@ from policy_service.core.problem import (
     Problem,
     _readonly,
 )
-
-# A colocation fraction is the share of its isolated steps/s a job keeps when packed: in [0, 1].
-# Up to 1 + 1e-6 is accepted as rounding (packed / alone computed in floating point can land an
-# ulp above 1) and kept as given; more is refused: packing never speeds a job up in this model
-# (the estimator clips to 1), and a value like 3.1 is most likely steps/s sent for a fraction.
-MAX_COLOCATION_FRACTION = 1.0 + 1e-6
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,7 @@ def build_problem(
     """
     worker_types, counts = _validate_worker_types(worker_counts, table)
     num_types = len(worker_types)
-    class_pairs = None if colocations is None else _validate_colocations(colocations, worker_types)
+    class_pairs = None if colocations is None else validate_colocations(colocations, worker_types)
     entity_list = _validate_entities(entities)
     entity_index = {entity.name: e for e, entity in enumerate(entity_list)}
 
@@ -150,13 +148,13 @@ def build_problem(
         job_types = tuple(job.job_type for job in jobs)  # type: ignore[union-attr]
         colocation_classes = tuple(job.colocation_class for job in jobs)  # type: ignore[union-attr]
     if pairs is not None:
-        colocation = _colocation_from_pairs(pairs, seen, scale_factors, worker_types)
+        colocation = colocation_from_pairs(pairs, seen, scale_factors, worker_types)
         source = "pairs"
     elif class_pairs is not None:
-        colocation = _colocation_from_classes(colocation_classes, scale_factors, throughputs, class_pairs, worker_types)
+        colocation = colocation_from_classes(colocation_classes, scale_factors, throughputs, class_pairs, worker_types)
         source = "classes"
     elif table is not None:
-        colocation = _colocation_from_table(job_types, scale_factors, worker_types, table)
+        colocation = colocation_from_table(job_types, scale_factors, worker_types, table)
         source = "table"
     else:
         colocation = Colocation.empty(num_jobs, num_types)
@@ -435,208 +433,6 @@ def _check_runnable(
             f"{path}.throughputs: job {job.id!r} has zero throughput on every worker type "
             f"with at least {scale_factor} GPUs, so it can never run"
         )
-
-
-def _colocation_from_pairs(
-    pairs: Sequence[PairSpec], index: Mapping[str, int], scale_factors: np.ndarray,
-    worker_types: tuple[str, ...],
-) -> Colocation:
-    """Pairs listed job by job: one colocation key per job (its row)."""
-    num_jobs, num_types = len(scale_factors), len(worker_types)
-    if isinstance(pairs, (tuple, list)) and not pairs:  # no packing (the usual request)
-        return Colocation.empty(num_jobs, num_types)
-    rows: dict[tuple[int, int], np.ndarray] = {}
-    for p, pair in enumerate(pairs):
-        path = f"pairs[{p}]"
-        if len(pair.job_ids) != 2:
-            raise ProblemError(f"{path}.jobs: expected exactly two job ids, got {len(pair.job_ids)}")
-        for job_id in pair.job_ids:
-            if job_id not in index:
-                raise ProblemError(f"{path}.jobs: unknown job id {job_id!r}")
-        a, b = index[pair.job_ids[0]], index[pair.job_ids[1]]
-        if a == b:
-            raise ProblemError(f"{path}.jobs: a job cannot be packed with itself ({pair.job_ids[0]!r})")
-        if scale_factors[a] != scale_factors[b]:
-            raise ProblemError(
-                f"{path}.jobs: jobs {pair.job_ids[0]!r} and {pair.job_ids[1]!r} have different "
-                f"scale factors ({scale_factors[a]} and {scale_factors[b]}); only equal gangs share GPUs"
-            )
-        key = (min(a, b), max(a, b))
-        if key in rows:
-            raise ProblemError(f"{path}.jobs: duplicate pair {pair.job_ids[0]!r}, {pair.job_ids[1]!r}")
-        given = pair.throughputs_steps_per_s
-        if not isinstance(given, Mapping):
-            raise ProblemError(f"{path}.throughputs: expected an object of worker type -> [steps/s, steps/s]")
-        values = np.zeros((num_types, 2))
-        for name, value in given.items():
-            if name not in worker_types:
-                raise ProblemError(f"{path}.throughputs.{name}: not a worker type of this cluster")
-            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
-                raise ProblemError(f"{path}.throughputs.{name}: expected [first job's, second job's] steps/s")
-            k = worker_types.index(name)
-            values[k, 0] = check_number(value[0], f"{path}.throughputs.{name}[0]")
-            values[k, 1] = check_number(value[1], f"{path}.throughputs.{name}[1]")
-        rows[key] = values if a < b else values[:, ::-1]
-    order = sorted(rows)
-    key_pairs = np.asarray(order, dtype=np.int64).reshape(-1, 2)
-    table = np.asarray([rows[key] for key in order]).reshape(-1, num_types, 2)
-    key_of_job = np.full(num_jobs, -1, dtype=np.int64)
-    key_of_job[np.unique(key_pairs)] = np.unique(key_pairs)
-    return Colocation(_readonly(key_of_job), _readonly(key_pairs), _readonly(table))
-
-
-def _colocation_from_table(
-    job_types: tuple[str | None, ...], scale_factors: np.ndarray, worker_types: tuple[str, ...],
-    table: ThroughputTable,
-) -> Colocation:
-    """Gavel's packing candidates: any two jobs with the same scale factor, looked up by job type.
-
-    One key per (job type, scale factor) present; a self pair (a, a) is symmetrised (the mean of
-    the two positions) so that jobs of one key stay interchangeable — Gavel's table is already
-    symmetric, so this changes nothing there.
-    """
-    keys: dict[tuple[str, int], int] = {}
-    key_of_job = np.full(len(job_types), -1, dtype=np.int64)
-    for i, (job_type, sf) in enumerate(zip(job_types, scale_factors.tolist())):
-        key_of_job[i] = keys.setdefault((job_type, sf), len(keys))  # type: ignore[arg-type]
-    by_key = list(keys)
-    pair_keys: list[tuple[int, int]] = []
-    values: list[np.ndarray] = []
-    for a, (type_a, sf_a) in enumerate(by_key):
-        for b in range(a, len(by_key)):
-            type_b, sf_b = by_key[b]
-            if sf_a != sf_b:
-                continue
-            row = np.zeros((len(worker_types), 2))
-            listed = False
-            for k, name in enumerate(worker_types):
-                entry = table.pair(type_a, type_b, sf_a, name)
-                if entry is not None:
-                    row[k] = entry
-                    listed = True
-            if not listed:
-                continue
-            if a == b:
-                row[:] = row.mean(axis=1, keepdims=True)
-            pair_keys.append((a, b))
-            values.append(row)
-    return Colocation(
-        key_of_job=_readonly(key_of_job),
-        key_pairs=_readonly(np.asarray(pair_keys, dtype=np.int64).reshape(-1, 2)),
-        throughputs_steps_per_s=_readonly(np.asarray(values, dtype=float).reshape(-1, len(worker_types), 2)),
-    )
-
-
-def _validate_colocations(
-    colocations: Sequence[ClassPairSpec], worker_types: tuple[str, ...]
-) -> tuple[ClassPairSpec, ...]:
-    """Each entry: exactly two non-empty class names, listed once in either order; fractions per
-    worker type of this cluster, finite, in [0, MAX_COLOCATION_FRACTION]."""
-    if isinstance(colocations, (str, bytes)) or not isinstance(colocations, Sequence):
-        raise ProblemError("colocations: expected a list of class pairs")
-    first_listed: dict[tuple[str, str], int] = {}
-    result = []
-    for c, entry in enumerate(colocations):
-        path = f"colocations[{c}]"
-        classes = entry.classes
-        if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence) or len(classes) != 2:
-            got = len(classes) if isinstance(classes, Sequence) and not isinstance(classes, (str, bytes)) else classes
-            raise ProblemError(f"{path}.classes: expected exactly two class names, got {got!r}")
-        for position, name in enumerate(classes):
-            if not isinstance(name, str) or not name:
-                raise ProblemError(f"{path}.classes[{position}]: expected a non-empty class name, got {name!r}")
-        first, second = classes
-        unordered = (min(first, second), max(first, second))
-        if unordered in first_listed:
-            raise ProblemError(
-                f"{path}.classes: duplicate class pair {first!r}, {second!r} "
-                f"(also colocations[{first_listed[unordered]}])"
-            )
-        first_listed[unordered] = c
-        given = entry.fractions
-        if not isinstance(given, Mapping):
-            raise ProblemError(f"{path}.fractions: expected an object of worker type -> [first's, second's] fractions")
-        fractions: dict[str, tuple[float, float]] = {}
-        for name, value in given.items():
-            where = f"{path}.fractions.{name}"
-            if name not in worker_types:
-                raise ProblemError(f"{where}: not a worker type of this cluster")
-            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
-                raise ProblemError(f"{where}: expected [first class's, second class's] fractions")
-            fractions[name] = (
-                check_number(value[0], f"{where}[0]", maximum=MAX_COLOCATION_FRACTION),
-                check_number(value[1], f"{where}[1]", maximum=MAX_COLOCATION_FRACTION),
-            )
-        result.append(ClassPairSpec((first, second), fractions))
-    return tuple(result)
-
-
-def _colocation_from_classes(
-    colocation_classes: tuple[str, ...], scale_factors: np.ndarray, throughputs: np.ndarray,
-    class_pairs: Sequence[ClassPairSpec], worker_types: tuple[str, ...],
-) -> Colocation:
-    """Packing from class colocations: jobs i != j with one scale factor whose classes are listed
-    together, at ``throughputs[i] * f_i`` and ``throughputs[j] * f_j``.
-
-    Keys are groups of jobs with equal (class, scale factor, throughput row): jobs with equal
-    rows share a key, so they stay interchangeable and the packed programs stay small (one key
-    per job type when rows come from one measurement), while jobs whose rows differ get keys of
-    their own. A self pair (c, c) is symmetrised (the mean of its two positions), as the table
-    path does, so the jobs of one class stay interchangeable. Jobs with no class, or a class
-    that no listed pair names, are never packed (key -1).
-
-    Vectorised: one pass over the listed class pairs fills a (C, C, K, 2) fraction array; keys
-    are grouped into cells (class, scale factor), and for each allowed cell pair the products of
-    their keys are laid out with one ``repeat`` (as packing.pair_classes does), no loop over jobs
-    or job pairs.
-    """
-    num_jobs, num_types = throughputs.shape
-    # fraction[a, b, k] = (an a-job's fraction, a b-job's fraction) when they share a GPU of type k
-    class_index, fraction, listed = class_fraction_table(class_pairs, worker_types)
-    class_of_job = np.fromiter((class_index.get(name, -1) for name in colocation_classes), np.int64, num_jobs)
-    packable = np.flatnonzero(class_of_job >= 0)
-    if len(packable) == 0:
-        return Colocation.empty(num_jobs, num_types)
-    keys = group_jobs([class_of_job[packable], scale_factors[packable], throughputs[packable]], len(packable))
-    key_of_job = np.full(num_jobs, -1, dtype=np.int64)
-    key_of_job[packable] = keys.class_of_job
-    representative = packable[keys.representative]
-    key_class, key_sf = class_of_job[representative], scale_factors[representative]
-    key_rows, key_sizes = throughputs[representative], keys.sizes
-
-    # Cells: keys of one (class, scale factor). Two cells pair when their classes are listed
-    # together and their gangs are equal; each unordered cell pair once (u <= v).
-    cells = group_jobs([key_class, key_sf], keys.num_classes)
-    cell_class, cell_sf = key_class[cells.representative], key_sf[cells.representative]
-    allowed = (
-        listed[cell_class[:, None], cell_class[None, :]]
-        & (cell_sf[:, None] == cell_sf[None, :])
-        & np.triu(np.ones((cells.num_classes, cells.num_classes), dtype=bool))
-    )
-    cell_u, cell_v = np.nonzero(allowed)
-    keys_by_cell = np.argsort(cells.class_of_job, kind="stable")
-    start = np.cumsum(cells.sizes) - cells.sizes
-    count_u, count_v = cells.sizes[cell_u], cells.sizes[cell_v]
-    products = count_u * count_v
-    which = np.repeat(np.arange(len(cell_u)), products)
-    local = np.arange(len(which)) - np.repeat(np.cumsum(products) - products, products)
-    i, j = local // count_v[which], local % count_v[which]
-    p, q = keys_by_cell[start[cell_u][which] + i], keys_by_cell[start[cell_v][which] + j]
-    # Within one cell: each unordered key pair once, a key with itself only if two jobs share it.
-    same_cell = cell_u[which] == cell_v[which]
-    keep = ~same_cell | (i < j) | ((i == j) & (key_sizes[p] >= 2))
-    p, q = p[keep], q[keep]
-
-    f = fraction[key_class[p], key_class[q]]  # (P, K, 2), column 0 for key p
-    packed = np.stack([key_rows[p] * f[:, :, 0], key_rows[q] * f[:, :, 1]], axis=2)
-    packed = np.where((p > q)[:, None, None], packed[:, :, ::-1], packed)  # column 0 for the lower key
-    key_pairs = np.stack([np.minimum(p, q), np.maximum(p, q)], axis=1).astype(np.int64)
-    ordering = np.lexsort((key_pairs[:, 1], key_pairs[:, 0]))
-    return Colocation(
-        key_of_job=_readonly(key_of_job),
-        key_pairs=_readonly(key_pairs[ordering].reshape(-1, 2)),
-        throughputs_steps_per_s=_readonly(packed[ordering].reshape(-1, num_types, 2)),
-    )
 
 
 def _validate_prices(

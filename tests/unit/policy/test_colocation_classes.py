@@ -24,9 +24,9 @@ from policy_service.core import (
     problem_from_json,
     problem_to_json,
 )
+from policy_service.core.colocation import MAX_COLOCATION_FRACTION
 from policy_service.core.evaluate import job_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
-from policy_service.core.validation import MAX_COLOCATION_FRACTION
 from policy_service.service import shipped_context
 from tests.unit.policy.builders import TYPES, assert_feasible
 
