@@ -11,11 +11,12 @@ method with its formulas; in short, per job and accelerator type k, its steps/s 
 
 - its own measurements on k (a flagged straggler's only where no healthy worker measured it);
 - the other jobs of its colocation class, pooled (pools.py);
-- the reference table's figure, for a class the reference set knows, times the type's
-  calibration (calibration.py: this cluster's hardware against the table's);
+- the reference table's figure, for a class the reference set knows, calibrated (calibration.py:
+  this cluster's hardware against the table's, apart from how the class runs on it);
 - the user's estimate at submission;
 - for a class the reference set does not know, measured on some types but not on k: its
-  measured speed there times the matched reference's speed ratio between k and those types;
+  measured speed there times the matched reference's speed ratio between k and those types (with
+  the hardware's difference between the types, as calibrated);
 - the typical reference job of its size, which says little (its spread is an order of magnitude).
 
 Per pair of classes and type, the fraction of its speed alone that each keeps when packed combines
@@ -48,7 +49,7 @@ from common.messages import (
     ThroughputEstimated,
 )
 from estimator_service.core.beliefs import MEASUREMENTS, Belief, Source, combine
-from estimator_service.core.calibration import AS_THE_TABLE, Calibration, TypeCalibration
+from estimator_service.core.calibration import AS_THE_TABLE, Calibration, Fit
 from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
 from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
 from estimator_service.core.pools import Pool
@@ -65,7 +66,7 @@ TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in
 # the publish tolerance, so skipping their recomputation changes nothing published.
 STAMP_TOLERANCE = 1e-3
 WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
-# A type's calibration is applied again when it moved by more than this (log): each reference
+# The calibration is applied again when a shift moved by more than this (log): each reference
 # report moves it a little, and every figure is recomputed when it is applied.
 CALIBRATION_STEP = 0.01
 
@@ -91,7 +92,8 @@ class Estimator:
         self.pools: dict[tuple[str, str], Pool] = {}
         self.stragglers = StragglerWatch(settings.straggler_ratio, settings.straggler_jobs)
         self.calibration = Calibration(settings.calibration_tolerance, settings.calibration_sd)
-        self._calibrated: dict[str, TypeCalibration] = {}  # type -> the calibration applied
+        self._calibrated: Fit = AS_THE_TABLE  # the calibration applied
+        self._last_fit: Fit = AS_THE_TABLE  # the latest fit compared with it
         self.revision = 0
         self._order = 0
         self._global = 0  # grows with straggler flags, calibrations, refits: every cached figure depends on them
@@ -123,7 +125,8 @@ class Estimator:
     def __setstate__(self, state: dict[str, object]) -> None:
         """A snapshot from an older estimator loads as the same model: settings it lacks take their
         defaults; one from before calibration (which left stragglers' measurements out) has
-        nothing calibrated yet and its flags as corrections."""
+        nothing calibrated yet and its flags as corrections; one from before the joint fit of
+        hardware and classes (a calibration per type) calibrates again from what comes next."""
         self.__dict__.update(state)
         old = self.settings  # fields added since were never set on it
         if not all(hasattr(old, f.name) for f in dataclasses.fields(old)):
@@ -132,10 +135,14 @@ class Estimator:
         self.__dict__.setdefault("_packing_open", True)
         self.__dict__.setdefault("_gate_jobs", set())
         self.__dict__.setdefault("_gate_stale", True)
+        self.__dict__.setdefault("_last_fit", AS_THE_TABLE)
         if "calibration" in state:
+            if not isinstance(self._calibrated, Fit):  # per type (calibration.py loaded it empty)
+                self._calibrated = AS_THE_TABLE
+                self._global += 1
             return
         self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
-        self._calibrated = {}
+        self._calibrated = AS_THE_TABLE
         flagged = self.stragglers.flagged
         self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
         self.__dict__.pop("_excluded", None)
@@ -316,7 +323,7 @@ class Estimator:
         self._global += 1
         flagged = self.stragglers.flagged
         self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
-        self._recalibrate(self.types)  # its level leaves (or rejoins) its type's calibration
+        self._recalibrate()  # its measurements leave (or rejoin) the calibration
         for other in self.jobs.values():  # its measurements give way to (or rejoin) healthy ones
             if worker_id in other.workers():
                 for w in other.alone:
@@ -341,34 +348,34 @@ class Estimator:
                 if pooled is not None:
                     sources.append(Source(pooled.value, pooled.variance + 2 * s.job_spread_sd**2, pooled.provenance))
         located = self.references.locate(job.colocation_class)
-        peers = self.calibration.of(accelerator_type, excluded)
-        if located is not None and peers is not None:
+        peers = self.calibration.fitted(self.types, excluded) if located is not None else None
+        if located is not None and peers is not None and peers.has_peers(accelerator_type):
             value = located[0].isolated[located[1], self.types.index(accelerator_type)]
             if np.isfinite(value):
-                variance = s.reference_sd**2 + s.job_spread_sd**2 + peers.variance
-                sources.append(Source(float(value) * peers.factor, variance, Provenance.REFERENCE))
+                shift = peers.reference(job.colocation_class, accelerator_type)
+                variance = s.reference_sd**2 + s.job_spread_sd**2 + shift.variance
+                sources.append(Source(float(value) * shift.factor, variance, Provenance.REFERENCE))
         return combine(sources)
 
     def _calibrate(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> None:
-        """A reference job measured alone: its worker's ratio to the table, the type's calibration."""
+        """A reference job measured alone: its worker's ratio to the table, the calibration."""
         located = self.references.locate(job.colocation_class)
         mean_log = job.mean_log(accelerator_type, worker_id)
         if located is None or mean_log is None:
             return
         table = located[0].isolated[located[1], self.types.index(accelerator_type)]
         if np.isfinite(table) and table > 0:
-            self.calibration.observe(worker_id, accelerator_type, job.job_id, mean_log - math.log(table))
-            self._recalibrate((accelerator_type,))
+            self.calibration.observe(worker_id, accelerator_type, job.job_id, job.colocation_class, mean_log - math.log(table))
+            self._recalibrate()
 
-    def _recalibrate(self, types: tuple[str, ...]) -> None:
-        """Apply the types' calibrations that moved (every figure derived from the table moves)."""
-        moved = False
-        for w in types:
-            now = self.calibration.applied(w, self.stragglers.flagged)
-            if now.moved(self._calibrated.get(w, AS_THE_TABLE), CALIBRATION_STEP):
-                self._calibrated[w] = now
-                moved = True
-        if moved:
+    def _recalibrate(self) -> None:
+        """Apply the calibration if it moved (every figure derived from the table moves with it)."""
+        now = self.calibration.fitted(self.types, self.stragglers.flagged) or AS_THE_TABLE
+        if now is self._last_fit:
+            return  # (the same fit, cached: compared already)
+        self._last_fit = now
+        if now.moved(self._calibrated, CALIBRATION_STEP):
+            self._calibrated = now
             self._global += 1
             self._everything_dirty()
 
@@ -466,7 +473,7 @@ class Estimator:
             if located is not None:
                 value = located[0].isolated[located[1], k]
                 if np.isfinite(value):
-                    calibrated = self._calibrated.get(w, AS_THE_TABLE)
+                    calibrated = self._calibrated.reference(job.colocation_class, w)
                     variance = s.reference_sd**2 + spread + calibrated.variance
                     sources.append(Source(float(value) * calibrated.factor, variance, Provenance.REFERENCE))
             if w in job.user:
@@ -490,7 +497,7 @@ class Estimator:
                 if ratio is not None:
                     sources = [*sources, ratio]
             if not sources:  # nothing at all is known: the typical job of its size
-                calibrated = self._calibrated.get(w, AS_THE_TABLE)
+                calibrated = self._calibrated.typical(w)
                 sources = [Source(float(typical[k]) * calibrated.factor, s.typical_sd**2 + calibrated.variance, Provenance.REFERENCE)]
             belief = combine(sources)
             row[w] = belief if belief is not None else Belief(0.0, 0.0, Provenance.REFERENCE)
@@ -510,23 +517,22 @@ class Estimator:
         return out
 
     def _ratio_source(self, match: np.ndarray, measured: dict[str, Belief], k: int) -> Source | None:
-        """The job's measured speeds times the matched reference's ratio to type k (each type's
-        table figure calibrated)."""
+        """The job's measured speeds times the matched reference's ratio to type k (with the hardware's
+        difference between the types, as calibrated)."""
         if not np.isfinite(match[k]):
             return None
-        target = self._calibrated.get(self.types[k], AS_THE_TABLE)
         logs, variances = [], []
         for w, belief in measured.items():
             other = match[self.types.index(w)]
             if np.isfinite(other) and other > 0:
                 if match[k] <= 0:
                     return Source(0.0, self.settings.matched_sd**2, Provenance.REFERENCE)
-                here = self._calibrated.get(w, AS_THE_TABLE)
-                logs.append(belief.log_value + math.log(match[k] / other) + target.log_shift - here.log_shift)
-                variances.append(belief.variance + here.variance)
+                between = self._calibrated.between(self.types[k], w)
+                logs.append(belief.log_value + math.log(match[k] / other) + between.log_shift)
+                variances.append(belief.variance + between.variance)
         if not logs:
             return None
-        variance = self.settings.matched_sd**2 + target.variance + math.fsum(variances) / len(variances)
+        variance = self.settings.matched_sd**2 + math.fsum(variances) / len(variances)
         return Source(math.exp(math.fsum(logs) / len(logs)), variance, Provenance.REFERENCE)
 
     def _match(self, name: str, scale_factor: int) -> np.ndarray | None:
@@ -553,7 +559,7 @@ class Estimator:
             pooled = self.pools.get((name, w))
             mean = pooled.mean() if pooled is not None else None
             if mean is not None and mean.value > 0:  # against the table calibrated to this hardware
-                measured.append((k, math.log(mean.value) - self._calibrated.get(w, AS_THE_TABLE).log_shift))
+                measured.append((k, math.log(mean.value) - self._calibrated.typical(w).log_shift))
         if not measured:
             return None
         columns = [k for k, _ in measured]

@@ -41,9 +41,10 @@ class EstimatorSettings:
     straggler_jobs: int = 3
     # Jobs pooled per class (the most recent; a job's own measurements are all kept, as sums).
     pooled_jobs: int = 32
-    # A type's hardware is calibrated against the table (calibration.py) when its jobs run more
-    # than this (log) off the table's figures: within it, the table's own spread. The spread of
-    # jobs' ratios around the calibration is assumed this until 3 jobs measured it.
+    # This cluster's hardware is calibrated against the table (calibration.py) when its jobs run
+    # more than this (log) off the table's figures: within it, the table's own spread. The spread
+    # of the classes' levels (how each runs on this hardware) is assumed this until 3 classes
+    # measured it.
     calibration_tolerance: float = 0.1
     calibration_sd: float = 0.3
     # What a straggler's slowness (a median over a few jobs) is not known to: added to the
