@@ -51,7 +51,7 @@ class _Timer:
 def record_requests() -> tuple[list, float, float]:
     """(the run's requests, seconds building them, the run's wall seconds)."""
     import sim.fastpath as fastpath
-    from services.cli.simulation import Scenario, load_context, load_trace, parse_cluster, parse_window, run_policy
+    from sim.scenario import Scenario, load_context, load_trace, parse_cluster, parse_window, run_policy
 
     context = load_context(None)
     trace = load_trace(str(TRACE))
@@ -87,7 +87,7 @@ def record_admitted() -> list:
     """The requests of the simulator's in-process path (answer_admitted), as the run makes them;
     [] for a checkout without that path."""
     import sim.fastpath as fastpath
-    from services.cli.simulation import Scenario, load_context, load_trace, parse_cluster, parse_window, run_policy
+    from sim.scenario import Scenario, load_context, load_trace, parse_cluster, parse_window, run_policy
 
     if not hasattr(fastpath, "answer_admitted"):
         return []

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.bus import Delivery  # noqa: E402
 from common.config import DEFAULT_AMQP_URL, BusSettings  # noqa: E402
 from common.messages import JobSpec, JobSubmitted  # noqa: E402
-from services.bus.memory import InMemoryBroker, InMemoryBus  # noqa: E402
+from common.transport.memory import InMemoryBroker, InMemoryBus  # noqa: E402
 
 JOB_TYPES = [
     "ResNet-18 (batch size 64)",
@@ -89,7 +89,7 @@ async def in_memory_run(messages: list[JobSubmitted], serialize: bool) -> float:
 
 
 async def rabbit_run(messages: list[JobSubmitted], url: str, one_at_a_time: bool) -> dict[str, float]:
-    from services.bus.rabbit import RabbitBus
+    from common.transport.rabbit import RabbitBus
 
     exchange = f"gavel-bench-{uuid.uuid4().hex[:8]}"
     settings = BusSettings(kind="amqp", amqp_url=url, exchange=exchange, prefetch=512)
@@ -148,7 +148,7 @@ def main() -> int:
     args = parser.parse_args()
     import os
 
-    from services.logging import configure_logging
+    from common.log import configure_logging
 
     configure_logging()
     url = args.amqp or os.environ.get("GAVEL_AMQP_URL") or DEFAULT_AMQP_URL

@@ -54,7 +54,7 @@ def trials_of(table, scale_factors: list[int]) -> list[tuple[str, int]]:  # noqa
 def run(fractions_: list[float], seeds: int, scale_factors: list[int]) -> dict[str, object]:
     from estimator_service.core.holdout import holdout, summarise
     from policy_service.service import shipped_context
-    from services.cli.progress import ProgressBar
+    from sim.progress import ProgressBar
 
     table = shipped_context().table
     cases = trials_of(table, scale_factors)

@@ -62,8 +62,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.cli.common import CommandFailed  # noqa: E402
-from services.cli.simulation import (  # noqa: E402
+from common.errors import CommandFailed  # noqa: E402
+from sim.learning import EstimationConfig  # noqa: E402
+from sim.scenario import (  # noqa: E402
     Scenario,
     check_trace,
     load_trace,
@@ -71,7 +72,6 @@ from services.cli.simulation import (  # noqa: E402
     parse_window,
     run_policy,
 )
-from sim.learning import EstimationConfig  # noqa: E402
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace  # noqa: E402
 
 CALIBRATION_TRACE = ROOT / "tests" / "data" / "gavel-reference" / "continuous_rate1.4_n1200_seed1.trace"
@@ -130,7 +130,7 @@ def one_run(spec: RunSpec, scenario: Scenario, unknown: tuple[str, ...]) -> dict
 
 def draw_unknown(trace: tuple[TraceJob, ...], seed: int) -> tuple[str, ...]:
     """A third of the trace's job types, rounded: the draw of `gavel simulate --unknown-types N --seed S`
-    (services/cli/simulation.py), so the CLI repeats any run of this bench."""
+    (sim/scenario.py), so the CLI repeats any run of this bench."""
     in_trace = sorted({j.job_type for j in trace})
     count = round(len(in_trace) * UNKNOWN_SHARE)
     chosen = np.random.default_rng([seed, 13]).choice(len(in_trace), size=count, replace=False)
@@ -357,7 +357,7 @@ def main() -> int:
             unknown, drawn_by = unknown_of(args, parser, scenario.trace, seed)
             combinations.append((scenario, description, unknown, drawn_by))
 
-    from services.cli.progress import ProgressBar
+    from sim.progress import ProgressBar
 
     specs = runs_to_make()
     work = [(spec, n) for spec in specs for n in range(len(combinations))]  # the longest runs first

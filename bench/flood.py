@@ -381,7 +381,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from common.config import LogSettings
-    from services.logging import configure_logging
+    from common.log import configure_logging
 
     configure_logging(LogSettings(level="warning"))  # the cleanup's connection notes are noise here
     started = time.monotonic()

@@ -40,7 +40,7 @@ def child(variant: str, jobs: int, rate: float, cluster: dict[str, int], rounds:
     from mechanism_service.core.retention import KEEP_ALL, Retention
     from mechanism_service.core.settings import preset
     from policy_service.service import shipped_context
-    from services.journal import Journal
+    from common.journal import Journal
     from sim.fastpath import RunConfig
     from sim.traces import TraceSpec, generate_trace
 

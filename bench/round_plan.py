@@ -13,7 +13,7 @@ then times each step of one boundary as the mechanism runs it (mechanism_service
     place    placement (workers for every picked entry)
 
 and the snapshot the service writes at such a boundary: the memory pickled as the journal
-pickles it (services/journal.py), its size and time, the whole write through a journal (the
+pickles it (common/journal.py), its size and time, the whole write through a journal (the
 pickle, SQLite's row and its commit, in a temporary file), and how long loading it takes.
 
 Prints medians of --repeat boundaries (each from the same state, copied) and the ratio against
@@ -63,7 +63,7 @@ from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset
 from mechanism_service.core.settings import MechanismSettings, preset  # noqa: E402
 from mechanism_service.service import Memory  # noqa: E402
 from policy_service.service import shipped_context  # noqa: E402
-from services.journal import Journal  # noqa: E402
+from common.journal import Journal  # noqa: E402
 
 GOAL_S = 0.050  # one boundary at 10,000 GPUs
 GPUS_PER_SERVER = 4
@@ -326,7 +326,7 @@ def main() -> int:
         )
     print(f"goal: a boundary <= {1e3 * GOAL_S:.0f} ms at 10,000 GPUs (vs goal = boundary's wall time / goal);"
           " cpu: the process's CPU time; gc: the cyclic collector's wall time within the boundary;"
-          " journal: the snapshot written through services/journal.py (pickle, SQLite row, commit);"
+          " journal: the snapshot written through common/journal.py (pickle, SQLite row, commit);"
           " audit: the boundary's audit record (core/audit.py: settled leases before and after, encoded), written with it")
     return 0
 

@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.config import LogSettings  # noqa: E402
+from common.log import configure_logging  # noqa: E402
 from common.messages import ExtendLease, JobProgress, KillJobs, RunJobs  # noqa: E402
-from services.bus.memory import InMemoryBroker, InMemoryBus  # noqa: E402
-from services.logging import configure_logging  # noqa: E402
+from common.transport.memory import InMemoryBroker, InMemoryBus  # noqa: E402
 from worker_service.core import WorkerConfig  # noqa: E402
 from worker_service.service import WorkerService  # noqa: E402
 from worker_service.training import checkpoint_steps  # noqa: E402

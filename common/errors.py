@@ -217,3 +217,12 @@ class JournalError(GavelError):
 
 class ServiceError(GavelError):
     """A service cannot start or keeps failing."""
+
+
+class CommandFailed(GavelError):
+    """A command that cannot do what was asked (the command line's, or a scenario of the simulator
+    it runs); the message is the one line the user sees, the exit code the process's."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

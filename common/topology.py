@@ -15,7 +15,7 @@ a message routed to several queues is nacked when any one refuses it, so with on
 a nack means exactly "the mechanism did not take it"; and the estimator's queue carries workers'
 progress, which must never be refused. The bound is a queue argument, declared by everyone who
 declares the queue (the same arguments, or RabbitMQ refuses the declaration): a queue made before
-the bound existed is refused by name with what to do (services/bus/rabbit.py).
+the bound existed is refused by name with what to do (common/transport/rabbit.py).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import structlog
 
 from common.bus import Bus, Delivery
 from common.codec import DEFAULT_CODEC
+from common.journal import Journal, wire_bytes
 from common.messages import (
     JobCancelled,
     JobCompleted,
@@ -40,7 +41,6 @@ from common.messages import (
 from common.messages.base import Message
 from common.topology import ESTIMATOR_INPUTS
 from estimator_service.core.oracle import OracleEstimator
-from services.journal import Journal, wire_bytes
 
 log = structlog.get_logger("gavel.estimator")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from services.clock import WallClock
+from common.clock import WallClock
 
 
 def describe_clock(clock: object, *, lockstep: bool = False) -> str:

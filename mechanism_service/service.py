@@ -18,7 +18,7 @@ reported and to the next submitted job's arrival when idle, so that separate pro
 same schedule as the in-process simulator.
 
 Durability: with a journal, every accepted input is written before it is acknowledged, and the
-whole memory at each boundary before its commands go out (services/journal.py); a
+whole memory at each boundary before its commands go out (common/journal.py); a
 restarted mechanism resumes from it. The journal is also the audit trail (core/audit.py): what
 each boundary leased, settled and charged, and every job's end, for the invariant checker. Each
 start is a new incarnation (``memory.epoch``), which every command carries.
@@ -45,6 +45,8 @@ import structlog
 from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.codec import DEFAULT_CODEC
+from common.errors import ServiceError, UnroutableError
+from common.journal import Journal, wire_bytes
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
@@ -72,25 +74,22 @@ from common.messages import (
     WorkerRefused,
     WorkerRegistered,
 )
-from common.errors import ServiceError, UnroutableError
 from common.messages.base import Message
 from common.throughputs import ThroughputTable
 from common.topics import POLICY_REQUEST_QUEUE
 from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.core import attempts as attempts_core
-from mechanism_service.core import audit
-from mechanism_service.core import membership
-from mechanism_service.core import ownership
+from mechanism_service.core import audit, membership, ownership
 from mechanism_service.core import retention as retention_core
 from mechanism_service.core import status as status_core
+from mechanism_service.core.estimates import EstimateBook
 from mechanism_service.core.intake import Intake, Receipt, receive, replay_now_s
+from mechanism_service.core.learning import take_estimate
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
+from mechanism_service.core.migration import note_move_cost
 from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
 from mechanism_service.core.policy_input import allocation_fractions, allocation_request
-from mechanism_service.core.estimates import EstimateBook
-from mechanism_service.core.learning import take_estimate
-from mechanism_service.core.migration import note_move_cost
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import (
@@ -117,7 +116,6 @@ from mechanism_service.core.rounds import (
     round_report,
 )
 from mechanism_service.core.settings import MechanismSettings
-from services.journal import Journal, wire_bytes
 
 log = structlog.get_logger("gavel.mechanism")
 

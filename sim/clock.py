@@ -17,13 +17,12 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
-
 from typing import TYPE_CHECKING
 
 from common.errors import GavelError
 
 if TYPE_CHECKING:  # annotations only: the fast path imports this module for SimulationStalled
-    from services.bus.memory import InMemoryBroker
+    from common.transport.memory import InMemoryBroker
 
 
 class SimulationStalled(GavelError):

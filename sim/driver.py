@@ -11,8 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from common.errors import ServiceError
+from common.host import Service, ServiceHost
+from common.journal import Journal
 from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from estimator_service.service import EstimatorService
 from mechanism_service.core.model import MechanismState
 from mechanism_service.core.retention import Retention
@@ -20,19 +23,15 @@ from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
 from policy_service.service import PolicyService
-from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.host import Service, ServiceHost
-from services.journal import Journal
 from sim.archive import Archive
 from sim.clock import SimulationStalled, VirtualClock
-from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.estimation import EstimationSample, sample
+from sim.fastpath import Progress, RunConfig, check_inputs, measured_ids, outcomes, round_record, type_shuffler
 from sim.faults import FaultReport, FaultSpec
 from sim.fleet import SimulatedFleet
 from sim.learning import spec_of
 from sim.results import SimulationResult
 from sim.traces import TraceJob
-
 
 # A simulated mechanism forgets as a live one does, by count only (its time runs ~10^4 times a
 # live cluster's), and keeps nothing that is over: a finished job and a round's report go at the

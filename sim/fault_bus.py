@@ -28,7 +28,7 @@ from common.codec import id_sequence
 from common.errors import UnroutableError
 from common.messages import RoundEnded, RoundStarted, StatusReported, StatusRequested, WorkerHeartbeat
 from common.messages.base import Message
-from services.bus.memory import InMemoryBus
+from common.transport.memory import InMemoryBus
 from sim.clock import VirtualClock
 from sim.faults import FaultLog, FaultSpec
 

@@ -26,11 +26,11 @@ import structlog
 from common.clock import Clock
 from common.codec import DEFAULT_CODEC
 from common.errors import DecodeError
+from common.journal import Journal, read_events
 from common.throughputs import ThroughputTable
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
-from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.journal import Journal, read_events
 from sim.fastpath import RunConfig
 from sim.fault_bus import FaultyBus
 from sim.fault_fleet import FaultyFleet

@@ -24,11 +24,11 @@ import structlog
 
 from common.bus import Bus, Delivery
 from common.clock import Clock
+from common.host import ServiceBus
+from common.journal import Journal
 from mechanism_service.service import MechanismService
 from policy_service.answer import SolveContext
 from policy_service.service import PolicyService
-from services.host import ServiceBus
-from services.journal import Journal
 from sim.faults import FaultLog, InjectedCrash, MechanismCrash, PolicyCrash
 
 log = structlog.get_logger("gavel.sim.faults")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import structlog
 
-from services.bus.probe import amqp_problem
+from common.transport.probe import amqp_problem
 from tests.support.broker import amqp_url, broker_required
 from tests.support.harness import BusHarness
 
@@ -44,9 +44,9 @@ def _restore_logging() -> Iterator[None]:
     handlers, level = root.handlers[:], root.level
     libraries = {name: logging.getLogger(name).level for name in ("aiormq", "aio_pika")}
     yield
-    import services.logging
+    import common.log
 
-    services.logging._configured = False  # the next in-process command configures it again
+    common.log._configured = False  # the next in-process command configures it again
     structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)

@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from common.config import Settings
     from common.errors import BusError, ConfigError, GavelError
+    from common.log import configure_logging
     from services.cli.common import CommandFailed
-    from services.logging import configure_logging
 
     try:
         settings = Settings.from_env(os.environ)

@@ -8,7 +8,7 @@ import dataclasses
 from common.codec import DEFAULT_CODEC
 from common.config import Settings, redact_url
 from common.errors import DecodeError
-from services.bus import make_bus
+from common.transport import make_bus
 from services.cli.common import CommandFailed, print_json, print_table
 
 

@@ -48,9 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from common.journal import read_events
     from mechanism_service.core.invariants import DeadLetterFact, WorkerLease, check
     from services.cli.serve_cmd import default_journal_path
-    from services.journal import read_events
 
     path = pathlib.Path(args.journal or settings.journal_path or default_journal_path(settings))
     worker_leases = _json_lines(args.worker_log, WorkerLease, "--worker-log") if args.worker_log else None

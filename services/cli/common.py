@@ -11,17 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any, TextIO
 
-from common.errors import GavelError, ProblemError
+from common.errors import CommandFailed, ProblemError
 from common.throughputs import ThroughputTable, throughput_table_from_json
-
-
-class CommandFailed(GavelError):
-    """A command that cannot do what was asked; the message is the one line the user sees."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
 
 # -- flag types: refused at parse time, naming the flag (argparse puts the flag before the message)
 

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.cli.progress import ProgressBar
 from services.cli.simulate_cmd import COMPARISON_FILES, ENGINES, RUN_FILES, plots_failed, write_results
+from sim.progress import ProgressBar
 
 # The simulator and the policies are imported by run (services/cli/__init__.py).
 if TYPE_CHECKING:
@@ -65,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from services.cli.simulation import (
+    from sim.metrics import compare, render_comparison
+    from sim.scenario import (
         REFERENCE_ACCELERATOR_TYPE,
         Scenario,
         check_trace,
@@ -74,7 +75,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         load_context,
         run_policy,
     )
-    from sim.metrics import compare, render_comparison
     from sim.traces import summarize_trace
 
     started_s = time.perf_counter()

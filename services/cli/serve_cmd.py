@@ -4,7 +4,7 @@ chosen set in one process, on either bus) and ``gavel health`` (for container he
 Services find each other only through the exchange, so they start in any order: a mechanism
 without a policy service waits for it and says so; a policy replica started later takes its
 share of the requests; a fleet re-announces its workers until a mechanism has heard them. A
-broker that does not answer yet is tried again for ``--broker-wait-s`` (services/host.py).
+broker that does not answer yet is tried again for ``--broker-wait-s`` (common/host.py).
 
 The mechanism keeps a journal unless told not to (``--no-journal``): ``--journal``, else
 GAVEL_JOURNAL_PATH, else ``$XDG_STATE_HOME/gavel/mechanism-<exchange>.sqlite`` (one per exchange,
@@ -29,24 +29,31 @@ from collections.abc import Sequence
 
 import structlog
 
-from common.clock import Clock
+from common.clock import Clock, WallClock
 from common.config import BusSettings, Settings
 from common.errors import JournalError
+from common.host import Service, ServiceHost
+from common.journal import Journal, recorded_cluster
+from common.log import bind_service
+from common.transport import make_bus
 from mechanism_service.clocks import ScaledClock, describe_clock
 from mechanism_service.core.ownership import SHARED_BROKER_USERS, Ownership
 from mechanism_service.core.retention import LIVE, Retention
 from mechanism_service.core.settings import PRESETS
-from services.journal import Journal, recorded_cluster
-from services.bus import make_bus
 from services.cli.common import (
-    CATCH_UP_HELP, PRESET_VALUE, CommandFailed, above_one_number, load_table, non_negative_int, non_negative_number,
-    or_none, positive_int, positive_number,
+    CATCH_UP_HELP,
+    PRESET_VALUE,
+    CommandFailed,
+    above_one_number,
+    load_table,
+    non_negative_int,
+    non_negative_number,
+    or_none,
+    positive_int,
+    positive_number,
 )
-from services.cli.worker_options import add_worker_options, worker_config
 from services.cli.state_paths import cluster_identity, default_state_path, legacy_state_path
-from services.clock import WallClock
-from services.host import Service, ServiceHost
-from services.logging import bind_service
+from services.cli.worker_options import add_worker_options, worker_config
 
 log = structlog.get_logger("gavel.serve")
 SERVICES = ("policy", "mechanism", "estimator", "fleet")
@@ -402,8 +409,8 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
     from mechanism_service.service import MechanismService
     from policy_service.core.catalog import policy_names
     from policy_service.service import PolicyService
-    from services.cli.simulation import load_context, parse_cluster
     from sim.fleet import SimulatedFleet
+    from sim.scenario import load_context, parse_cluster
 
     context = load_context(args.throughputs)
     table = context.table

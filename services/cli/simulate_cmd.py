@@ -30,20 +30,27 @@ from typing import TYPE_CHECKING
 from common.errors import FaultSpecError
 from mechanism_service.core.settings import PRESETS
 from services.cli.common import (
-    CATCH_UP_HELP, PRESET_VALUE, CommandFailed, above_one_number, or_none, per_hour, print_json, print_lines,
+    CATCH_UP_HELP,
+    PRESET_VALUE,
+    CommandFailed,
+    above_one_number,
+    or_none,
+    per_hour,
+    print_json,
+    print_lines,
 )
-from services.cli.progress import ProgressBar
+from sim.progress import ProgressBar
 
 if TYPE_CHECKING:
     from common.config import Settings
+    from common.log import LogFile
     from policy_service.answer import SolveContext
-    from services.cli.simulation import Scenario
+    from sim.faults import FaultSpec
     from sim.metrics import Summary
     from sim.plot_process import PlotProcess
-    from sim.faults import FaultSpec
     from sim.results import SimulationResult
+    from sim.scenario import Scenario
     from sim.traces import TraceJob
-    from services.logging import LogFile
 
 ENGINES = ("fast", "services")
 PRESET_NAMES = tuple(PRESETS)
@@ -115,8 +122,8 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
 def resolve_faults(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
     """(engine, fault spec): faults run on the services engine only (the fast path has no bus, no
     workers and no services to break); --engine fast with --faults is refused in one line."""
-    from services.cli.simulation import bad_input
     from sim.faults import parse_spec
+    from sim.scenario import bad_input
 
     if args.faults is None:
         if args.fault_seed is not None:
@@ -195,7 +202,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
-    from services.cli.simulation import (
+    from common.log import logging_into
+    from sim.metrics import compare, render_comparison
+    from sim.scenario import (
         Scenario,
         check_mechanism_flags,
         check_prices,
@@ -209,8 +218,6 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         parse_policies,
         parse_window,
     )
-    from services.logging import logging_into
-    from sim.metrics import compare, render_comparison
     from sim.traces import write_trace
 
     # 1. every input, checked before any work: first each value given, reported as itself (a
@@ -315,7 +322,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
 def _check_trace_flags(args: argparse.Namespace) -> bool:
     """Refuse trace flags that contradict each other or are out of range, before anything is
     read or generated; True when the flags ask for a generated trace."""
-    from services.cli.simulation import bad_input
+    from sim.scenario import bad_input
 
     generating = (
         args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
@@ -369,7 +376,7 @@ def _trace(
 ) -> tuple[tuple[TraceJob, ...], str, str]:
     """(jobs, where they come from for messages, a label for the default output directory);
     ``loaded``: the --trace file's jobs, read already."""
-    from services.cli.simulation import generated_trace
+    from sim.scenario import generated_trace
 
     if loaded is not None:
         return loaded, args.trace, pathlib.Path(args.trace).stem
@@ -389,7 +396,7 @@ def make_out_dir(out: pathlib.Path) -> None:
     """Make the output directory now, after every other check and before the runs: an output
     path that cannot be written must fail in a second, not after the whole simulation. (Only
     making it tells for sure: as root, permission checks say yes to /proc.)"""
-    from services.cli.simulation import bad_input
+    from sim.scenario import bad_input
 
     if out.exists() and not out.is_dir():
         raise bad_input("--out", f"{out} exists and is not a directory")
@@ -410,7 +417,7 @@ def default_out(label: str) -> pathlib.Path:
 def run_all(
     policies: tuple[str, ...], scenario: Scenario, context: SolveContext
 ) -> tuple[dict[str, SimulationResult], dict[str, Summary]]:
-    from services.cli.simulation import run_policy
+    from sim.scenario import run_policy
 
     results: dict[str, SimulationResult] = {}
     summaries: dict[str, Summary] = {}

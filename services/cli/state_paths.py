@@ -6,7 +6,7 @@ default file names the cluster: ``<service>-<exchange>@<host>_<port>[_<vhost>].s
 ``$XDG_STATE_HOME/gavel`` (the default vhost ``/`` adds nothing). And every journal records the
 cluster it was first opened for (its exchange and vhost: a broker's address may change, through
 DNS or a node of a multi-node cluster, and stay the same cluster), so a file given by hand to
-another cluster is refused with one line (services.journal.Journal, ``cluster=``).
+another cluster is refused with one line (common.journal.Journal, ``cluster=``).
 
 A file kept under the name used before the cluster was in it (``<service>-<exchange>.sqlite``)
 is still used, so an upgrade loses nothing it accepted, unless it belongs to another cluster.

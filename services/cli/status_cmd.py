@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | None = None, timeout_s: float = 5.0) -> object:
     from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
-    from services.bus import make_bus
+    from common.transport import make_bus
 
     bus_settings = dataclasses.replace(settings.bus, kind="amqp")
     if amqp:

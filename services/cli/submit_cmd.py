@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from common.errors import JobFieldError, QueueFullError, SubscriptionError, TraceError
 from common.job_checks import check_job, check_number
 from services.cli.common import CommandFailed, load_table, positive_number, print_json, print_lines
-from services.cli.progress import ProgressBar
+from sim.progress import ProgressBar
 
 # The messages, the bus and the trace readers are imported where they are used: `gavel submit
 # --help` starts without them (services/cli/__init__.py).
@@ -367,7 +367,7 @@ def check_spec(spec: JobSpec, max_gpus: int | None, *, trace: bool) -> None:
 
 def _bus(settings: Settings, amqp: str | None, source: str) -> Bus:
     from common.config import BusSettings
-    from services.bus import make_bus
+    from common.transport import make_bus
 
     bus_settings = dataclasses.replace(settings.bus, kind="amqp")
     if amqp:

@@ -29,8 +29,8 @@ from services.cli.simulate_cmd import add_cluster_flags
 if TYPE_CHECKING:
     from common.config import Settings
     from policy_service.answer import SolveContext
-    from services.cli.simulation import Scenario
     from sim.metrics import SweepRow
+    from sim.scenario import Scenario
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +74,9 @@ class SweepOutcome:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from services.cli.simulation import (
+    from services.cli.simulate_cmd import plots_failed
+    from sim.output import write_sweep_csv
+    from sim.scenario import (
         Scenario,
         bad_input,
         check_mechanism_flags,
@@ -91,8 +93,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         positive_rate,
         seed_number,
     )
-    from services.cli.simulate_cmd import plots_failed
-    from sim.output import write_sweep_csv
 
     # 1. every input, checked before any process starts
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
@@ -210,8 +210,8 @@ def _init_worker(context: SolveContext) -> None:
 
 
 def _run_one(run: SweepRun) -> SweepOutcome:
-    from services.cli.simulation import run_policy
     from sim.metrics import SweepRow
+    from sim.scenario import run_policy
 
     assert _context is not None, "the worker was not initialised"
     result, summary = run_policy(run.policy, run.scenario, _context)

@@ -1,25 +1,47 @@
 """The dependency rule of docs/ARCHITECTURE.md, enforced over every import statement (top level and
-inside functions) by walking the AST of each module."""
+inside functions) by walking the AST of each module.
+
+The rule: **imports point down the layers, never up or sideways.**
+
+    common  <  policy_service, mechanism_service, estimator_service, worker_service  <  sim  <  services  <  bench
+
+common holds the contracts and the runtime every service shares (messages, codec, bus, transports,
+host, journal, logging); each service package imports common and itself (services meet through
+messages, never through each other's code); the simulator assembles services; `services` is the
+application (the command line and the process entry points) and may use everything below it; the
+benchmarks sit on top. Within that: a pure core (`*.core`) never imports the runtime, and only
+worker code imports torch.
+"""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import shutil
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PROJECT = ("common", "services", "policy_service", "mechanism_service", "estimator_service", "worker_service", "sim")
-SERVICE_PACKAGES = ("policy_service", "mechanism_service", "estimator_service", "worker_service")
-COMPOSITION_ROOTS = ("services.cli", "sim")  # may wire service packages together
-RUNTIME = ("asyncio", "aio_pika", "aiormq", "services")
+LAYERS = {
+    "common": 0,
+    "policy_service": 1,
+    "mechanism_service": 1,
+    "estimator_service": 1,
+    "worker_service": 1,
+    "sim": 2,
+    "services": 3,
+    "bench": 4,
+}
+PROJECT = tuple(LAYERS)
+# What a pure core may not import: the event loop, the broker client and the shared runtime.
+RUNTIME = ("asyncio", "aio_pika", "aiormq", "common.transport", "common.host", "common.journal", "common.log")
 
 
-def modules() -> list[tuple[str, pathlib.Path]]:
+def modules(root: pathlib.Path = ROOT) -> list[tuple[str, pathlib.Path]]:
     out = []
     for package in PROJECT:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT).with_suffix("")
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             out.append((".".join(parts), path))
     return out
@@ -53,50 +75,27 @@ def within(name: str, prefix: str) -> bool:
 MODULES = modules()
 
 
-def test_the_walk_sees_the_project():
+def test_the_walk_sees_every_layer():
     names = {m for m, _ in MODULES}
-    assert {"common.codec", "services.bus.rabbit", "services.host"} <= names
+    assert {"common.codec", "common.transport.rabbit", "common.host", "sim.driver", "services.cli"} <= names
+    assert {top(m) for m in names} == set(LAYERS)
 
 
 def violations(module: str, path: pathlib.Path) -> list[str]:
     imported = imports_of(module, path)
-    project_imports = {name for name in imported if top(name) in PROJECT}
+    layer = LAYERS[top(module)]
     problems = []
-
-    # Nothing imports the simulator except itself, tests, and the command line (both are
-    # composition roots: `gavel simulate` runs it).
-    problems += [
-        f"imports {n}: nothing may import sim"
-        for n in project_imports
-        if top(n) == "sim" and top(module) != "sim" and not within(module, "services.cli")
-    ]
-
-    if top(module) == "common":
-        problems += [f"imports {n}: common imports nothing of the project" for n in project_imports if top(n) != "common"]
-
-    if top(module) == "services" and not any(within(module, root) for root in COMPOSITION_ROOTS):
-        problems += [
-            f"imports {n}: services (outside services.cli) imports only common and services"
-            for n in project_imports
-            if top(n) not in ("common", "services")
-        ]
-
-    if top(module) in SERVICE_PACKAGES:
-        problems += [
-            f"imports {n}: a service package never imports another (they meet through messages)"
-            for n in project_imports
-            if top(n) in SERVICE_PACKAGES and top(n) != top(module)
-        ]
-
+    for name in sorted(n for n in imported if top(n) in LAYERS and top(n) != top(module)):
+        other = LAYERS[top(name)]
+        if other > layer:
+            problems.append(f"imports {name}: {top(name)} is above {top(module)} (imports point down)")
+        elif other == layer:
+            problems.append(f"imports {name}: {top(name)} is beside {top(module)} (they meet through messages)")
     if ".core" in module or module.endswith(".core"):
-        problems += [
-            f"imports {n}: a pure core never imports the runtime" for n in imported if top(n) in RUNTIME or within(n, "services")
-        ]
-
+        problems += [f"imports {n}: a pure core never imports the runtime" for n in sorted(imported) if any(within(n, r) for r in RUNTIME)]
     if top(module) != "worker_service":
-        problems += [f"imports {n}: only worker code imports torch" for n in imported if top(n) == "torch"]
-
-    return sorted(problems)
+        problems += [f"imports {n}: only worker code imports torch" for n in sorted(imported) if top(n) == "torch"]
+    return problems
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])
@@ -105,22 +104,35 @@ def test_dependency_rule(module: str, path: pathlib.Path):
     assert not problems, f"{module}: " + "; ".join(problems)
 
 
-def test_the_rule_catches_violations(tmp_path):
-    """The checker itself, on modules written to break each rule (imports inside functions too)."""
+def test_the_rule_refuses_an_upward_import_planted_in_the_tree(tmp_path):
+    """A module planted in a copy of a real package that imports upward (inside a function, as
+    lazy imports are) is found by the walk and refused; so is one that imports sideways or breaks
+    the core rules. (The copy, not the tree itself: other test processes walk the tree meanwhile.)"""
+    shutil.copytree(ROOT / "mechanism_service", tmp_path / "mechanism_service", ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "mechanism_service" / "core" / "planted.py"
+    planted.write_text("def f():\n    from services.cli import main\n    from sim import driver\n")
+    walked = dict(modules(tmp_path))
+    assert len(walked) == sum(1 for m, _ in MODULES if top(m) == "mechanism_service") + 1
+    assert violations("mechanism_service.core.planted", walked["mechanism_service.core.planted"]) == [
+        "imports services.cli: services is above mechanism_service (imports point down)",
+        "imports sim: sim is above mechanism_service (imports point down)",
+    ]
+    assert [m for m, p in walked.items() if violations(m, p)] == ["mechanism_service.core.planted"]
     core = tmp_path / "core_mod.py"
-    core.write_text("import asyncio\ndef f():\n    from estimator_service.core import x\n    import torch\n")
+    core.write_text("import asyncio\ndef f():\n    from estimator_service.core import x\n    import torch\n    from common.journal import Journal\n")
     assert violations("policy_service.core.bad", core) == [
+        "imports estimator_service.core: estimator_service is beside policy_service (they meet through messages)",
         "imports asyncio: a pure core never imports the runtime",
-        "imports estimator_service.core: a service package never imports another (they meet through messages)",
+        "imports common.journal: a pure core never imports the runtime",
         "imports torch: only worker code imports torch",
     ]
     kernel = tmp_path / "kernel.py"
-    kernel.write_text("from services.bus import make_bus\n")
-    assert violations("common.kernel", kernel) == ["imports services.bus: common imports nothing of the project"]
+    kernel.write_text("from common.transport import make_bus\nfrom policy_service import answer\n")
+    assert violations("common.kernel", kernel) == ["imports policy_service: policy_service is above common (imports point down)"]
     shell = tmp_path / "shell.py"
-    shell.write_text("from sim import driver\nfrom . import rabbit\n")
-    assert imports_of("services.bus.shell", shell) == {"sim", "services.bus"}
-    assert violations("services.bus.shell", shell) == [
-        "imports sim: nothing may import sim",
-        "imports sim: services (outside services.cli) imports only common and services",
-    ]
+    shell.write_text("from services.cli import simulate_cmd\nfrom . import rabbit\n")
+    assert imports_of("sim.shell", shell) == {"services.cli", "sim"}
+    assert violations("sim.shell", shell) == ["imports services.cli: services is above sim (imports point down)"]
+    bench = tmp_path / "bench_mod.py"
+    bench.write_text("from services.cli import main\nfrom sim import driver\n")
+    assert violations("bench.bench_mod", bench) == []  # the top may use everything

@@ -13,7 +13,7 @@ import pytest
 from common.bus import Delivery
 from common.errors import BusClosedError, EncodeError, NameClaimedError, SubscriptionError, UnroutableError
 from common.messages import AllocationComputed, JobRejected, KillJobs, RunJobs, SolveStatus
-from services.bus.memory import InMemoryBus
+from common.transport.memory import InMemoryBus
 from tests.support.messages import submitted, wire
 from tests.support.waiting import Collector, eventually
 
@@ -397,9 +397,9 @@ async def test_a_claim_is_held_by_one_connection_until_it_closes(harness):
 async def bounded(harness, bound: int, source: str = "test"):  # noqa: ANN201
     """A connection whose bounded queues of common/topology.py (the mechanism's submissions) hold
     at most ``bound`` messages waiting: RabbitMQ's from the settings, as every gavel declares them;
-    the in-memory bus's from its broker's, as the embedded default makes it (services.bus.make_bus)."""
+    the in-memory bus's from its broker's, as the embedded default makes it (common.transport.make_bus)."""
     from common.topology import queue_bounds
-    from services.bus.memory import InMemoryBroker
+    from common.transport.memory import InMemoryBroker
 
     if harness.is_rabbit:
         return await harness.connect(source, submissions_max_length=bound)

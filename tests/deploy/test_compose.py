@@ -65,8 +65,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.broker import broker_required
-
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
@@ -94,6 +92,7 @@ from common.messages import (
     WorkerRefused,
     WorkerRegistered,
 )
+from tests.support.broker import broker_required
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses docker-compose.yml: pip install pyyaml (dev extra)")
 
@@ -638,7 +637,7 @@ def test_only_the_admin_is_an_administrator() -> None:
 def test_the_topology_is_the_one_the_bus_declares() -> None:
     """Same names and arguments as RabbitBus declares, so a service's declaration is accepted."""
     from common.config import BusSettings
-    from services.bus.rabbit import RabbitBus
+    from common.transport.rabbit import RabbitBus
 
     bus = RabbitBus(BusSettings(kind="amqp", exchange=EXCHANGE))
     assert (bus.exchange_name, bus.dlx_name, bus.dead_letter_queue) == (EXCHANGE, DLX, DEAD_LETTERS)
@@ -665,7 +664,7 @@ def test_the_definitions_declare_every_submission_queue_with_exactly_its_binding
     submission published before that consumer ever ran waits in its queue."""
     from common.config import BusSettings
     from common.topology import SUBMISSION_QUEUES
-    from services.bus.rabbit import RabbitBus
+    from common.transport.rabbit import RabbitBus
 
     bus = RabbitBus(BusSettings(kind="amqp", exchange=EXCHANGE))
     d = definitions()
@@ -1100,7 +1099,7 @@ def deployed(broker_url: str) -> Iterator[dict[str, str]]:
 
 def _bus(url: str, name: str) -> Any:
     from common.config import BusSettings
-    from services.bus.rabbit import RabbitBus
+    from common.transport.rabbit import RabbitBus
 
     settings = BusSettings(kind="amqp", amqp_url=url, exchange=EXCHANGE, confirm_timeout_s=10)
     return RabbitBus(settings, source=f"deploy-test-{name}")

@@ -32,12 +32,18 @@ from pathlib import Path
 import pytest
 
 from common.config import BusSettings
+from common.journal import read_events
 from common.messages import JobCancelled, JobCompleted, JobFailed, JobRejected
-from services.bus.rabbit import RabbitBus
-from services.journal import read_events
+from common.transport.rabbit import RabbitBus
 from tests.support.broker import delete_topology
 from tests.support.chaos import (
-    ChaosCluster, Ends, Fault, broker_restart_problem, chaos_trace, fault_schedule, restart_broker,
+    ChaosCluster,
+    Ends,
+    Fault,
+    broker_restart_problem,
+    chaos_trace,
+    fault_schedule,
+    restart_broker,
 )
 from tests.support.processes import SERVICE_QUEUES, logged
 from tests.support.waiting import eventually

@@ -37,9 +37,9 @@ from common.bus import Delivery
 from common.config import BusSettings
 from common.messages import JobCompleted, JobSpec, JobThroughput, RoundStarted, ThroughputEstimated
 from common.throughputs import format_job_key
+from common.transport.rabbit import RabbitBus
 from estimator_service.core.estimator import Estimator
 from estimator_service.core.reference import reference_set
-from services.bus.rabbit import RabbitBus
 from services.cli.common import load_table
 from tests.support.processes import Cluster, logged
 from tests.support.waiting import eventually

@@ -16,7 +16,7 @@ import pytest
 
 from common.config import BusSettings
 from common.messages import JobSpec, JobSubmitted
-from services.bus.rabbit import RabbitBus
+from common.transport.rabbit import RabbitBus
 from tests.support.processes import Cluster, logged, the_line
 from tests.support.waiting import eventually
 

@@ -10,7 +10,7 @@ import pytest
 from common.config import BusSettings
 from common.messages import ThroughputEstimated
 from common.topology import ESTIMATOR_INPUTS
-from services.bus.rabbit import RabbitBus
+from common.transport.rabbit import RabbitBus
 from tests.support.processes import Cluster
 from tests.support.waiting import Collector, eventually
 

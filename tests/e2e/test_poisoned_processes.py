@@ -29,12 +29,12 @@ from common.bus import DeadLetter, Delivery
 from common.codec import DEFAULT_CODEC
 from common.config import BusSettings
 from common.errors import DecodeError
+from common.host import ServiceBus
 from common.messages import JobCompleted, RoundStarted
 from common.topology import queue_bounds
+from common.transport.rabbit import RabbitBus
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
-from services.bus.rabbit import RabbitBus
-from services.host import ServiceBus
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace

@@ -15,9 +15,9 @@ import pytest
 from common.bus import Delivery
 from common.config import BusSettings
 from common.messages import AllocationComputed, JobCompleted, RoundStarted
+from common.transport.rabbit import RabbitBus
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
-from services.bus.rabbit import RabbitBus
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace

@@ -36,7 +36,7 @@ import pytest
 from common.bus import Delivery
 from common.config import BusSettings
 from common.messages import JobCompleted, JobFailed, JobProgress, RoundStarted
-from services.bus.rabbit import RabbitBus
+from common.transport.rabbit import RabbitBus
 from tests.support.broker import delete_topology
 from tests.support.processes import ROOT, Cluster
 from tests.support.waiting import eventually

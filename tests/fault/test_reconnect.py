@@ -57,12 +57,12 @@ async def test_an_ordinary_reconnect_is_one_warning_each_way_and_the_librarys_ac
     """Issue 23: every service logged aiormq's and aio-pika's errors (and the reader's traceback)
     when the broker closed its connection, which the robust connection then restored. Now: one
     bus_connection_lost and one bus_reconnected warning; the library's lines only at debug
-    (services/logging.py, OrdinaryReconnect). About 1 s (two rabbitmqctl calls)."""
+    (common/log.py, OrdinaryReconnect). About 1 s (two rabbitmqctl calls)."""
     import io
     import json
 
     from common.config import LogSettings
-    from services.logging import configure_logging
+    from common.log import configure_logging
 
     stream = io.StringIO()
     configure_logging(LogSettings(level="info", format="json"), stream=stream, force=True)

@@ -11,8 +11,8 @@ from structlog.testing import capture_logs
 
 from common.bus import Bus, Delivery
 from common.errors import ServiceError
+from common.host import ServiceHost
 from common.messages import JobRejected
-from services.host import ServiceHost
 from tests.support.messages import submitted
 from tests.support.waiting import Collector
 
@@ -85,7 +85,7 @@ async def test_health_reports_consumers_and_sigterm_drains_in_flight_work(harnes
 
 
 async def test_a_service_that_fails_to_start_stops_the_others_and_names_itself():
-    from services.bus.memory import InMemoryBus
+    from common.transport.memory import InMemoryBus
 
     first = Refuser()
     host = ServiceHost(InMemoryBus(), [first, Broken()])
@@ -98,7 +98,7 @@ async def test_events_logged_by_a_service_handler_carry_the_service_name():
     import structlog
     from structlog.testing import LogCapture
 
-    from services.bus.memory import InMemoryBus
+    from common.transport.memory import InMemoryBus
 
     class Talker(Refuser):
         async def on_submitted(self, d: Delivery) -> None:

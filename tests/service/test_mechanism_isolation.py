@@ -27,13 +27,13 @@ from common.messages import (
     SubmissionsSealed,
     WorkerRegistered,
 )
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core import status as status_core
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
 from mechanism_service.service import MechanismService
 from policy_service import service as policy_module
 from policy_service.service import PolicyService, shipped_context
-from services.bus.memory import InMemoryBroker, InMemoryBus
 from sim.clock import VirtualClock
 from sim.derived_rates import TableReference
 from sim.fleet import SimulatedFleet

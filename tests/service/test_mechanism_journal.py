@@ -9,12 +9,12 @@ import sqlite3
 
 import pytest
 
+from common.journal import Journal
 from common.messages import JobSubmitted
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service import service as mechanism_module
 from mechanism_service.clocks import ScaledClock
-from services.journal import Journal
 from mechanism_service.service import MechanismService
-from services.bus.memory import InMemoryBroker, InMemoryBus
 from tests.support.mechanism import ManualClock, live_mechanism, spec
 from tests.support.waiting import eventually
 

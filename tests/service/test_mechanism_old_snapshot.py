@@ -17,9 +17,9 @@ from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
-from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.host import ServiceHost
-from services.journal import Journal, read_events
+from common.transport.memory import InMemoryBroker, InMemoryBus
+from common.host import ServiceHost
+from common.journal import Journal, read_events
 from sim.clock import VirtualClock
 from sim.fleet import SimulatedFleet
 

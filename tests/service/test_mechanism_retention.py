@@ -9,11 +9,11 @@ import pathlib
 
 import pytest
 
+from common.journal import read_events
 from common.messages import JobCompleted, JobRejected, JobSpec
 from mechanism_service.core.invariants import check
 from mechanism_service.core.retention import LIVE, Retention
 from services.cli.status_cmd import ask_on
-from services.journal import read_events
 from tests.service.test_mechanism_workers import RESNET, World, kill, world
 from tests.support.waiting import eventually
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import CommandFailed
 from common.messages import JobSubmitted
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core.status import Observations, job_report, record_placement
-from services.bus.memory import InMemoryBroker, InMemoryBus
-from services.cli.common import CommandFailed
 from services.cli.status_cmd import ask_on
 from tests.support.mechanism import ManualClock, live_mechanism, spec
 from tests.support.waiting import eventually

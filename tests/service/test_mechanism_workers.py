@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 from structlog.testing import capture_logs
 
+from common.journal import Journal
 from common.messages import (
     AllocationRequested,
     CancelJob,
@@ -33,14 +34,13 @@ from common.messages import (
     WorkerRegistered,
 )
 from common.messages.base import Message
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core.ownership import Ownership
 from mechanism_service.core.retention import KEEP_ALL, Retention
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from services.journal import Journal
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
-from services.bus.memory import InMemoryBroker, InMemoryBus
 from services.cli.status_cmd import ask_on
 from tests.support.waiting import Collector, eventually
 

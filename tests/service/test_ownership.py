@@ -7,10 +7,10 @@ from __future__ import annotations
 import pathlib
 
 from common.messages import CancelJob, JobSpec, JobSubmitted
+from common.transport.memory import InMemoryBus
 from mechanism_service.core.ownership import Ownership
-from services.bus.memory import InMemoryBus
-from services.cli.status_cmd import ask_on
 from services.cli.replies import Replies
+from services.cli.status_cmd import ask_on
 from tests.service.test_mechanism_workers import RESNET, World, kill, world
 
 RULE = Ownership(operators=frozenset({"ops"}))

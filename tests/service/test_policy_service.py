@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from common.bus import Delivery
+from common.clock import WallClock
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
@@ -16,7 +17,6 @@ from common.messages import (
     SolveStatus,
 )
 from policy_service.service import PolicyService, shipped_context
-from services.clock import WallClock
 from tests.support.harness import BusHarness
 from tests.support.messages import submitted
 from tests.support.waiting import Collector, eventually

@@ -21,7 +21,7 @@ from common.codec import DEFAULT_CODEC
 from common.config import BusSettings
 from common.messages import JobSubmitted
 from common.topology import ESTIMATOR_INPUTS, MECHANISM_SUBMISSIONS
-from services.bus.rabbit import RabbitBus
+from common.transport.rabbit import RabbitBus
 from tests.support.broker import delete_topology
 from tests.support.processes import SERVICE_QUEUES, Cluster, logged
 from tests.support.waiting import Collector, eventually

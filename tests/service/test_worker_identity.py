@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from common.errors import ConfigError
 from common.messages import JobSpec, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerIdInUse, WorkerRefused, WorkerRegistered
-from services.bus.memory import InMemoryBroker, InMemoryBus
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from services.cli.status_cmd import ask_on
 from tests.service.test_mechanism_workers import RESNET, World, world
 from tests.support.waiting import Collector

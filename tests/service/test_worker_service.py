@@ -23,7 +23,7 @@ from common.messages import (
     WorkerHeartbeat,
     WorkerRegistered,
 )
-from services.bus.memory import InMemoryBroker, InMemoryBus
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from tests.support.waiting import Collector, eventually
 from worker_service.core import WorkerConfig
 from worker_service.service import WorkerService

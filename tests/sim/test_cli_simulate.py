@@ -15,7 +15,7 @@ import pytest
 
 from policy_service.service import shipped_context
 from services.cli import main
-from services.cli.progress import ProgressBar
+from sim.progress import ProgressBar
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace, write_trace
 from tests.support.data import GAVEL_TRACES, REFERENCE
 

@@ -8,7 +8,7 @@ import pytest
 
 from common.bus import Delivery
 from common.messages import JobRejected
-from services.bus.memory import InMemoryBroker, InMemoryBus
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from sim.clock import SimulationStalled, VirtualClock
 from tests.support.messages import submitted
 

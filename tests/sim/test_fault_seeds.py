@@ -20,10 +20,10 @@ import os
 import pathlib
 import tempfile
 
+from common.journal import Journal, read_events
 from mechanism_service.core.invariants import check
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
-from services.journal import Journal, read_events
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.faults import COUNTED_KINDS, parse_spec, replay_command

@@ -256,7 +256,7 @@ def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_
     without crashes, job by job."""
     import asyncio
 
-    from services.journal import Journal
+    from common.journal import Journal
 
     watch = EndWatch()
     journal = Journal(tmp_path / "mechanism.sqlite")
@@ -285,7 +285,7 @@ def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_
 
 
 def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit(tmp_path):
-    from services.journal import Journal
+    from common.journal import Journal
 
     first = run("mix", seed=11, journal=Journal(tmp_path / "first.sqlite"))
     second = run("mix", seed=11)  # its journal made for the mechanism's crashes, in a temporary directory
@@ -369,7 +369,7 @@ async def test_the_faulty_bus_keeps_each_publishers_order_and_loses_only_what_ma
     import random
 
     from common.messages import JobProgress, WorkerHeartbeat
-    from services.bus.memory import InMemoryBroker, InMemoryBus
+    from common.transport.memory import InMemoryBroker, InMemoryBus
     from sim.clock import VirtualClock
     from sim.fault_bus import FaultyBus
     from sim.faults import FaultLog

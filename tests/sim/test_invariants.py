@@ -17,12 +17,12 @@ import sys
 import pytest
 
 from common.codec import DEFAULT_CODEC
+from common.journal import Journal, read_events
 from common.messages import WorkerFenced
 from mechanism_service.core import audit
 from mechanism_service.core.invariants import DeadLetterFact, WorkerLease, check
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
-from services.journal import Journal, read_events
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import TraceJob, read_trace

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from services.cli.demo_cmd import DEMO, verdict
-from services.cli.simulation import Scenario, generated_trace, load_context, run_policy
 from sim.metrics import compare, render_comparison
+from sim.scenario import Scenario, generated_trace, load_context, run_policy
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 RELATIVE = 5e-4  # the README's figures have 3 to 5 significant digits

@@ -19,7 +19,7 @@ def broker_required() -> bool:
 async def delete_topology(url: str, exchange: str, queues: tuple[str, ...] = ()) -> None:
     """Remove what a test (or a process it started) declared on the broker under ``exchange``."""
     from common.config import BusSettings
-    from services.bus.rabbit import RabbitBus
+    from common.transport.rabbit import RabbitBus
 
     bus = RabbitBus(BusSettings(kind="amqp", amqp_url=url, exchange=exchange), source="cleanup")
     await bus.start()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from common.bus import Delivery
 from common.messages import JobCancelled, JobCompleted, JobFailed, JobRejected
-from services.bus.probe import amqp_problem
+from common.transport.probe import amqp_problem
 from tests.support.processes import Cluster, logged
 
 # Events a service logs when part of it died; a process may live on after some of them.

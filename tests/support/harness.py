@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from common.config import BusSettings
-from services.bus.memory import InMemoryBroker, InMemoryBus
+from common.transport.memory import InMemoryBroker, InMemoryBus
 from tests.support.broker import delete_topology
 
 
@@ -46,7 +46,7 @@ class BusHarness:
             await memory.start()
             self._buses.append(memory)
             return memory
-        from services.bus.rabbit import RabbitBus
+        from common.transport.rabbit import RabbitBus
 
         bus = RabbitBus(self.settings(**overrides), source=source)
         await bus.start()

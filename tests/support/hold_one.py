@@ -11,8 +11,8 @@ import sys
 
 from common.bus import Delivery
 from common.config import BusSettings
-from services.bus.rabbit import RabbitBus
-from services.logging import configure_logging
+from common.log import configure_logging
+from common.transport.rabbit import RabbitBus
 
 
 async def main(url: str, exchange: str, queue: str, binding: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
+from common.journal import Journal
 from common.messages import JobSpec
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from services.journal import Journal
 from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 

@@ -20,7 +20,7 @@ import aio_pika
 from common.bus import DeadLetter
 from common.messages.base import Message
 from common.topics import MESSAGE_TYPES, binding_pattern, topic_matches
-from services.bus.rabbit import QUEUE_HEADER, REASON_HEADER, RabbitBus
+from common.transport.rabbit import QUEUE_HEADER, REASON_HEADER, RabbitBus
 from tests.support.fuzz import hostile_bodies, poison_for
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.bus.acks import AckBatcher
+from common.transport.acks import AckBatcher
 
 
 class Channel:

@@ -1,4 +1,4 @@
-"""services/logging.py: a command that draws on the terminal while services run in its process
+"""common/log.py: a command that draws on the terminal while services run in its process
 (`gavel simulate`'s progress bar) sends their events to a file for the while, and then back."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 import structlog
 
 from common.config import LogSettings
-from services.logging import OrdinaryReconnect, configure_logging, logging_into
+from common.log import OrdinaryReconnect, configure_logging, logging_into
 
 
 def test_every_event_of_the_block_goes_to_the_file_counted_by_level_and_then_back_to_the_stream(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 
 from common.config import BusSettings, Settings
 from common.errors import JournalError
+from common.journal import Journal, recorded_cluster
 from services.cli.serve_cmd import default_journal_path
 from services.cli.state_paths import cluster_file_part, cluster_identity
-from services.journal import Journal, recorded_cluster
 
 
 def bus(url: str, exchange: str = "gavel") -> BusSettings:

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import ProblemError, TraceError
+from common.errors import CommandFailed, ProblemError, TraceError
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import preset
 from policy_service.answer import SolveContext, solver_unavailable_for
 from policy_service.core.catalog import policy_names
 from policy_service.service import shipped_context
-from services.cli.common import CommandFailed
 from sim.fastpath import Progress, RunConfig, simulate
 from sim.faults import FaultSpec
 from sim.learning import EstimationConfig
@@ -381,12 +380,12 @@ class Scenario:
         return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation)
 
 
-def _fault_journal(scenario: Scenario, policy: str):  # noqa: ANN202 - a services.journal.Journal, or None
+def _fault_journal(scenario: Scenario, policy: str):  # noqa: ANN202 - a common.journal.Journal, or None
     """A run with mechanism crashes keeps its journal in the output directory (a fresh one: a file
     left by an earlier run there would be recovered from), else in a temporary directory."""
     if scenario.faults is None or not scenario.faults.mechanism_crash or scenario.fault_journal_dir is None:
         return None
-    from services.journal import Journal
+    from common.journal import Journal
 
     path = scenario.fault_journal_dir / f"mechanism-{policy}.sqlite"
     for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):

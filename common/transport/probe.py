@@ -1,5 +1,5 @@
 """Is an AMQP 0-9-1 broker answering at a URL? Standard library only, so scripts can run it
-before any dependency is installed: ``python3 services/bus/probe.py [URL]`` exits 0 when a broker
+before any dependency is installed: ``python3 common/transport/probe.py [URL]`` exits 0 when a broker
 answers the protocol header, 1 (and says why) when not.
 
 A TCP connect alone proves nothing: a proxy or another server may hold the port. The broker

@@ -70,7 +70,7 @@ def configure_logging(settings: LogSettings = LogSettings(), *, stream: TextIO |
 # restores (rabbitmqctl close_connection, a broker restart, a network blip): an error naming the
 # close, a warning with the reader's traceback, an error per channel whose close callback finds no
 # transport, and a warning per failed attempt while the broker is away. The bus says it once each
-# way instead (bus_connection_lost, bus_reconnected: services/bus/rabbit.py). (logger, message
+# way instead (bus_connection_lost, bus_reconnected: common/transport/rabbit.py). (logger, message
 # start): the records that are this noise whatever they carry.
 RECONNECT_NOISE = (
     ("aiormq.connection", "Unexpected connection close from remote"),

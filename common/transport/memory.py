@@ -28,13 +28,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import structlog
 
 from common.bus import DeadLetter, Delivery, Handler
-from common.clock import Clock
+from common.clock import Clock, WallClock
 from common.codec import DEFAULT_CODEC, Codec, Envelope, id_sequence
 from common.errors import BusClosedError, DecodeError, NameClaimedError, QueueFullError, SubscriptionError, UnroutableError
 from common.messages.base import Message
 from common.topics import check_subscription, topic_matches
-from services.bus.consumer import ConsumerLoop
-from services.clock import WallClock
+from common.transport.consumer import ConsumerLoop
 
 log = structlog.get_logger("gavel.bus.memory")
 

@@ -42,7 +42,7 @@ import structlog
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
 
 from common.bus import DeadLetter, Delivery, Handler
-from common.clock import Clock
+from common.clock import Clock, WallClock
 from common.codec import DEFAULT_CODEC, Codec, id_sequence
 from common.config import BusSettings, redact_url
 from common.errors import (
@@ -59,9 +59,8 @@ from common.errors import (
 from common.messages.base import Message
 from common.topics import check_subscription
 from common.topology import bound_arguments, queue_bounds
-from services.bus.acks import AckBatcher
-from services.bus.consumer import ConsumerLoop
-from services.clock import WallClock
+from common.transport.acks import AckBatcher
+from common.transport.consumer import ConsumerLoop
 
 log = structlog.get_logger("gavel.bus.rabbit")
 
@@ -304,7 +303,7 @@ class RabbitBus:
     def _on_connection_lost(self, _connection: object, reason: BaseException | None) -> None:
         """One warning line for a dropped connection (the broker closed it, restarted, the
         network went): aio-pika restores it on its own, and says so at debug only
-        (services/logging.py), where its error lines and a reader's traceback read like a crash."""
+        (common/log.py), where its error lines and a reader's traceback read like a crash."""
         if self._closing or self._lost_at is not None:
             return
         self._lost_at = asyncio.get_running_loop().time()

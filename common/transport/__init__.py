@@ -7,7 +7,7 @@ from common.clock import Clock
 from common.codec import Codec, CodecLimits
 from common.config import BusSettings
 from common.errors import ConfigError
-from services.bus.memory import InMemoryBus
+from common.transport.memory import InMemoryBus
 
 
 def make_bus(settings: BusSettings, *, source: str, clock: Clock | None = None) -> Bus:
@@ -21,7 +21,7 @@ def make_bus(settings: BusSettings, *, source: str, clock: Clock | None = None) 
             max_lengths=queue_bounds(settings.submissions_max_length),
         )
     try:
-        from services.bus.rabbit import RabbitBus
+        from common.transport.rabbit import RabbitBus
     except ImportError as e:  # pragma: no cover - depends on the installed extras
         raise ConfigError(f"GAVEL_BUS=amqp needs aio-pika: pip install 'gavel-scheduler[amqp]' ({e})") from None
     return RabbitBus(settings, codec=codec, clock=clock, source=source)
