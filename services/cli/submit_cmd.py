@@ -271,6 +271,15 @@ def throughput_notes(specs: list[JobSpec], table: ThroughputTable, *, allow_new:
     says those types exist: workers of a type the table lacks, the mechanism uses the figure)."""
     given = {w for spec in specs for w in (spec.throughput_estimate_steps_per_s or {})}
     real = [w for w in table.accelerator_types if not w.endswith("_unconsolidated")]  # Gavel's pseudo-types: no worker has one
+    for spec in specs:
+        estimate = spec.throughput_estimate_steps_per_s or {}
+        if estimate and not any(estimate.values()) and set(real) <= set(estimate):
+            # 0 says "cannot run there": on every type the cluster can have, the job would be held for ever
+            raise CommandFailed(
+                f"--throughput: 0 steps/s on every accelerator type ({', '.join(real)}): the job could run nowhere; "
+                "give the types it runs on, and leave out a type you do not know",
+                exit_code=2,
+            )
     unknown = sorted(given - set(real))
     if not unknown or allow_new:
         return []

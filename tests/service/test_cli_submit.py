@@ -202,6 +202,18 @@ def test_a_type_the_table_does_not_name_is_kept_with_a_note() -> None:
     assert note.endswith("): V100, a100; an estimator on that table ignores the estimate there")
 
 
+def test_zero_on_every_type_is_refused_and_zero_on_some_is_kept() -> None:
+    """0 steps/s says the job cannot run on the type: on every type of the table it could run
+    nowhere and was held for ever; refused in one line. Zero on some types is a real constraint."""
+    out = gavel("submit", "--job-type", "my-bert", "--steps", "10", "--throughput", "v100=0,p100=0,k80=0", env=nobody_listens())
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [
+        "gavel: --throughput: 0 steps/s on every accelerator type (k80, p100, v100): the job could run nowhere; "
+        "give the types it runs on, and leave out a type you do not know"
+    ])
+    [spec] = submit_batch("--job-type", RESNET, "--steps", "10", "--throughput", "v100=0,k80=0").specs
+    assert spec.throughput_estimate_steps_per_s == {"v100": 0.0, "k80": 0.0}  # p100 remains: from the table
+
+
 @pytest.mark.parametrize("types", ["tpu=5", "V100=3,a100=9", "v100_unconsolidated=3"])
 def test_an_estimate_on_no_type_the_table_has_is_refused_as_a_likely_typo(types: str) -> None:
     """Issue 23: `--throughput tpu=5` was accepted with a note, and the estimate then counted on no
