@@ -26,7 +26,8 @@ reference's when both are.
 
 Outputs are diffed against what was published (publishing.py): a figure is sent again only when it
 moved by more than ``publish_tolerance`` and by more than ``publish_sds`` of its own standard
-deviation, or its provenance changed.
+deviation, or its provenance changed. What is dirty, the stamps the cached figures key on and
+what was published are changes.py's.
 """
 
 from __future__ import annotations
@@ -45,16 +46,16 @@ from common.messages import (
     ProfileCell,
     ProfilingRequest,
     Provenance,
-    StragglerFlag,
     ThroughputEstimated,
 )
 from estimator_service.core.beliefs import MEASUREMENTS, Belief, Source, combine
 from estimator_service.core.calibration import AS_THE_TABLE, Calibration, Fit
+from estimator_service.core.changes import STAMP_TOLERANCE, Changes, moved, moved_belief
 from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
 from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
 from estimator_service.core.pools import Pool
 from estimator_service.core.profiling import blocks_packing, request, wanted
-from estimator_service.core.publishing import differs, rounded
+from estimator_service.core.publishing import rounded
 from estimator_service.core.reference import ReferenceSet, class_of
 from estimator_service.core.settings import EstimatorSettings
 from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
@@ -62,9 +63,6 @@ from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
 Row = dict[str, Belief]  # accelerator type -> belief
 Cell = tuple[int, int, int]  # (direction, feature type position, reference index) in a completion row
 TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in (0.3, 1], say
-# Below this (relative) a class's pooled mean has not moved for its other jobs' figures: far under
-# the publish tolerance, so skipping their recomputation changes nothing published.
-STAMP_TOLERANCE = 1e-3
 WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
 # The calibration is applied again when a shift moved by more than this (log): each reference
 # report moves it a little, and every figure is recomputed when it is applied.
@@ -94,23 +92,14 @@ class Estimator:
         self.calibration = Calibration(settings.calibration_tolerance, settings.calibration_sd)
         self._calibrated: Fit = AS_THE_TABLE  # the calibration applied
         self._last_fit: Fit = AS_THE_TABLE  # the latest fit compared with it
-        self.revision = 0
+        self.changes = Changes()  # what is dirty, the stamps, what was published (changes.py)
         self._order = 0
-        self._global = 0  # grows with straggler flags, calibrations, refits: every cached figure depends on them
         self._rows: dict[str, tuple[tuple[int, int], Row]] = {}
         self._matches: dict[str, tuple[tuple[int, int], np.ndarray | None]] = {}  # class -> its match's speeds
         self._priors: dict[tuple[str, str, str], tuple[int, Source | None]] = {}  # fraction priors, by refit
         self._fractions: dict[tuple[str, str, str], tuple[tuple[int, ...], Belief | None]] = {}
-        self._pair_versions: dict[tuple[str, str], int] = {}  # grows with each packed measurement of the pair
         # (class, partner class, type) -> the jobs of the class measured packed so (in order)
         self._packed_jobs: dict[tuple[str, str, str], list[str]] = {}
-        self._published_rows: dict[str, JobThroughput] = {}
-        self._published_pairs: dict[tuple[str, str], ColocationEstimate] = {}
-        self._published_profiling: dict[str, ProfilingRequest] = {}
-        self._dirty_rows: set[str] = set()
-        self._dirty_pairs: set[tuple[str, str]] = set()
-        self._dirty_profiling: set[str] = set()
-        self._new_flags: list[StragglerFlag] = []
         self._gangs_seen: dict[str, int] = {}  # type -> the largest gang a report came from there
         self._packing_open = True  # no new class lacks a run alone that can be served (profiling.py)
         self._gate_jobs: set[str] = set()  # the new classes' profiled jobs, whose rows that depends on
@@ -126,8 +115,11 @@ class Estimator:
         """A snapshot from an older estimator loads as the same model: settings it lacks take their
         defaults; one from before calibration (which left stragglers' measurements out) has
         nothing calibrated yet and its flags as corrections; one from before the joint fit of
-        hardware and classes (a calibration per type) calibrates again from what comes next."""
+        hardware and classes (a calibration per type) calibrates again from what comes next; one
+        from before changes.py holds its change tracking in fields of its own, taken into one."""
         self.__dict__.update(state)
+        if "changes" not in state:
+            self.changes = Changes.taken_from(self.__dict__)
         old = self.settings  # fields added since were never set on it
         if not all(hasattr(old, f.name) for f in dataclasses.fields(old)):
             self.settings = EstimatorSettings(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)})
@@ -139,14 +131,19 @@ class Estimator:
         if "calibration" in state:
             if not isinstance(self._calibrated, Fit):  # per type (calibration.py loaded it empty)
                 self._calibrated = AS_THE_TABLE
-                self._global += 1
+                self.changes.global_stamp += 1
             return
         self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
         self._calibrated = AS_THE_TABLE
         flagged = self.stragglers.flagged
         self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
         self.__dict__.pop("_excluded", None)
-        self._global += 1
+        self.changes.global_stamp += 1
+
+    @property
+    def revision(self) -> int:
+        """The last message's revision (how many it has sent)."""
+        return self.changes.revision
 
     # -- inputs ------------------------------------------------------------------------------------
 
@@ -167,10 +164,10 @@ class Estimator:
         self._trim(cls)
         first = not cls.active
         cls.active.add(spec.job_id)
-        self._dirty_rows.add(spec.job_id)
+        self.changes.dirty_rows.add(spec.job_id)
         if first:
-            self._dirty_pairs.update(self._pairs_of(name))
-        self._dirty_profiling.add(name)
+            self.changes.dirty_pairs.update(self._pairs_of(name))
+        self.changes.dirty_profiling.add(name)
         return self._flush()
 
     def progress(self, report: JobProgress) -> ThroughputEstimated | None:
@@ -205,7 +202,7 @@ class Estimator:
             self._packed_changed(job.colocation_class, partner_class, w)
             if self.references.locate(job.colocation_class) is None:
                 cls.stamp += 1  # its packed runs tell its speed alone
-                self._dirty_rows.add(job.job_id)
+                self.changes.dirty_rows.add(job.job_id)
             new_cell = len(cls.evidenced) > cells or with_itself
         else:
             new_cell = not len(self.pools.get((cls.name, w), ()))
@@ -214,7 +211,7 @@ class Estimator:
             self._calibrate(job, w, report.worker_id)
             self._alone_changed(job, w)
         if new_cell:  # what the class still lacks changed: its profiling request with it
-            self._dirty_profiling.add(job.colocation_class)
+            self.changes.dirty_profiling.add(job.colocation_class)
         return self._flush()
 
     def ended(self, job_id: str) -> ThroughputEstimated | None:
@@ -224,33 +221,29 @@ class Estimator:
         job.active = False
         cls = self.classes[job.colocation_class]
         cls.active.discard(job_id)
-        self._published_rows.pop(job_id, None)
-        self._published_profiling.pop(job_id, None)
+        self.changes.job_ended(job_id)
         self._rows.pop(job_id, None)
         self._trim(cls)
-        self._dirty_profiling.add(cls.name)
+        self.changes.dirty_profiling.add(cls.name)
         if not cls.active:
-            for pair in [p for p in self._published_pairs if cls.name in p]:
-                del self._published_pairs[pair]
+            self.changes.class_ended(cls.name)
         return self._flush()
 
     def everything(self) -> ThroughputEstimated:
         """Every active job's figures, every pair among active classes, every profiling request and
         straggler flag, as if all were new (a restarted estimator says it all once)."""
-        self._published_rows.clear()
-        self._published_pairs.clear()
-        self._published_profiling.clear()
+        self.changes.forget_published()
         self._everything_dirty()
-        self._dirty_profiling.update(c.name for c in self.classes.values() if c.active)
-        self._new_flags.extend(self.stragglers.flagged.values())
+        self.changes.dirty_profiling.update(c.name for c in self.classes.values() if c.active)
+        self.changes.new_flags.extend(self.stragglers.flagged.values())
         picture = self._flush(always=True)
         assert picture is not None
         return dataclasses.replace(picture, complete=True)
 
     def _everything_dirty(self) -> None:
         active = [c for c in self.classes.values() if c.active]
-        self._dirty_rows.update(j for c in active for j in c.active)
-        self._dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
+        self.changes.dirty_rows.update(j for c in active for j in c.active)
+        self.changes.dirty_pairs.update(p for c in active for p in self._pairs_of(c.name))
 
     # -- evidence bookkeeping -----------------------------------------------------------------------
 
@@ -288,24 +281,22 @@ class Estimator:
         count = sum(s.count for s in sources)
         pool.put(job.job_id, belief, count)
         after = pool.mean()
-        if own_before is None or _moved_belief(own_before[0], belief) or count & (count - 1) == 0:
+        if own_before is None or moved_belief(own_before[0], belief) or count & (count - 1) == 0:
             # its own figure moved (or its count reached a power of two: its confidence grew
             # enough to say so; a measurement that only repeats the mean changes nothing else)
             self._rows.pop(job.job_id, None)
-            self._dirty_rows.add(job.job_id)
-        if _moved(before, after, STAMP_TOLERANCE):
+            self.changes.dirty_rows.add(job.job_id)
+        if moved(before, after, STAMP_TOLERANCE):
             # the class's mean moved: every job of the class may read it differently
             cls.stamp += 1
-            self._dirty_rows.update(cls.active)
-        if _moved(before, after, self.settings.publish_tolerance):
+            self.changes.dirty_rows.update(cls.active)
+        if moved(before, after, self.settings.publish_tolerance):
             # fractions are measured against the speed alone: every pair of this class moves
-            self._dirty_pairs.update(self._pairs_of(cls.name))
+            self.changes.dirty_pairs.update(self._pairs_of(cls.name))
             self._observe_class(cls.name)
 
     def _packed_changed(self, name: str, partner: str, accelerator_type: str) -> None:
-        pair = _ordered(name, partner)
-        self._pair_versions[pair] = self._pair_versions.get(pair, 0) + 1
-        self._dirty_pairs.add(pair)
+        self.changes.packed_measured(_ordered(name, partner))
         self._observe_cell(name, partner, accelerator_type)
 
     def _watch(self, job: JobEvidence, accelerator_type: str, worker_id: str, value: float) -> None:
@@ -319,8 +310,8 @@ class Estimator:
         change = self.stragglers.observe(worker_id, job.job_id, value, predicted.value)
         if change is None:
             return
-        self._new_flags.append(change)
-        self._global += 1
+        self.changes.new_flags.append(change)
+        self.changes.global_stamp += 1
         flagged = self.stragglers.flagged
         self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
         self._recalibrate()  # its measurements leave (or rejoin) the calibration
@@ -376,11 +367,11 @@ class Estimator:
         self._last_fit = now
         if now.moved(self._calibrated, CALIBRATION_STEP):
             self._calibrated = now
-            self._global += 1
+            self.changes.global_stamp += 1
             self._everything_dirty()
 
     def _was_requested(self, job_id: str, accelerator_type: str, partner_class: str) -> bool:
-        request = self._published_profiling.get(job_id)
+        request = self.changes.published_profiling.get(job_id)
         return request is not None and ProfileCell(accelerator_type, partner_class) in request.cells
 
     # -- a new class's completion row ---------------------------------------------------------------
@@ -450,7 +441,7 @@ class Estimator:
 
     def _row(self, job: JobEvidence) -> Row:
         cls = self.classes[job.colocation_class]
-        key = (cls.stamp, self._global)
+        key = (cls.stamp, self.changes.global_stamp)
         cached = self._rows.get(job.job_id)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -542,7 +533,7 @@ class Estimator:
         group = self.references.group(scale_factor)
         if group is None:
             return None
-        key = (self.classes[name].stamp, self._global)
+        key = (self.classes[name].stamp, self.changes.global_stamp)
         cached = self._matches.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -595,8 +586,8 @@ class Estimator:
         """(Cached: it moves with either class's evidence, the pair's own measurements, a refit.)"""
         key = (name, partner, accelerator_type)
         stamp = (
-            self.classes[name].stamp, self.classes[partner].stamp, self._global,
-            self._pair_versions.get(_ordered(name, partner), 0),
+            self.classes[name].stamp, self.classes[partner].stamp, self.changes.global_stamp,
+            self.changes.pair_versions.get(_ordered(name, partner), 0),
         )
         cached = self._fractions.get(key)
         if cached is not None and cached[0] == stamp:
@@ -619,10 +610,10 @@ class Estimator:
         """The prior of a fraction (cached: it moves only with the completion and the matches)."""
         key = (name, partner, accelerator_type)
         cached = self._priors.get(key)
-        if cached is not None and cached[0] == self._global:
+        if cached is not None and cached[0] == self.changes.global_stamp:
             return cached[1]
         prior = self._compute_fraction_prior(name, partner, accelerator_type)
-        self._priors[key] = (self._global, prior)
+        self._priors[key] = (self.changes.global_stamp, prior)
         return prior
 
     def _compute_fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
@@ -679,90 +670,67 @@ class Estimator:
         ]
 
     def _flush(self, *, always: bool = False) -> ThroughputEstimated | None:
+        changes, s = self.changes, self.settings
         for scale_factor, model in self.colocation.groups.items():
             if model.observed:
                 model.refresh()
             if model.fits != self._fits_seen.get(scale_factor, 0):
                 self._fits_seen[scale_factor] = model.fits
-                self._global += 1  # every prior of a new class may have moved
+                changes.global_stamp += 1  # every prior of a new class may have moved
                 new = [
                     c for c in self.classes.values()
                     if c.active and c.scale_factor == scale_factor and self.references.locate(c.name) is None
                 ]
-                self._dirty_pairs.update(p for c in new for p in self._pairs_of(c.name))
-                self._dirty_rows.update(j for c in new for j in c.active)
-        rows = self._changed_rows()
-        pairs = self._changed_pairs()
-        profiling = self._changed_profiling(rows)
-        flags, self._new_flags = tuple(self._new_flags), []
-        if not (rows or pairs or profiling or flags or always):
+                changes.dirty_pairs.update(p for c in new for p in self._pairs_of(c.name))
+                changes.dirty_rows.update(j for c in new for j in c.active)
+        rows = changes.rows_to_send(self._row_message, self._order_of, s.publish_tolerance, s.publish_sds)
+        pairs = changes.pairs_to_send(self._pair_message, s.publish_tolerance, s.publish_sds)
+        if changes.dirty_profiling or self._gate_stale or any(r.job_id in self._gate_jobs for r in rows):
+            self._update_gate()
+        profiling = changes.requests_to_send(self._class_requests)
+        return changes.message(rows, pairs, profiling, always=always, profiling_share=s.profiling_share)
+
+    def _order_of(self, job_id: str) -> int:
+        return self.jobs[job_id].order if job_id in self.jobs else -1
+
+    def _row_message(self, job_id: str) -> JobThroughput | None:
+        job = self.jobs.get(job_id)
+        if job is None or not job.active:
             return None
-        self.revision += 1
-        return ThroughputEstimated(
-            jobs=rows, colocations=pairs, profiling=profiling, stragglers=flags, revision=self.revision,
-            mode="learned", profiling_share=self.settings.profiling_share,
+        row = self._row(job)
+        return JobThroughput(
+            job_id,
+            {w: rounded(b.value) for w, b in row.items()},
+            {w: b.provenance for w, b in row.items()},
+            {w: round(b.confidence, 3) for w, b in row.items()},
+            job.colocation_class,
         )
 
-    def _changed_rows(self) -> tuple[JobThroughput, ...]:
-        out = []
-        for job_id in sorted(self._dirty_rows, key=lambda j: self.jobs[j].order if j in self.jobs else -1):
-            job = self.jobs.get(job_id)
-            if job is None or not job.active:
+    def _pair_message(self, pair: tuple[str, str]) -> ColocationEstimate | None:
+        a, b = pair
+        if a not in self.classes or b not in self.classes or not (self.classes[a].active and self.classes[b].active):
+            return None
+        fractions, provenance, confidence = {}, {}, {}
+        for w in self._types_out:
+            first, second = self._fraction(a, b, w), self._fraction(b, a, w)
+            if first is None or second is None:
                 continue
-            row = self._row(job)
-            message = JobThroughput(
-                job_id,
-                {w: rounded(b.value) for w, b in row.items()},
-                {w: b.provenance for w, b in row.items()},
-                {w: round(b.confidence, 3) for w, b in row.items()},
-                job.colocation_class,
-            )
-            if differs(self._published_rows.get(job_id), message, self.settings.publish_tolerance, self.settings.publish_sds):
-                self._published_rows[job_id] = message
-                out.append(message)
-        self._dirty_rows.clear()
-        return tuple(out)
+            fractions[w] = (rounded(first.value), rounded(second.value))
+            weaker = first if first.confidence <= second.confidence else second
+            provenance[w] = weaker.provenance
+            confidence[w] = round(weaker.confidence, 3)
+        return ColocationEstimate((a, b), fractions, provenance, confidence)
 
-    def _changed_pairs(self) -> tuple[ColocationEstimate, ...]:
-        out = []
-        for a, b in sorted(self._dirty_pairs):
-            if a not in self.classes or b not in self.classes or not (self.classes[a].active and self.classes[b].active):
-                continue
-            fractions, provenance, confidence = {}, {}, {}
-            for w in self._types_out:
-                first, second = self._fraction(a, b, w), self._fraction(b, a, w)
-                if first is None or second is None:
-                    continue
-                fractions[w] = (rounded(first.value), rounded(second.value))
-                weaker = first if first.confidence <= second.confidence else second
-                provenance[w] = weaker.provenance
-                confidence[w] = round(weaker.confidence, 3)
-            message = ColocationEstimate((a, b), fractions, provenance, confidence)
-            if differs(self._published_pairs.get((a, b)), message, self.settings.publish_tolerance, self.settings.publish_sds):
-                self._published_pairs[(a, b)] = message
-                out.append(message)
-        self._dirty_pairs.clear()
-        return tuple(out)
-
-    def _changed_profiling(self, rows: tuple[JobThroughput, ...]) -> tuple[ProfilingRequest, ...]:
-        if self._dirty_profiling or self._gate_stale or any(r.job_id in self._gate_jobs for r in rows):
-            self._update_gate()
-        out = []
-        for name in sorted(self._dirty_profiling):
-            cls = self.classes.get(name)
-            if cls is None:
-                continue
-            chosen = min(cls.active, key=lambda j: self.jobs[j].order) if cls.active else None
-            for job_id in sorted(cls.active):
-                request = self._profiling_request(cls, job_id) if job_id == chosen else ProfilingRequest(job_id, ())
-                before = self._published_profiling.get(job_id)
-                if before is None and not request.cells:
-                    continue
-                if before != request:
-                    self._published_profiling[job_id] = request
-                    out.append(request)
-        self._dirty_profiling.clear()
-        return tuple(out)
+    def _class_requests(self, name: str) -> list[ProfilingRequest]:
+        """A class's profiling requests, one per active job: its first job asks, the others not."""
+        cls = self.classes.get(name)
+        if cls is None:
+            return []
+        chosen = min(cls.active, key=lambda j: self.jobs[j].order) if cls.active else None
+        return [
+            self._profiling_request(cls, job_id) if job_id == chosen else ProfilingRequest(job_id, ())
+            for job_id in sorted(cls.active)
+        ]
 
     def _update_gate(self) -> None:
         """Whether packed cells may be asked (profiling.py); when that flips, every new class's
@@ -773,14 +741,14 @@ class Estimator:
         packing_open = True
         for cls in new:
             alone = tuple(ProfileCell(w) for w in self.references.feature_types if not len(self.pools.get((cls.name, w), ())))
-            profiled = self._published_rows.get(min(cls.active, key=lambda j: self.jobs[j].order))
+            profiled = self.changes.published_rows.get(min(cls.active, key=lambda j: self.jobs[j].order))
             believed = profiled.throughputs_steps_per_s if profiled is not None else {}
             if blocks_packing(alone, cls.scale_factor, self._gangs_seen, believed):
                 packing_open = False
                 break
         if packing_open != self._packing_open:
             self._packing_open = packing_open
-            self._dirty_profiling.update(c.name for c in new)
+            self.changes.dirty_profiling.update(c.name for c in new)
 
     def _profiling_request(self, cls: _Class, job_id: str) -> ProfilingRequest:
         """What a new class still lacks (profiling.py), packed cells only once runs alone are done."""
@@ -810,19 +778,3 @@ def _usable(report: JobProgress) -> bool:
 
 def _ordered(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a <= b else (b, a)
-
-
-def _moved_belief(before: Belief, after: Belief | None) -> bool:
-    if after is None or (before.value <= 0) != (after.value <= 0):
-        return True
-    return before.value > 0 and abs(math.log(after.value / before.value)) > STAMP_TOLERANCE
-
-
-def _moved(before: Source | None, after: Source | None, tolerance: float) -> bool:
-    if (before is None) != (after is None):
-        return True
-    if before is None or after is None:
-        return False
-    if (before.value <= 0) != (after.value <= 0):
-        return True
-    return before.value > 0 and abs(math.log(after.value / before.value)) > tolerance
