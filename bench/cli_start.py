@@ -8,7 +8,7 @@ the virtualenv's interpreter as `python -m services.cli` (what the `gavel` scrip
 `--baseline DIR` runs the same commands from another checkout (e.g. `git worktree add
 /tmp/base <commit>`), with the same interpreter: this tree and the baseline alternate run by run,
 so a machine whose load drifts treats both alike. What gets imported is tested, not timed, in
-tests/service/test_cli_imports.py.
+tests/cli/test_cli_imports.py.
 
 Usage: python bench/cli_start.py [--runs 5] [--baseline DIR] [--json]
 """

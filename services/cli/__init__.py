@@ -10,7 +10,7 @@ What a command imports: a group module imports at its top only what its parser n
 the flag types of services/cli/common.py, light constants); what running a command needs is
 imported in the function that runs it. So ``gavel --version``, every ``--help`` and the status and
 submit commands never load the solver (cvxpy, scipy), plotting (matplotlib) or torch stacks, and
-start in about a tenth of a second (bench/cli_start.py; tests/service/test_cli_imports.py holds
+start in about a tenth of a second (bench/cli_start.py; tests/cli/test_cli_imports.py holds
 the rule).
 """
 

@@ -86,7 +86,7 @@ async def test_any_start_order_status_commands_and_health(cluster, tmp_path):
 
 def test_bad_submissions_are_refused_before_publishing(cluster):
     for args, message in (
-        # (a job type the table lacks is accepted, with a note: tests/service/test_cli_submit.py)
+        # (a job type the table lacks is accepted, with a note: tests/cli/test_cli_submit.py)
         (("--job-type", "A3C", "--steps", "10", "--slo-s", "-1"), "--slo-s: must be > 0, got -1"),
         (("--job-type", "A3C", "--steps", "0"), "--steps: must be >= 1, got 0"),
         (

@@ -1,6 +1,6 @@
 """Starting services against RabbitMQ as a new user does: before the broker is up, with a wrong
 vhost or password, with no journal flags; and reading the mechanism's status as a person.
-(Without a broker: tests/service/test_cli_robustness.py.)"""
+(Without a broker: tests/cli/test_cli_robustness.py.)"""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import pytest
 
 from common.config import redact_url
 from tests.e2e.test_operations import gavel
-from tests.service.test_cli import gavel as gavel_bare
-from tests.service.test_cli_robustness import one_line
-from tests.support.processes import logged
+from tests.support.cli import gavel as gavel_bare
+from tests.support.processes import logged, the_line
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.broker
@@ -111,7 +110,7 @@ def test_a_service_does_not_wait_for_a_broker_that_refused_it(broker_url, tmp_pa
     env = {"GAVEL_LOG_FORMAT": "json", "GAVEL_BROKER_WAIT_S": "60", "XDG_STATE_HOME": str(tmp_path)}
     out = gavel_bare("serve", "estimator", "--amqp", with_url(broker_url, password="not-the-password"), env=env, timeout_s=20)
     assert out.returncode == 1
-    assert "refused the connection: user" in one_line(out.stderr)
+    assert "refused the connection: user" in the_line(out.stderr)
     assert "broker_unreachable" not in out.stderr
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from common.job_checks import MAX_PRIORITY_WEIGHT
-from tests.service.test_cli import gavel
+from tests.support.cli import gavel
 
 RESNET = "ResNet-50 (batch size 64)"
 

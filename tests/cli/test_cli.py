@@ -7,27 +7,13 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 
 import pytest
 
 from tests.support.broker import delete_topology
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def gavel(*args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=ROOT,
-        timeout=timeout_s,
-    )
+from tests.support.cli import gavel
+from tests.support.processes import ROOT
 
 
 def test_config_prints_json_with_the_password_redacted():

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from services.cli.status_cmd import Table, describe
-from tests.service.test_cli import ROOT, gavel
+from tests.support.cli import gavel
+from tests.support.processes import ROOT, the_line
 from tests.support.waiting import eventually
 
 
@@ -44,13 +45,6 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def events(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-
-def one_line(stderr: str) -> str:
-    """The command's own line: JSON events (a service logs them) aside, there must be one."""
-    lines = [line for line in stderr.strip().splitlines() if not line.startswith("{")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 def run_all(cases: list[tuple[str, ...]], env: dict[str, str], timeout_s: float = 30) -> list[subprocess.CompletedProcess[str]]:
@@ -103,7 +97,7 @@ def test_a_journal_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path):
     runs = run_all([("serve", "mechanism", *flags) for flags in cases], offline_env(tmp_path))
     for (flags, message), out in zip(cases.items(), runs, strict=True):
         assert out.returncode == 2, (flags, out.stderr)
-        line = one_line(out.stderr)
+        line = the_line(out.stderr)
         assert line.startswith("gavel: ") and message in line, (flags, line)
         assert "Traceback" not in out.stderr
     with sqlite3.connect(foreign) as db:  # another application's database is left as it was
@@ -113,7 +107,7 @@ def test_a_journal_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path):
 def test_a_bad_journal_path_from_the_environment_names_the_variable(tmp_path):
     out = gavel("serve", "mechanism", env=offline_env(tmp_path, GAVEL_JOURNAL_PATH=str(tmp_path)))
     assert out.returncode == 2, out.stderr
-    assert one_line(out.stderr).startswith(f"gavel: GAVEL_JOURNAL_PATH: {tmp_path} is a directory")
+    assert the_line(out.stderr).startswith(f"gavel: GAVEL_JOURNAL_PATH: {tmp_path} is a directory")
 
 
 # -- A. simulate: the output directory is checked before the simulation ---------------------------
@@ -212,7 +206,7 @@ def test_health_says_stopped_once_the_service_stopped(memory_up):
     assert (body["ready"], body["stopped"]) == (False, True) and body["stopped_at"] > 0
     after = memory_up["after_stop"]
     assert after.returncode == 1
-    assert one_line(after.stderr).startswith("gavel: the service stopped at "), after.stderr
+    assert the_line(after.stderr).startswith("gavel: the service stopped at "), after.stderr
 
 
 def test_health_says_stopped_after_a_failed_start(tmp_path):
@@ -221,7 +215,7 @@ def test_health_says_stopped_after_a_failed_start(tmp_path):
     assert out.returncode == 1, out.stderr
     check = gavel("health", str(health))
     assert check.returncode == 1
-    line = one_line(check.stderr)
+    line = the_line(check.stderr)
     assert line.startswith("gavel: the service stopped at ") and "cannot connect to RabbitMQ" in line, line
 
 
@@ -231,7 +225,7 @@ def test_health_says_stopped_after_a_failed_start(tmp_path):
 def test_serve_retries_an_unreachable_broker_then_gives_up_with_one_line(tmp_path):
     out = gavel("serve", "estimator", "--broker-wait-s", "2", env=offline_env(tmp_path), timeout_s=30)
     assert out.returncode == 1, out.stderr
-    line = one_line(out.stderr)
+    line = the_line(out.stderr)
     assert line.startswith("gavel: cannot connect to RabbitMQ at amqp://guest:***@127.0.0.1:") and "gave up after" in line
     retries = [e for e in events(out.stderr) if e.get("event") == "broker_unreachable"]
     # attempts at 0, 0.5 and 1.5 s, then the bound shortens the wait (which attempt is the last
@@ -255,7 +249,7 @@ def test_client_commands_do_not_wait_for_the_broker(tmp_path):
     bound; GAVEL_BROKER_WAIT_S would otherwise keep it a minute)."""
     out = gavel("jobs", env=offline_env(tmp_path, GAVEL_BROKER_WAIT_S="60"), timeout_s=15)
     assert out.returncode == 1
-    assert one_line(out.stderr).startswith("gavel: cannot connect to RabbitMQ at ")
+    assert the_line(out.stderr).startswith("gavel: cannot connect to RabbitMQ at ")
     assert "broker_unreachable" not in out.stderr
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service.test_cli import gavel
+from tests.support.cli import gavel
 from tests.support.processes import the_line
 
 RESNET = "ResNet-18 (batch size 32)"
