@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   set everything up, then run the bundled scenario on the embedded default
 #   make test   set everything up, make sure RabbitMQ answers, then run the whole test suite
+# and, while working: make test-fast (the unit, contract, arch, CLI and service tests not marked slow)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,14 +11,14 @@ STAMP := $(VENV)/.installed-stamp
 # index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test broker bench clean
+.PHONY: install demo test test-fast broker bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" 2>&1 | grep -v "is ignored" || true
 	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || { echo "make: installing $(TORCH) failed (see above)"; exit 1; }
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[amqp,worker,dev]" 2>&1 | grep -v "is ignored" || true
-	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis" || { echo "make: installing the project failed (see above)"; exit 1; }
+	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis, xdist, yaml" || { echo "make: installing the project failed (see above)"; exit 1; }
 	@touch $(STAMP)
 
 # The project's bytecode, compiled ahead (as pip does for a regular install): an editable install
@@ -35,8 +36,19 @@ demo: install
 broker:
 	@scripts/ensure-broker
 
+# The suite on both cores (pytest-xdist; tests/README.md says how tests keep apart). Broker tests
+# fail, never skip, when no broker answers. The tests marked `serial` stop the shared broker (the
+# chaos test restarts it), which would break the other worker's tests: they run alone, after.
+TEST_WORKERS ?= 2
+PYTEST := GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
 test: install broker
-	GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest
+	$(PYTEST) -m "not serial"; parallel=$$?; \
+	GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -m serial tests/e2e; alone=$$?; \
+	test $$parallel -eq 0 && test $$alone -eq 0
+
+test-fast: install broker
+	$(PYTEST) -m "not slow and not serial" tests/unit tests/contract tests/arch tests/cli tests/service
 
 bench: install broker
 	$(PY) bench/bus_throughput.py

@@ -189,6 +189,7 @@ def memory_up(tmp_path_factory) -> dict[str, object]:
     }
 
 
+@pytest.mark.xdist_group("memory-up")  # one `gavel up` a module (memory_up), on one xdist worker
 def test_up_on_the_in_memory_bus_warns_that_nothing_outside_can_reach_it(memory_up):
     warnings = [e for e in memory_up["events"] if e.get("event") == "memory_bus_only"]
     assert len(warnings) == 1 and warnings[0]["level"] == "warning", memory_up["events"]
@@ -199,6 +200,7 @@ def test_up_on_the_in_memory_bus_warns_that_nothing_outside_can_reach_it(memory_
 # -- D. health after the service stopped -----------------------------------------------------------
 
 
+@pytest.mark.xdist_group("memory-up")  # one `gavel up` a module (memory_up), on one xdist worker
 def test_health_says_stopped_once_the_service_stopped(memory_up):
     assert memory_up["while_running"].returncode == 0 and memory_up["while_running"].stdout.strip() == "ready"
     assert memory_up["exit_code"] == 0
@@ -279,6 +281,7 @@ def test_no_journal_opts_out_with_a_warning(tmp_path):
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.xdist_group("memory-up")  # one `gavel up` a module (memory_up), on one xdist worker
 def test_up_on_the_in_memory_bus_keeps_no_journal(memory_up):
     assert not any(e.get("event") == "journal_opened" for e in memory_up["events"])
     assert not memory_up["state"].exists()

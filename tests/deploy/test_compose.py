@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # the dev extra's PyYAML (the Makefile checks it is there): never a skip of this module
 
 from common.messages import (
     AllocationComputed,
@@ -94,7 +95,9 @@ from common.messages import (
 )
 from tests.support.broker import broker_required
 
-yaml = pytest.importorskip("yaml", reason="PyYAML parses docker-compose.yml: pip install pyyaml (dev extra)")
+# One xdist worker runs the module: its broker tests share the definitions imported once (deployed)
+# and the services started once (services_running); the rest takes ~2 s.
+pytestmark = pytest.mark.xdist_group("deploy")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -1008,9 +1011,29 @@ def doc_commands() -> Iterator[list[str]]:
                 yield words[words.index("gavel") + 1 :]
 
 
-def test_the_deploy_guide_exists_and_shows_gavel_commands() -> None:
-    assert DEPLOY_DOC.exists()
-    assert len(list(doc_commands())) >= 8
+def guide_services() -> dict[str, tuple[str, str]]:
+    """deploy.md's table of services: service (its first cell's first word) -> (its command cell,
+    its broker user cell)."""
+    rows = {}
+    for line in DEPLOY_DOC.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[1].startswith("`gavel "):
+            rows[cells[0].split()[0].lower()] = (cells[1], cells[3])
+    return rows
+
+
+def test_the_deploy_guide_says_what_each_service_runs_and_as_whom() -> None:
+    """The guide's table of services says what compose runs: each service's `gavel` command (a
+    `gavel serve` one's first words are its container's) and the broker user it connects as; its
+    shell blocks show gavel commands (each parsed by the test below)."""
+    table = guide_services()
+    assert set(table) == set(GAVEL_SERVICES), f"docs/deploy.md's table of services has rows for {sorted(table)}"
+    for name in GAVEL_SERVICES:
+        shown, user = table[name]
+        assert user == f"`{SERVICES[name].user}`", (name, user)
+        runs = ["gavel", *command(name)[: 2 if name in LONG_RUNNING else 1]]
+        assert f"`{' '.join(runs)}" in shown, f"{name}: the table shows {shown}, its container runs {' '.join(runs)} ..."
+    assert list(doc_commands()), "docs/deploy.md shows no gavel command in a shell block"
 
 
 def test_the_deploy_guide_shows_the_permissions_that_are_granted() -> None:

@@ -48,9 +48,10 @@ from tests.support.chaos import (
 from tests.support.processes import SERVICE_QUEUES, logged
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.broker
+# The broker restart stops RabbitMQ for everyone using it: `serial`, so that `make test` runs this
+# alone, after the parallel run (another xdist worker's broker tests would fail meanwhile).
+pytestmark = [pytest.mark.broker, pytest.mark.serial]
 
-# The broker restart stops RabbitMQ for everyone using it (CI runs the suite sequentially).
 RESTART_BROKER = True
 SCALE = "1000"
 GRACE_S = 8.0  # wall seconds; the simulated fleet re-announces its workers every 5 wall seconds

@@ -40,6 +40,10 @@ def short_trace() -> list[TraceJob]:
     ]
 
 
+# the journals are made once a module (two runs): on one xdist worker, not once on each
+pytestmark = pytest.mark.xdist_group("invariants-journals")
+
+
 @pytest.fixture(scope="module", params=["max_min_fairness_perf", "max_min_fairness_packed"])
 def journal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     path = tmp_path_factory.mktemp("journal") / "mechanism.sqlite"

@@ -21,6 +21,8 @@ from sim.scenario import Scenario, generated_trace, load_context, run_policy
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 RELATIVE = 5e-4  # the README's figures have 3 to 5 significant digits
+# both tests read the module's one run of the demo (~30 s on a busy machine): one xdist worker runs it
+pytestmark = pytest.mark.xdist_group("readme-demo")
 
 
 @pytest.fixture(scope="module")
