@@ -22,6 +22,7 @@ from common.messages.base import Message
 from common.topics import MESSAGE_TYPES, binding_pattern, topic_matches
 from common.transport.rabbit import QUEUE_HEADER, REASON_HEADER, RabbitBus
 from tests.support.fuzz import hostile_bodies, poison_for
+from tests.support.waiting import until
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
@@ -109,16 +110,6 @@ async def publish_raw_many(
         if before_window is not None:
             await before_window(len(chunk))
         await asyncio.gather(*(bus.publish_raw(key, body) for body in chunk))
-
-
-async def until(check: Callable[[], Awaitable[object]], timeout_s: float, poll_s: float = 0.05) -> None:
-    """Poll an async ``check`` (the broker's state: nothing to wait on) until it is truthy."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            raise TimeoutError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(poll_s)
 
 
 class QueueDepths:

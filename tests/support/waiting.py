@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from common.bus import Delivery
 
@@ -41,6 +41,16 @@ async def eventually(predicate: Callable[[], object], timeout_s: float = 20.0, p
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not predicate():
+        if loop.time() > deadline:
+            raise TimeoutError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(poll_s)
+
+
+async def until(check: Callable[[], Awaitable[object]], timeout_s: float, poll_s: float = 0.05) -> None:
+    """Poll an async ``check`` (the broker's state: nothing to wait on) until it is truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
         if loop.time() > deadline:
             raise TimeoutError(f"condition not met within {timeout_s} s")
         await asyncio.sleep(poll_s)
