@@ -17,6 +17,7 @@ from policy_service.service import shipped_context
 from services.cli import main
 from sim.progress import ProgressBar
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace, write_trace
+from tests.support.clock import SteppedClock
 from tests.support.data import GAVEL_TRACES, REFERENCE
 
 STATIC = str(REFERENCE / "static_n32_seed0.trace")
@@ -280,30 +281,22 @@ def test_the_demo_prints_the_comparison_and_the_winner(tmp_path, capsys):
     assert f"{best} wins: average JCT {averages[best]:.2f} h" in stdout
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def test_the_progress_bar_redraws_on_a_terminal_and_stays_quiet_elsewhere():
-    clock = FakeClock()
+    clock = SteppedClock(0.0)
     terminal = io.StringIO()
-    bar = ProgressBar("fifo", terminal, interactive=True, clock=clock)
+    bar = ProgressBar("fifo", terminal, interactive=True, clock=clock.now_s)
     for step in range(1, 5):
-        clock.now_s = step * 0.5
+        clock.advance(0.5)
         bar(step * 3600.0, step, 4)
     bar.close()
     assert terminal.getvalue().count("\r") == 5 and terminal.getvalue().endswith("\n")
     assert "4/4 jobs, 4.0 h simulated" in terminal.getvalue()
 
-    clock = FakeClock()
+    clock = SteppedClock(0.0)
     log = io.StringIO()
-    bar = ProgressBar("fifo", log, interactive=False, clock=clock)
+    bar = ProgressBar("fifo", log, interactive=False, clock=clock.now_s)
     for step in range(1, 31):
-        clock.now_s = step * 1.0
+        clock.advance(1.0)
         bar(step * 3600.0, step, 30)
     bar.close()
     assert log.getvalue().splitlines() == [
