@@ -26,8 +26,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from common.errors import ConfigError
+from mechanism_service.core.model import JobState, MechanismState
+from mechanism_service.core.rounds import RoundReport
+
+if TYPE_CHECKING:
+    from mechanism_service.core.memory import Memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +75,67 @@ def expired_jobs(ended_at_s: Mapping[str, float], now_s: float, retention: Reten
 def excess(count: int, limit: int | None) -> int:
     """How many of the oldest of ``count`` items go under ``limit`` (None: none)."""
     return 0 if limit is None else max(0, count - limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What one boundary forgot under the retention rule, handed to the mechanism's ``archive``
+    (the simulator keeps it: its results are every job and round). After a restart the same items
+    may be handed over again (forgotten after the last snapshot, then replayed): ``jobs`` by
+    id, rounds by ``round_id`` and solve times from ``first_solve`` are what identify them."""
+
+    jobs: tuple[JobState, ...]  # completed and failed, as the state held them
+    rejected: tuple[str, ...]  # ids refused (on receipt, or set aside by the policy)
+    rounds: tuple[RoundReport, ...]
+    first_solve: int  # the index of solve_times_s[0] among every solve since the start
+    solve_times_s: tuple[float, ...]
+
+
+def forget(memory: Memory, state: MechanismState, now_s: float, rule: Retention) -> tuple[Forgotten | None, list[str]]:
+    """Forget what is over under the rule: finished jobs with everything kept about them, the
+    oldest round reports and solve times, the oldest lost and refused workers. Deterministic
+    from the memory and the time, so a replay forgets the same. Returns what was forgotten (None:
+    nothing to archive) and the workers forgotten."""
+    if rule.keeps_all:
+        return None, []
+    obs = memory.observations
+    expired = expired_jobs(memory.ended_at_s, now_s, rule)
+    jobs: list[JobState] = []
+    rejected: list[str] = []
+    if expired:
+        gone = set(expired)
+        kept = []
+        for job in state.completed:
+            (jobs if job.job_id in gone else kept).append(job)
+        state.completed = kept
+        rejected = [job_id for job_id in expired if job_id in obs.rejected]
+        for job_id in expired:
+            del memory.ended_at_s[job_id]
+            for held in (
+                obs.history, obs.history_dropped, obs.attempts, obs.measured, obs.failed, obs.cancelled, obs.rejected,
+                memory.launch, memory.owners,
+            ):
+                held.pop(job_id, None)
+            memory.intake.known.pop(job_id, None)  # the id is free again (module docstring)
+            memory.ended_jobs.discard(job_id)
+        obs.forgotten_jobs += len(expired)
+    rounds = excess(len(memory.round_reports), rule.rounds)
+    solves = excess(len(memory.solve_times_s), rule.rounds)
+    forgotten = None
+    if jobs or rejected or rounds or solves:
+        forgotten = Forgotten(
+            tuple(jobs), tuple(rejected), tuple(memory.round_reports[:rounds]), memory.solves_forgotten,
+            tuple(memory.solve_times_s[:solves]),
+        )
+    if rounds:
+        del memory.round_reports[:rounds]
+        memory.rounds_forgotten += rounds
+    if solves:
+        del memory.solve_times_s[:solves]
+        memory.solves_forgotten += solves
+    workers: list[str] = []
+    for held_workers in (memory.lost_workers, memory.refused_workers):
+        for worker_id in list(itertools.islice(held_workers, excess(len(held_workers), rule.lost_workers))):
+            del held_workers[worker_id]
+            workers.append(worker_id)
+    return forgotten, workers
