@@ -131,6 +131,7 @@ def test_simulate_refuses_an_output_path_it_cannot_write_before_simulating(tmp_p
 # -- B. flag values: refused at parse time, naming the flag ----------------------------------------
 
 
+@pytest.mark.slow  # ~5-8 s: a gavel process per flag
 def test_bad_numbers_are_refused_at_parse_time_naming_the_flag(tmp_path):
     health = tmp_path / "health.json"
     cases = [

@@ -31,6 +31,7 @@ def gavel(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow  # ~4-11 s: a run with plots
 def test_the_static_reference_trace_reproduces_gavels_average_jct(tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, _ = gavel(
@@ -48,6 +49,7 @@ def test_the_static_reference_trace_reproduces_gavels_average_jct(tmp_path, caps
         assert len(list(csv.DictReader(f))) == 32
 
 
+@pytest.mark.slow  # ~15-23 s: a run per policy, plots drawn
 def test_several_policies_write_a_comparison_and_print_its_table(tmp_path, capsys):
     policies = ["max_min_fairness", "max_min_fairness_perf"]
     out = tmp_path / "cmp"
@@ -110,6 +112,7 @@ def test_no_plots_never_imports_matplotlib(tmp_path):
     assert json.loads(done.stdout)["jobs_total"] == 32
 
 
+@pytest.mark.slow  # ~10-17 s: the run on both engines
 def test_the_services_engine_gives_the_fast_paths_numbers(tmp_path, capsys):
     averages = {}
     for engine in ("fast", "services"):
@@ -122,6 +125,7 @@ def test_the_services_engine_gives_the_fast_paths_numbers(tmp_path, capsys):
     assert averages["services"] == averages["fast"]
 
 
+@pytest.mark.slow  # ~5-11 s: a generated 1,200-job trace simulated
 def test_generation_options_make_gavels_trace_for_the_seed(tmp_path, capsys):
     out = tmp_path / "gen"
     code, stdout, _ = gavel(
@@ -231,6 +235,7 @@ def test_a_careless_invocation_gets_its_own_error_first_and_every_missing_flag_i
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.slow  # ~5-8 s: a sweep on worker processes
 def test_a_sweep_runs_the_grid_on_worker_processes(tmp_path, capsys):
     out = tmp_path / "sweep"
     code, stdout, stderr = gavel(
@@ -267,6 +272,7 @@ def test_a_bad_sweep_input_is_one_line_and_exit_2(argv, message, tmp_path, capsy
     assert message in stderr
 
 
+@pytest.mark.slow  # ~25-40 s: gavel demo's three runs
 def test_the_demo_prints_the_comparison_and_the_winner(tmp_path, capsys):
     out = tmp_path / "demo"
     code, stdout, _ = gavel(capsys, "demo", "--jobs", "30", "--out", str(out))
@@ -306,6 +312,7 @@ def test_the_progress_bar_redraws_on_a_terminal_and_stays_quiet_elsewhere():
     ]
 
 
+@pytest.mark.slow  # ~5-8 s: a run with plots
 def test_plots_that_cannot_be_drawn_end_the_run_with_one_line_after_its_results(tmp_path, capsys):
     """A file in the way of a plot (here a directory named jct_cdf.png): the results are
     printed and written, every other plot is drawn, and the run ends with exit 1 and one line
@@ -324,6 +331,7 @@ def test_plots_that_cannot_be_drawn_end_the_run_with_one_line_after_its_results(
     assert (out / "queue.png").stat().st_size > 0 and (out / "utilization.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # ~4-6 s: a run with plots in a process
 def test_an_mplbackend_matplotlib_does_not_know_does_not_stop_the_plots(tmp_path):
     """The plots are drawn on Agg canvases whatever MPLBACKEND says (a user's interactive
     setting); the variable is left as it was."""
@@ -361,6 +369,7 @@ def test_a_sweep_whose_plot_cannot_be_drawn_keeps_its_csv_and_ends_with_one_line
         assert [r["policy"] for r in csv.DictReader(f)] == ["fifo"]
 
 
+@pytest.mark.slow  # ~4-7 s: gavel simulate in a process without ecos
 def test_preset_gavel_without_ecos_is_refused_at_start_naming_the_package(tmp_path):
     """A plain `pip install` has no ECOS (an extra): made to fail to import in a fresh interpreter.
     Preset gavel's convex policies are refused at once in one line (exit 2) instead of every
@@ -414,6 +423,7 @@ def test_the_services_engine_too_says_the_policys_reason_when_every_solve_fails(
         asyncio.run(simulate_services(jobs, config, shipped_context()))
 
 
+@pytest.mark.slow  # ~5-8 s: a run with faults on the services
 def test_a_fault_runs_service_events_go_to_a_log_file_not_over_the_progress_bar(tmp_path, capsys):
     """Issue 23: the services' logs of injected faults (a crash's traceback among them) were
     printed into the progress display. They go to DIR/simulation.log, and the run's last line

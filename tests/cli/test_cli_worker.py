@@ -20,7 +20,9 @@ RESNET = "ResNet-18 (batch size 32)"
         ((), "the following arguments are required: --type, --gpus"),
         (("--type", "V100", "--gpus", "2"), "--type: the throughput table has no accelerator type 'V100' (known: k80, p100, v100)"),
         (("--type", "v100", "--gpus", "0"), "--gpus: must be a whole number >= 1, got '0'"),
-        (("--type", "v100", "--gpus", "1", "--device", "cuda"), "--device cuda:"),
+        pytest.param(  # ~5-9 s: the check of the device imports torch
+            ("--type", "v100", "--gpus", "1", "--device", "cuda"), "--device cuda:", marks=pytest.mark.slow,
+        ),
         (("--type", "v100", "--gpus", "1", "--emulate-speed", "2"), "--emulate-speed: expected a factor in (0, 1] or 'table', got '2'"),
         (("--type", "v100", "--gpus", "1", "--emulate-speed", "fast"), "--emulate-speed: expected a factor in (0, 1] or 'table'"),
         (("--type", "v100", "--gpus", "1", "--worker-id", "rack1.node2"), "--worker-id 'rack1.node2': letters, digits, '-' and '_' only"),

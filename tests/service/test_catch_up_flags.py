@@ -21,6 +21,7 @@ from sim.traces import TraceSpec, TraceStreams, generate_trace
 RUN = ("simulate", "--jobs", "60", "--jobs-per-hour", "2", "--cluster", "3:3:3", "--policy", "max_min_fairness_perf", "--no-plots", "--json")
 
 
+@pytest.mark.slow  # ~10-19 s: four gavel simulate runs
 def test_gavel_simulate_runs_the_ratio_given_and_the_presets_without_it(tmp_path, capsys):
     averages = {}
     for ratio in ("none", "1.3", None):

@@ -31,6 +31,7 @@ async def exchange_exists(url: str, name: str) -> bool:
         await connection.close()
 
 
+@pytest.mark.slow  # ~15-25 s: bench/flood.py with the services as processes
 def test_a_small_flood_accounts_for_every_job_and_cleans_up(broker_url: str) -> None:
     done = subprocess.run(
         [sys.executable, "bench/flood.py", "--jobs", "3000", "--max-length", "100", "--json", "--amqp", broker_url],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 
+import pytest
+
 from common.bus import Delivery
 from common.codec import DEFAULT_CODEC
 from common.messages import RoundStarted
@@ -67,6 +69,7 @@ def consumed_keys(broker) -> list[str]:  # noqa: ANN001 - an InMemoryBroker
     return sorted(keys)
 
 
+@pytest.mark.slow  # ~30-80 s: two runs of a trace, ~160,000 hostile bodies
 async def test_hostile_bodies_on_every_key_while_a_trace_runs_are_dead_lettered_and_change_nothing() -> None:
     context = shipped_context()
     trace = read_trace(REFERENCE / "static_n32_seed0.trace")

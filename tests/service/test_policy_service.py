@@ -128,6 +128,7 @@ async def test_replicas_share_the_request_queue(harness):
     assert sorted(sum(by_replica.values(), [])) == sorted(f"r{i}" for i in range(12))  # each once
 
 
+@pytest.mark.slow  # ~10-19 s: a large problem solved in a worker process
 async def test_the_event_loop_keeps_answering_while_a_large_problem_solves():
     """With solving in a worker process, another handler in the same process runs during a
     2048-job solve; with inline solving it could not run until the solve was over. (The event

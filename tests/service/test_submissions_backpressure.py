@@ -98,6 +98,7 @@ def test_a_trace_over_the_bound_is_told_which_jobs_were_not_accepted(cluster: Cl
     assert asyncio.run(queued_job_ids(cluster, 5)) == ["0", "1", "2", "3", "4"]
 
 
+@pytest.mark.slow  # ~6-10 s: the services as processes on RabbitMQ
 def test_with_the_mechanism_running_the_answer_counts_exactly_what_the_broker_took(cluster: Cluster, tmp_path: Path) -> None:
     """A trace far over a small bound while the mechanism takes it in: every job is either
     accepted or listed as not accepted; the batch is sealed with the accepted count, so the
@@ -120,6 +121,7 @@ def test_with_the_mechanism_running_the_answer_counts_exactly_what_the_broker_to
     assert sorted(submitted_in_journal(journal), key=int) == accepted
 
 
+@pytest.mark.slow  # ~3-5 s: a mechanism process that stops
 def test_a_queue_made_before_the_bound_stops_the_mechanism_with_what_to_do(cluster: Cluster, tmp_path: Path) -> None:
     """An existing deployment's queue has no bound; RabbitMQ refuses to declare it with one (406
     PRECONDITION_FAILED). The mechanism says so in one line, naming the queue and both ways out,

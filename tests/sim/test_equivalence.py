@@ -27,6 +27,7 @@ def assert_same_schedule(fast, services):
     assert (services.resets, services.makespan_s) == (fast.resets, fast.makespan_s)
 
 
+@pytest.mark.slow  # ~3-10 s a policy: the trace on both engines
 @pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed", "fifo", "gandiva"])
 async def test_gavel_preset_on_the_static_trace(policy):
     trace = read_trace(REFERENCE / "static_n32_seed0.trace")
@@ -34,6 +35,7 @@ async def test_gavel_preset_on_the_static_trace(policy):
     assert_same_schedule(simulate(trace, config, CONTEXT), await simulate_services(trace, config, CONTEXT))
 
 
+@pytest.mark.slow  # ~6-16 s a policy: the trace on both engines
 @pytest.mark.parametrize("policy", ["max_min_fairness", "finish_time_fairness_perf"])
 async def test_default_preset_with_arrivals_a_window_and_multi_gpu_gangs(policy):
     spec = TraceSpec(num_jobs=60, jobs_per_hour=3.0, multi_gpu=True)
@@ -114,6 +116,7 @@ async def test_a_mechanism_that_crashes_fails_the_simulation_instead_of_ending_i
         await simulate_services(trace, config, CONTEXT)
 
 
+@pytest.mark.slow  # ~8-16 s: two runs on the services
 async def test_a_mechanism_that_forgets_as_it_goes_gives_the_same_results(monkeypatch):
     """The simulated mechanism forgets finished jobs and old rounds as a live one does
     (core/retention.py) into the driver's archive: with a rule of 3 jobs and 3 rounds, every job,

@@ -250,6 +250,7 @@ def test_a_gang_that_arrives_while_workers_are_lost_waits_for_them_instead_of_be
     assert all(j.completion_s is not None for j in result.jobs) and len(result.jobs) == 30
 
 
+@pytest.mark.slow  # ~4-7 s: runs with mechanism crashes
 def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_path):
     """Both crash points; a new mechanism recovers from the same journal each time. Each job ends
     once (repeats of its end event carry the same message id), and the schedule is the one
@@ -284,6 +285,7 @@ def test_a_crashed_and_restarted_mechanism_completes_every_job_exactly_once(tmp_
     ]
 
 
+@pytest.mark.slow  # ~5-9 s: a run with every fault, and its replay
 def test_a_mix_of_every_kind_finishes_and_replays_to_the_bit(tmp_path):
     from common.journal import Journal
 
@@ -314,6 +316,7 @@ def test_no_faults_is_the_plain_run():
 # -- the command ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ~4-7 s: gavel simulate --faults
 def test_gavel_simulate_faults_reports_them_and_how_to_replay(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["simulate", "--jobs", "12", "--jobs-per-hour", "4", "--cluster", "v100=2,p100=2,k80=2", "--policy", POLICY,

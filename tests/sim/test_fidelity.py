@@ -54,6 +54,7 @@ def test_static_trace_matches_gavel(policy):
         assert result.makespan_s == pytest.approx(reference["makespan_s"], abs=0.01)
 
 
+@pytest.mark.slow  # ~3-15 s a policy: Gavel's 1,200-job calibration trace
 @pytest.mark.parametrize("policy", ["fifo_perf", "max_min_fairness_perf"])
 def test_continuous_trace_matches_gavel(policy):
     result, reference = run("continuous_rate1.4_n1200_seed1", policy)

@@ -4,6 +4,7 @@ heterogeneity-aware LAS beats agnostic LAS on average JCT, and space sharing bea
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
@@ -14,6 +15,7 @@ from sim.traces import TraceSpec, generate_trace
 CONTEXT = shipped_context()
 
 
+@pytest.mark.slow  # ~5-9 s: three policies on a trace
 def test_aware_beats_agnostic_and_packing_beats_aware():
     # 60 jobs arriving at 2/h on 3 GPUs of each type: the queue builds up (a loaded cluster).
     trace = generate_trace(TraceSpec(num_jobs=60, jobs_per_hour=2.0), CONTEXT.table, np.random.default_rng(1))

@@ -255,6 +255,7 @@ def gavel(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "services.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # ~4-7 s a policy: gavel check-journal processes
 def test_check_journal_exits_0_when_clean_1_on_a_violation_2_on_bad_input(journal: pathlib.Path, tmp_path: pathlib.Path) -> None:
     done = gavel("check-journal", str(journal), "--finished", "--progress-rounds", "40")
     assert done.returncode == 0, done.stderr

@@ -36,6 +36,7 @@ def trace(num_jobs: int, seed: int = 7) -> tuple[TraceJob, ...]:
     return generate_trace(TraceSpec(num_jobs=num_jobs, jobs_per_hour=3.0), TABLE, np.random.default_rng(seed))
 
 
+@pytest.mark.slow  # ~30-60 s: a learned run on the services and on the fast path
 async def test_the_services_make_the_fast_paths_schedule_with_a_learned_estimator():
     jobs = trace(40)
     run = config("max_min_fairness_packed", EstimationConfig("learned", UNKNOWN, measurement_noise=0.1))
@@ -46,6 +47,7 @@ async def test_the_services_make_the_fast_paths_schedule_with_a_learned_estimato
     assert unknown_jobs and all(j.completion_s is not None for j in unknown_jobs)  # accepted, scheduled, done
 
 
+@pytest.mark.slow  # ~4-7 s: three runs
 def test_learned_stays_close_to_the_oracle_and_ahead_of_the_agnostic_policy():
     jobs = trace(60)
     policy = "max_min_fairness_perf"

@@ -35,6 +35,7 @@ def envelope(schema: str = "JobSubmitted", **body: object) -> dict[str, object]:
 SPEC = {"job_id": "1", "job_type": "ResNet-50 (batch size 64)", "total_steps": 100}
 
 
+@pytest.mark.slow  # ~5-11 s: 300 hypothesis examples of every message type
 @settings(max_examples=300, deadline=None)
 @given(messages(MESSAGE_TYPES), st.text(max_size=10), st.floats(allow_nan=False, allow_infinity=False))
 def test_every_message_type_round_trips(message, source, sent_at_s):
@@ -180,6 +181,7 @@ def test_ten_thousand_hostile_bodies_each_decode_or_raise_decode_error():
     assert refused > 10_000
 
 
+@pytest.mark.slow  # ~3-7 s: 2,000 hypothesis examples
 @settings(max_examples=2000, deadline=None)
 @given(st.binary(max_size=512))
 def test_random_bytes_never_escape_as_another_error(data):
@@ -196,6 +198,7 @@ _msgpack_values = st.recursive(
 )
 
 
+@pytest.mark.slow  # ~6-15 s: 1,000 hypothesis examples
 @settings(max_examples=1000, deadline=None)
 @given(st.sampled_from([cls.SCHEMA for cls in MESSAGE_TYPES]), _msgpack_values)
 def test_well_formed_msgpack_of_the_wrong_shape_is_a_decode_error(schema, body):

@@ -64,6 +64,7 @@ def parameters(checkpoint: Path) -> dict[str, torch.Tensor]:
 # -- by hand ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ~10-20 s: a PyTorch process trains and checkpoints
 def test_by_hand_it_trains_the_steps_and_checkpoints_them(tmp_path):
     code, out, err = run("--job-type", "Transformer (batch size 16)", "--steps", "3", "--checkpoint-dir", str(tmp_path))
     assert (code, err) == (0, "")
@@ -81,6 +82,7 @@ def test_an_unknown_job_type_is_exit_2_and_one_line():
     assert err.count("\n") == 1 and "unknown job type 'ResNet-19 (batch size 32)'" in err and "CycleGAN" in err
 
 
+@pytest.mark.slow  # ~5-9 s: PyTorch processes that start and refuse
 def test_a_bad_data_dir_is_exit_2_and_one_line_naming_what_was_expected(tmp_path):
     code, out, err = run("--job-type", "LM (batch size 5)", "--steps", "2", "--data-dir", str(tmp_path))
     assert code == 2 and out == ""
@@ -109,6 +111,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~10-20 s: two PyTorch processes in a gloo gang
 def test_a_two_rank_gloo_gang_trains_and_rank_0_saves(tmp_path):
     port = str(free_port())
     ranks = [
@@ -133,6 +136,7 @@ def lease(path: Path, lease_id: str, step_budget: int) -> None:
     path.write_text(json.dumps(body))
 
 
+@pytest.mark.slow  # ~20-50 s: real PyTorch processes, leases and resumes
 def test_under_a_worker_it_runs_its_lease_budget_and_resumes_where_credited(tmp_path):
     lease_file, progress_file, checkpoints = tmp_path / "lease.json", tmp_path / "progress.json", tmp_path / "ckpt"
     worker = {"GAVEL_LEASE_FILE": str(lease_file), "GAVEL_PROGRESS_FILE": str(progress_file),

@@ -256,6 +256,7 @@ def test_a_snapshot_from_before_changes_py_loads_and_says_next_what_it_would_hav
         assert step(loaded) == step(e)
 
 
+@pytest.mark.slow  # ~20-50 s: a completion fit with each accelerator type left out in turn
 def test_leave_one_type_out_meets_the_colocated_goal_at_a_quarter_measured():
     """Every job type of the table withheld in turn, a quarter of its cells measured, its speed
     alone known on one type: the median colocated error is at most 10% (bench/estimator_accuracy.py
