@@ -6,14 +6,17 @@ package (the dev extra installs them, and the Makefile checks: a skip would hide
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 
 
-def sources() -> list[tuple[str, ast.Module]]:
-    return [(str(p.relative_to(ROOT)), ast.parse(p.read_text(), filename=str(p))) for p in sorted(TESTS.rglob("*.py"))]
+@functools.cache  # parsed once for the rules below
+def sources() -> list[tuple[str, frozenset[str]]]:
+    """Each test source file and the dotted names it uses (`pytest.mark.serial`, ...)."""
+    return [(str(p.relative_to(ROOT)), names(ast.parse(p.read_text(), filename=str(p)))) for p in sorted(TESTS.rglob("*.py"))]
 
 
 def attribute_chain(node: ast.AST) -> str:
@@ -25,8 +28,8 @@ def attribute_chain(node: ast.AST) -> str:
     return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
 
 
-def uses(tree: ast.Module, dotted: str) -> bool:
-    return any(attribute_chain(node) == dotted for node in ast.walk(tree))
+def names(tree: ast.Module) -> frozenset[str]:
+    return frozenset(attribute_chain(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute))
 
 
 def test_the_gavel_commands_tests_are_in_tests_cli() -> None:
@@ -35,16 +38,16 @@ def test_the_gavel_commands_tests_are_in_tests_cli() -> None:
 
 
 def test_only_e2e_tests_stop_the_shared_broker() -> None:
-    marked = [path for path, tree in sources() if uses(tree, "pytest.mark.serial")]
+    marked = [path for path, used in sources() if "pytest.mark.serial" in used]
     assert marked and all(path.startswith("tests/e2e/") for path in marked), marked
 
 
 def test_no_test_module_skips_itself_for_a_missing_package() -> None:
-    skipping = [path for path, tree in sources() if uses(tree, "pytest.importorskip")]
+    skipping = [path for path, used in sources() if "pytest.importorskip" in used]
     assert not skipping, f"import the package plainly (add it to the dev extra and the Makefile's check): {skipping}"
 
 
 def test_the_rules_above_see_what_they_look_for() -> None:
-    tree = ast.parse("import pytest\npytestmark = pytest.mark.serial\nyaml = pytest.importorskip('yaml')\n")
-    assert uses(tree, "pytest.mark.serial") and uses(tree, "pytest.importorskip")
-    assert not uses(ast.parse("serial = 1\n"), "pytest.mark.serial")
+    used = names(ast.parse("import pytest\npytestmark = pytest.mark.serial\nyaml = pytest.importorskip('yaml')\n"))
+    assert {"pytest.mark.serial", "pytest.importorskip"} <= used
+    assert "pytest.mark.serial" not in names(ast.parse("serial = 1\n"))
