@@ -128,8 +128,7 @@ async def rabbit_run(messages: list[JobSubmitted], url: str, one_at_a_time: bool
         await bus.close()
         cleaner = RabbitBus(settings, source="bench-cleanup")
         await cleaner.start()
-        cleaner._declared_queues.add(f"{exchange}.mechanism")
-        await cleaner.delete_topology()
+        await cleaner.delete_topology([f"{exchange}.mechanism"])
         await cleaner.close()
 
 

@@ -706,10 +706,16 @@ class RabbitBus:
             await incoming.ack()
         return out
 
-    async def delete_topology(self) -> None:
-        """Delete this bus's exchanges and durable queues (tests and benchmarks clean up with it)."""
+    @property
+    def declared_queues(self) -> frozenset[str]:
+        """The queues this connection declared (their full names, below the exchange)."""
+        return frozenset(self._declared_queues)
+
+    async def delete_topology(self, queues: Iterable[str] = ()) -> None:
+        """Delete this bus's exchanges and durable queues, and ``queues`` (full names: what other
+        connections declared below the exchange). Tests and benchmarks clean up with it."""
         channel, _, _ = self._require()
-        for name in sorted(self._declared_queues | {self.dead_letter_queue}):
+        for name in sorted(self._declared_queues | {self.dead_letter_queue} | set(queues)):
             with contextlib.suppress(aiormq.exceptions.AMQPError):
                 await channel.queue_delete(name)
         for name in (self.exchange_name, self.dlx_name):

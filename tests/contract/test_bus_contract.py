@@ -237,8 +237,7 @@ async def test_rabbit_refuses_a_user_id_that_is_not_the_publishers(rabbit):
 async def test_rabbit_redelivers_after_consumer_process_dies_without_ack(rabbit):
     """A consumer killed with SIGKILL never acknowledged its delivery: the broker redelivers it."""
     bus = await rabbit.connect("survivor")
-    await bus.subscribe("work", ["job.submitted"], Collector())  # declare the queue...
-    (sub,) = bus._subscriptions
+    sub = await bus.subscribe("work", ["job.submitted"], Collector())  # declare the queue...
     await sub.cancel()  # ...then leave it to the doomed process
     child = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -398,17 +397,7 @@ async def bounded(harness, bound: int, source: str = "test"):  # noqa: ANN201
     """A connection whose bounded queues of common/topology.py (the mechanism's submissions) hold
     at most ``bound`` messages waiting: RabbitMQ's from the settings, as every gavel declares them;
     the in-memory bus's from its broker's, as the embedded default makes it (common.transport.make_bus)."""
-    from common.topology import queue_bounds
-    from common.transport.memory import InMemoryBroker
-
-    if harness.is_rabbit:
-        return await harness.connect(source, submissions_max_length=bound)
-    if not hasattr(harness, "_bounded_broker"):
-        harness._bounded_broker = InMemoryBroker(serialize=harness.kind == "memory-serialized", max_lengths=queue_bounds(bound))
-    bus = InMemoryBus(harness._bounded_broker, source=source)
-    await bus.start()
-    harness._buses.append(bus)
-    return bus
+    return await harness.connect(source, submissions_max_length=bound)
 
 
 async def test_a_full_bounded_queue_refuses_a_publish_that_other_queues_still_take(harness):

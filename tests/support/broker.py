@@ -23,6 +23,5 @@ async def delete_topology(url: str, exchange: str, queues: tuple[str, ...] = ())
 
     bus = RabbitBus(BusSettings(kind="amqp", amqp_url=url, exchange=exchange), source="cleanup")
     await bus.start()
-    bus._declared_queues.update(f"{exchange}.{q}" for q in queues)
-    await bus.delete_topology()
+    await bus.delete_topology(f"{exchange}.{q}" for q in queues)
     await bus.close()

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from common.config import BusSettings
+from common.topology import queue_bounds
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from tests.support.broker import delete_topology
 
@@ -25,6 +26,7 @@ class BusHarness:
         self.exchange = f"gavel-test-{uuid.uuid4().hex[:10]}"
         self._buses: list[Any] = []
         self._broker = InMemoryBroker(serialize=kind == "memory-serialized")
+        self._bounded: dict[int | None, InMemoryBroker] = {}  # bound -> its broker (connect's submissions_max_length)
 
     @property
     def is_rabbit(self) -> bool:
@@ -41,8 +43,14 @@ class BusHarness:
         return BusSettings(**base)
 
     async def connect(self, source: str = "test", **overrides: Any) -> Any:
+        """A new connection. ``overrides`` are BusSettings fields; on the in-memory bus only
+        ``submissions_max_length`` means something: a connection to a broker of its own that
+        bounds the queues of common/topology.py so (as the embedded default makes it)."""
         if not self.is_rabbit:
-            memory = InMemoryBus(self._broker, source=source, user="guest")  # as the test broker's login
+            broker = self._broker
+            if "submissions_max_length" in overrides:
+                broker = self._bounded_broker(overrides["submissions_max_length"])
+            memory = InMemoryBus(broker, source=source, user="guest")  # as the test broker's login
             await memory.start()
             self._buses.append(memory)
             return memory
@@ -53,10 +61,15 @@ class BusHarness:
         self._buses.append(bus)
         return bus
 
+    def _bounded_broker(self, bound: int | None) -> InMemoryBroker:
+        if bound not in self._bounded:
+            self._bounded[bound] = InMemoryBroker(serialize=self.kind == "memory-serialized", max_lengths=queue_bounds(bound))
+        return self._bounded[bound]
+
     async def close(self) -> None:
         for bus in reversed(self._buses):
             await bus.close(timeout_s=5.0)
         if self.is_rabbit and self._buses:
-            queues = {q for bus in self._buses for q in bus._declared_queues}
+            queues = {q for bus in self._buses for q in bus.declared_queues}
             prefix = f"{self.exchange}."
             await delete_topology(self._url or "", self.exchange, tuple(q.removeprefix(prefix) for q in queues))
