@@ -55,11 +55,16 @@ def _restore_logging() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that talks to RabbitMQ carries the `broker` mark (`-m "not broker"` skips them)."""
+    """Every test that talks to RabbitMQ carries the `broker` mark (`-m "not broker"` skips them).
+    On xdist workers the slow tests come first (the order is otherwise kept, and every worker
+    sorts alike): a minute-long test handed out last would keep one core busy while the other
+    waits."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "broker_url" in names or "rabbit" in names:
             item.add_marker(pytest.mark.broker)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
