@@ -61,7 +61,7 @@ from mechanism_service.core.rates import TableRates  # noqa: E402
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation, record_first_runs  # noqa: E402
 from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset, close_round, open_round  # noqa: E402
 from mechanism_service.core.settings import MechanismSettings, preset  # noqa: E402
-from mechanism_service.service import Memory  # noqa: E402
+from mechanism_service.core.memory import Memory  # noqa: E402
 from policy_service.service import shipped_context  # noqa: E402
 from common.journal import Journal  # noqa: E402
 

@@ -11,8 +11,9 @@ kept under what identifies it, and the mechanism's own copy wins where both have
 from __future__ import annotations
 
 from mechanism_service.core.model import JobState, MechanismState
+from mechanism_service.core.retention import Forgotten
 from mechanism_service.core.rounds import RoundReport
-from mechanism_service.service import Forgotten, MechanismService
+from mechanism_service.service import MechanismService
 
 
 class Archive:

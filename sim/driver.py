@@ -17,6 +17,7 @@ from common.messages import AllocationRequested, JobSubmitted
 from common.throughputs import ThroughputTable
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from estimator_service.service import EstimatorService
+from mechanism_service.config import MechanismConfig
 from mechanism_service.core.model import MechanismState
 from mechanism_service.core.retention import Retention
 from mechanism_service.core.settings import MechanismSettings
@@ -162,8 +163,7 @@ def _mechanism(
     """The mechanism of a simulation (``faults``: the fault path's crash point and elastic types).
     It forgets what is over as a live one does (``SIM_RETENTION``), into ``archive``."""
     estimation = config.estimation
-    return MechanismService(
-        clock=clock,
+    mechanism_config = MechanismConfig(
         settings=settings,
         policy=config.policy,
         # learned: the mechanism knows what the estimator knows (the unknown types are not in it)
@@ -174,11 +174,11 @@ def _mechanism(
         solver=config.solver,
         stop_when=stop_when,
         more_arrivals=lambda: not replayer.done,
-        journal=journal,
         retention=SIM_RETENTION,
         archive=archive,
         **faults,
     )
+    return MechanismService(mechanism_config, clock=clock, journal=journal)
 
 
 def _result(

@@ -406,6 +406,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).
     from mechanism_service.core.rounds import type_shuffler
     from mechanism_service.core.settings import preset
+    from mechanism_service.config import MechanismConfig
     from mechanism_service.service import MechanismService
     from policy_service.core.catalog import policy_names
     from policy_service.service import PolicyService
@@ -432,22 +433,24 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
             )
             services.append(
                 MechanismService(
+                    MechanismConfig(
+                        settings=mechanism_settings,
+                        policy=args.policy,
+                        table=table,
+                        estimates=True,
+                        shuffle=type_shuffler(args.preset, args.seed),
+                        seed=args.seed,
+                        lockstep=args.lockstep,
+                        expected_gpus=args.expect_gpus,
+                        round_timeout_s=round_timeout_s(args),
+                        deadlines=not args.lockstep and not args.time_scale,
+                        elastic_types=() if args.lockstep else table.accelerator_types,
+                        admission_batch_s=0.0 if args.lockstep else 0.05,
+                        retention=retention(args),
+                        owners=Ownership(operators=args.operators, shared_broker_users=args.shared_broker_users),
+                    ),
                     clock=clock,
-                    settings=mechanism_settings,
-                    policy=args.policy,
-                    table=table,
-                    estimates=True,
-                    shuffle=type_shuffler(args.preset, args.seed),
-                    seed=args.seed,
-                    lockstep=args.lockstep,
-                    expected_gpus=args.expect_gpus,
                     journal=journal,
-                    round_timeout_s=round_timeout_s(args),
-                    deadlines=not args.lockstep and not args.time_scale,
-                    elastic_types=() if args.lockstep else table.accelerator_types,
-                    admission_batch_s=0.0 if args.lockstep else 0.05,
-                    retention=retention(args),
-                    owners=Ownership(operators=args.operators, shared_broker_users=args.shared_broker_users),
                 )
             )
         elif name == "estimator":

@@ -49,7 +49,7 @@ def test_gavel_serve_mechanism_runs_the_ratio_given_and_the_presets_without_it(f
 
     args = build_parser().parse_args(["serve", "mechanism", "--no-journal", *flags])
     (mechanism,) = build_services(["mechanism"], args, Settings.from_env({}), "amqp")
-    assert mechanism._settings.catch_up_ratio == ratio  # type: ignore[attr-defined]
+    assert mechanism.config.settings.catch_up_ratio == ratio  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("command", [list(RUN), ["serve", "mechanism"]])

@@ -31,6 +31,7 @@ from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core import status as status_core
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
+from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service import service as policy_module
 from policy_service.service import PolicyService, shipped_context
@@ -75,9 +76,12 @@ async def world(
     bus = InMemoryBus(broker, clock=clock, source="test")
     await bus.start()
     mechanism = MechanismService(
-        clock=clock, settings=preset("default", policy), policy=policy, table=TABLE,
-        shuffle=type_shuffler("default", 0), round_timeout_s=None, deadlines=False,
-        elastic_types=TABLE.accelerator_types if elastic else (), estimates=estimates,
+        MechanismConfig(
+            settings=preset("default", policy), policy=policy, table=TABLE, shuffle=type_shuffler("default", 0),
+            round_timeout_s=None, deadlines=False, elastic_types=TABLE.accelerator_types if elastic else (),
+            estimates=estimates,
+        ),
+        clock=clock,
     )
     events, requests = Collector(), Collector()
     await bus.subscribe("test.events", ["job.*", "round.ended"], events, durable=False)
@@ -304,16 +308,16 @@ def test_a_worker_on_another_clock_is_refused(worker_clock: str) -> None:
     from mechanism_service.clocks import ScaledClock
 
     mechanism = MechanismService(
-        clock=ScaledClock(100.0), settings=preset("default", "fifo"), policy="fifo", table=TABLE,
-        shuffle=type_shuffler("default", 0),
+        MechanismConfig(settings=preset("default", "fifo"), policy="fifo", table=TABLE, shuffle=type_shuffler("default", 0)),
+        clock=ScaledClock(100.0),
     )
-    problem = mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1, clock=worker_clock))
+    problem = mechanism.workers.problem(WorkerRegistered("v100-0", "v100", 1, clock=worker_clock))
     assert problem == (
         f"worker 'v100-0' runs on the {worker_clock} clock and this mechanism on the scaled x100 clock, so its "
         "leases would never end when rounds do: start both with the same --time-scale (or both with --lockstep, or neither)"
     )
-    assert mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1, clock="scaled x100")) == ""
-    assert mechanism._worker_problem(WorkerRegistered("v100-0", "v100", 1)) == ""  # an older worker: not checked
+    assert mechanism.workers.problem(WorkerRegistered("v100-0", "v100", 1, clock="scaled x100")) == ""
+    assert mechanism.workers.problem(WorkerRegistered("v100-0", "v100", 1)) == ""  # an older worker: not checked
 
 
 async def test_a_command_nobody_can_receive_is_said_and_does_not_stop_the_mechanism() -> None:
@@ -346,7 +350,7 @@ def test_a_snapshot_from_before_these_fields_is_upgraded_on_load() -> None:
     """A journal written by the previous version: its memory lacks the fields added since."""
     import pickle
 
-    from mechanism_service.service import Memory, _upgraded
+    from mechanism_service.core.memory import Memory, upgraded
 
     old = Memory()
     for name in ("held", "intake", "cancelling", "refused_workers", "policy", "preset"):
@@ -354,7 +358,7 @@ def test_a_snapshot_from_before_these_fields_is_upgraded_on_load() -> None:
     vars(old)["known_jobs"] = {"a", "b"}
     vars(old)["sealed"] = 3
     del vars(old.observations)["cancelled"]
-    memory = _upgraded(pickle.loads(pickle.dumps(old)))
+    memory = upgraded(pickle.loads(pickle.dumps(old)))
     assert memory.held == [] and memory.cancelling == {} and memory.policy == ""
     assert memory.intake.known == {"a": None, "b": None}  # accepted before specs were kept: absorbed as retries
     assert memory.observations.cancelled == {} and "known_jobs" not in vars(memory)

@@ -13,7 +13,6 @@ import pytest
 from common.journal import Journal
 from common.messages import JobSubmitted
 from common.transport.memory import InMemoryBroker, InMemoryBus
-from mechanism_service import service as mechanism_module
 from mechanism_service.clocks import ScaledClock
 from mechanism_service.service import MechanismService
 from tests.support.mechanism import ManualClock, live_mechanism, spec
@@ -59,8 +58,8 @@ async def test_a_restarted_mechanism_admits_the_same_jobs_with_their_arrival_tim
     assert sorted(t for _, t in expected.values()) == [1001.0 + i for i in range(40)]
 
     # Killed: no stop(), nothing flushed beyond what handlers committed before acknowledging.
-    assert first._loop_task is not None
-    first._loop_task.cancel()
+    assert first.round_task is not None
+    await first.kill()
     clock.t += 500.0  # the restart happens later: arrivals must not move to it
     second = live_mechanism(path, clock)
     bus_after = InMemoryBus(InMemoryBroker(), source="test")
@@ -77,26 +76,27 @@ async def test_a_restarted_mechanism_admits_the_same_jobs_with_their_arrival_tim
 async def test_a_burst_of_submissions_does_not_snapshot_per_job(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Admission-only boundaries skip the snapshot (pickling the whole memory per arrival made
     ingest quadratic: 150 jobs/s at 10,000), but a bounded number of inputs is ever replayed."""
-    monkeypatch.setattr(mechanism_module, "SNAPSHOT_EVERY_EVENTS", 25)
     path = tmp_path / "mechanism.sqlite"
     clock = ManualClock()
     bus = InMemoryBus(InMemoryBroker(), source="test")
     await bus.start()
     mechanism = live_mechanism(path, clock)
+    mechanism.journal.snapshot_every_events = 25
     saved: list[int] = []
-    assert mechanism._journal is not None
-    original = mechanism._journal.save_snapshot
+    journal = mechanism.journal.file
+    assert journal is not None
+    original = journal.save_snapshot
 
     def counting(memory: object) -> None:
         original(memory)
-        saved.append(mechanism._journal.snapshot_seq)  # type: ignore[union-attr]
+        saved.append(journal.snapshot_seq)
 
-    monkeypatch.setattr(mechanism._journal, "save_snapshot", counting)
+    monkeypatch.setattr(journal, "save_snapshot", counting)
     await mechanism.start(bus)
     await submit(bus, clock, range(100))
     await eventually(lambda: len(admitted(mechanism)) == 100)
     assert 1 <= len(saved) <= 100 // 25  # one per 25 inputs at most, not one per boundary
-    assert mechanism._journal.last_seq() - snapshots_written(path) < 25 + 1
+    assert journal.last_seq() - snapshots_written(path) < 25 + 1
     await mechanism.stop()
     await bus.close()
 

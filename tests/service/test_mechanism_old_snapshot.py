@@ -15,6 +15,7 @@ from mechanism_service.core.model import MechanismState
 from mechanism_service.core.retention import Retention
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
+from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
 from common.transport.memory import InMemoryBroker, InMemoryBus
@@ -65,10 +66,14 @@ async def test_a_snapshot_journaled_before_the_collaborators_loads_and_runs(tmp_
     assert len(state.entries) > len(state.jobs)  # pairs: the packed policy's ledgers came back as columns
 
     mechanism = MechanismService(
-        clock=clock, settings=preset("default", POLICY), policy=POLICY, table=table,
-        shuffle=type_shuffler("default", 0), seed=0, journal=Journal(path), elastic_types=table.accelerator_types,
-        retention=Retention(finished_s=None, finished_jobs=100, rounds=100, lost_workers=100),
-        stop_when=stop_when, more_arrivals=lambda: True,
+        MechanismConfig(
+            settings=preset("default", POLICY), policy=POLICY, table=table, shuffle=type_shuffler("default", 0), seed=0,
+            elastic_types=table.accelerator_types,
+            retention=Retention(finished_s=None, finished_jobs=100, rounds=100, lost_workers=100),
+            stop_when=stop_when, more_arrivals=lambda: True,
+        ),
+        clock=clock,
+        journal=Journal(path),
     )
 
     class Listener:

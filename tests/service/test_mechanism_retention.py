@@ -115,7 +115,7 @@ def test_gavel_serve_mechanism_forgets_under_the_rule_its_flags_give(flags: list
 
     args = build_parser().parse_args(["serve", "mechanism", "--no-journal", *flags])
     (mechanism,) = build_services(["mechanism"], args, Settings.from_env({}), "amqp")
-    assert mechanism._retention == rule  # type: ignore[attr-defined]
+    assert mechanism.config.retention == rule  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--keep-finished-s", "-1"), ("--keep-finished-jobs", "1.5"), ("--keep-rounds", "all")])

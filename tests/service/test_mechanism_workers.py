@@ -39,6 +39,7 @@ from mechanism_service.core.ownership import Ownership
 from mechanism_service.core.retention import KEEP_ALL, Retention
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
+from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
 from services.cli.status_cmd import ask_on
@@ -158,7 +159,7 @@ class World:
     async def worker(self, worker_id: str, accelerator_type: str, *, register: bool = True) -> ScriptedWorker:
         worker = await ScriptedWorker(self.bus, worker_id, accelerator_type).start(register=register)
         if register:
-            await eventually(lambda: self.mechanism._held(worker_id) is not None)
+            await eventually(lambda: self.mechanism.workers.held(worker_id) is not None)
         return worker
 
     async def submit(self, *specs: JobSpec) -> None:
@@ -181,18 +182,19 @@ def mechanism(
     clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL,
     owners: Ownership = Ownership(), **settings: object,
 ) -> MechanismService:
-    return MechanismService(
-        clock=clock,  # type: ignore[arg-type]
+    config = MechanismConfig(
         settings=dataclasses.replace(preset("default", POLICY), worker_grace_s=GRACE_S, **settings),  # type: ignore[arg-type]
         policy=POLICY,
         table=TABLE,
         shuffle=type_shuffler("default", 0),
-        journal=Journal(journal) if journal is not None else None,
         round_timeout_s=round_timeout_s,
         deadlines=False,
         elastic_types=TABLE.accelerator_types,
         retention=retention,
         owners=owners,
+    )
+    return MechanismService(
+        config, clock=clock, journal=Journal(journal) if journal is not None else None  # type: ignore[arg-type]
     )
 
 
@@ -216,10 +218,8 @@ async def world(
 
 async def kill(w: World) -> None:
     """As a SIGKILL would: nothing flushed beyond what handlers committed before acknowledging."""
-    for task in (w.mechanism._loop_task, w.mechanism._watch_task):
-        assert task is not None
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    assert w.mechanism.round_task is not None and w.mechanism.liveness.task is not None
+    await w.mechanism.kill()
     await w.bus.close()
 
 
@@ -509,7 +509,8 @@ async def test_a_loss_replays_from_the_journal_as_it_was_decided(tmp_path: pathl
     run_b = await b.lease_of_round(1)  # the jobs may have swapped types: run or extend
     await lose(first, a, b)  # b's lease still runs: no boundary, so the loss is only in the journal's events
     decided = pickle.loads(pickle.dumps(first.memory))
-    assert first.mechanism._journal is not None and first.mechanism._journal.snapshot_seq < first.mechanism._journal.last_seq()
+    journal = first.mechanism.journal.file
+    assert journal is not None and journal.snapshot_seq < journal.last_seq()
     await kill(first)
 
     later = SteppedClock(first.clock.t + 3600.0)  # the restart comes later: the loss keeps its time
@@ -542,25 +543,25 @@ async def test_a_loss_replays_from_the_journal_as_it_was_decided(tmp_path: pathl
 
 
 def test_a_snapshot_from_before_real_workers_is_upgraded_on_load() -> None:
-    from mechanism_service.service import Memory, _upgraded
+    from mechanism_service.core.memory import Memory, upgraded
 
     old = Memory()
     for name in ("epoch", "launch", "last_heard_s", "lost_workers", "ended_leases", "resolve_now"):
         del vars(old)[name]
     for name in ("attempts", "measured"):
         del vars(old.observations)[name]
-    memory = _upgraded(pickle.loads(pickle.dumps(old)))
+    memory = upgraded(pickle.loads(pickle.dumps(old)))
     assert (memory.epoch, memory.launch, memory.lost_workers, memory.ended_leases, memory.resolve_now) == (0, {}, {}, {}, False)
     assert memory.observations.attempts == {} and memory.observations.measured == {}
 
 
 def test_a_snapshot_from_before_migration_aware_rounds_is_upgraded_on_load() -> None:
     from mechanism_service.core.model import new_state
-    from mechanism_service.service import Memory, _upgraded
+    from mechanism_service.core.memory import Memory, upgraded
 
     state = new_state({"v100": 2})
     del state.stretch_rounds, state.move_costs_by_job_type, state.profiling
-    memory = _upgraded(pickle.loads(pickle.dumps(Memory(state=state))))
+    memory = upgraded(pickle.loads(pickle.dumps(Memory(state=state))))
     assert memory.state is not None
     assert (memory.state.stretch_rounds, memory.state.move_costs_by_job_type) == ({}, {})
     assert memory.state.profiling.leases == 0

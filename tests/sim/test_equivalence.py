@@ -9,7 +9,6 @@ import pytest
 
 from common.errors import ServiceError
 from mechanism_service.core.settings import preset
-from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig, simulate
@@ -100,16 +99,18 @@ async def test_the_services_publish_round_and_job_events():
 async def test_a_mechanism_that_crashes_fails_the_simulation_instead_of_ending_it(monkeypatch):
     """A crashed round loop stops the mechanism: the run must say so, not return its jobs so far
     as if the trace were over."""
-    real = MechanismService._dispatch
+    from mechanism_service.core import commands as commands_core
+
+    real = commands_core.dispatch
     calls = {"n": 0}
 
-    async def dispatch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def dispatch(*args, **kwargs):  # noqa: ANN002, ANN003
         calls["n"] += 1
         if calls["n"] == 5:
             raise RuntimeError("a bug")
-        return await real(self, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(MechanismService, "_dispatch", dispatch)
+    monkeypatch.setattr(commands_core, "dispatch", dispatch)
     trace = read_trace(REFERENCE / "static_n32_seed0.trace")
     config = RunConfig("max_min_fairness_perf", {"v100": 4, "p100": 4, "k80": 4}, preset("default", "max_min_fairness_perf"))
     with pytest.raises(ServiceError, match="the mechanism crashed during the simulation"):
@@ -148,7 +149,7 @@ def test_a_job_the_mechanism_runs_again_after_a_restart_is_active_in_the_result_
     """A job forgotten into the archive, then taken back by a restarted mechanism's replay (it
     ended after the last snapshot), is one job: the mechanism's active one."""
     from mechanism_service.core.model import JobState, new_state
-    from mechanism_service.service import Forgotten
+    from mechanism_service.core.retention import Forgotten
     from sim.archive import Archive
     from sim.fastpath import outcomes
 

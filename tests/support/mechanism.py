@@ -9,6 +9,7 @@ from common.journal import Journal
 from common.messages import JobSpec
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
+from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 
@@ -32,16 +33,17 @@ class ManualClock:
 
 
 def live_mechanism(journal: pathlib.Path | None, clock: object) -> MechanismService:
-    return MechanismService(
-        clock=clock,  # type: ignore[arg-type]
+    config = MechanismConfig(
         settings=preset("default", "fifo"),
         policy="fifo",
         table=TABLE,
         shuffle=type_shuffler("default", 0),
-        journal=Journal(journal) if journal is not None else None,
         round_timeout_s=600.0,
         deadlines=False,
         elastic_types=TABLE.accelerator_types,  # no worker yet: jobs wait rather than being refused
+    )
+    return MechanismService(
+        config, clock=clock, journal=Journal(journal) if journal is not None else None  # type: ignore[arg-type]
     )
 
 

@@ -12,6 +12,10 @@ with its submitter's estimate and owner. It stops after its sixth boundary: the 
 boundary's (its leases out), and the journal holds their reports after it.
 
     PYTHONPATH=<a checkout of 732af1f> python tests/data/mechanism-snapshot/make.py OUT.sqlite
+
+(Its imports were since rewritten to today's module paths when the runtime moved into common/;
+on 732af1f they were services.bus.memory, services.host and services.journal. It builds the
+mechanism with the keyword arguments of then, before MechanismConfig.)
 """
 
 from __future__ import annotations
