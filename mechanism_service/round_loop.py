@@ -31,6 +31,7 @@ from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.receipts import held_reasons, take_due
 from mechanism_service.core.cancel import leaving
 from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset, close_round, open_round
+from mechanism_service.core.settle import LeaseResult
 from mechanism_service.journaling import MechanismJournal
 from mechanism_service.liveness import LivenessWatch
 from mechanism_service.outbox import Outbox
@@ -58,53 +59,26 @@ class RoundLoop:
         self._crash_point = config.crash_point or (lambda point: None)
 
     async def run(self) -> None:
-        config, settings, memory, waits = self._config, self._config.settings, self._cell.memory, self._waits
+        config, settings, memory = self._config, self._config.settings, self._cell.memory
         if config.lockstep:
-            await waits.until(waits.ready_for_lockstep)
+            await self._waits.until(self._waits.ready_for_lockstep)
         while True:
             # 0. stop (checked where Gavel checks it: before the next boundary is handled); the
             # round already dispatched still runs and is reported, not settled
             if memory.state is not None and config.stop_when is not None and config.stop_when(memory.state):
                 if memory.expected:
-                    await waits.until(waits.round_complete)
+                    await self._waits.until(self._waits.round_complete)
                     leases.collect_results(memory, settings.max_failed_attempts)
                 return
-            # 1. wait for the running round to end, or for work
-            results: list = []
-            failing: list[tuple[str, str]] = []
-            lease_ids: list[str] = []
-            if memory.expected:
-                await waits.for_round()
-                crashed = leases.crashed_to_retry(memory)
-                lease_ids = list(memory.expected)  # in the order of the results
-                results, failing = leases.collect_results(memory, settings.max_failed_attempts)
-                await waits.out_a_crash(crashed)  # the attempts say "crashed" meanwhile
-                if config.lockstep and results:
-                    self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
-            else:
-                await waits.when_idle()
-                if config.admission_batch_s and memory.submitted:
-                    # a burst of submissions (a trace) is admitted by one boundary, not one each
-                    await asyncio.sleep(config.admission_batch_s)
+            # 1. wait for the running round to end (its leases as results), or for work
+            lease_ids, results, failing = await self._wait_for_boundary()
             await self._clock.sleep(0)  # everything else due at this instant first
             heard, memory.pending_estimates = memory.pending_estimates, []  # later ones wait for the next boundary
             now_s = self._clock.now_s()
             memory.last_boundary_s = memory.now_s = now_s
             state = self._pool.state()
-            # 2. settle
-            round_start_s = memory.round_clock.close(max(r.finish_s for r in results), settings) if results else now_s
-            charging = audit.settling(lease_ids, results, state.jobs.get) if self._journal.kept else None
-            finished = close_round(state, results, round_start_s, settings)
-            settled = audit.settled_leases(charging) if charging is not None else []
-            for job in finished:
-                outcome, reason = settled_end(job)
-                await self._end(job.job_id, outcome, reason, self._clock.now_s(), settled=job)
-            finished += await self._fail_attempts(failing, now_s)
-            if results:
-                ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
-                await self._outbox.publish(ended, f"round-ended:{ended.round_id}")
-            for job_id, reason in leaving(memory):  # cancelled: after their last round was settled
-                await self._end(job_id, "cancelled", reason, now_s, log_as="job_cancelled")
+            # 2. settle: credit steps and time; the jobs' ends, the round's, the cancelled jobs'
+            settled = await self._settle(state, lease_ids, results, failing, now_s)
             # 3. the estimates heard before this boundary; admit the jobs whose arrival has come
             # (and those held until the cluster fits)
             self._take_estimates(state, heard)
@@ -124,7 +98,51 @@ class RoundLoop:
             memory.round_clock.dispatched_at_s = now_s
             await self._dispatch(state, plan, now_s, bool(reset), settled=settled, any_settled=bool(results))
             if plan.assignment:
-                waits.idle_boundaries = 0
+                self._waits.idle_boundaries = 0
+
+    async def _wait_for_boundary(self) -> tuple[list[str], list[LeaseResult], list[tuple[str, str]]]:
+        """Step 1: the running round's leases (their ids, as results in that order) and the jobs
+        whose attempts failed too often, once every lease reported; nothing when idle, once there
+        is work."""
+        config, memory, waits = self._config, self._cell.memory, self._waits
+        if not memory.expected:
+            await waits.when_idle()
+            if config.admission_batch_s and memory.submitted:
+                # a burst of submissions (a trace) is admitted by one boundary, not one each
+                await asyncio.sleep(config.admission_batch_s)
+            return [], [], []
+        await waits.for_round()
+        crashed = leases.crashed_to_retry(memory)
+        lease_ids = list(memory.expected)  # in the order of the results
+        results, failing = leases.collect_results(memory, config.settings.max_failed_attempts)
+        await waits.out_a_crash(crashed)  # the attempts say "crashed" meanwhile
+        if config.lockstep and results:
+            self._clock.advance_to(max(r.finish_s for r in results))  # type: ignore[attr-defined]
+        return lease_ids, results, failing
+
+    async def _settle(
+        self, state: MechanismState, lease_ids: list[str], results: list[LeaseResult], failing: list[tuple[str, str]],
+        now_s: float,
+    ) -> list[list[object]]:
+        """Step 2: the round settled (what it credited and charged, for the audit record, is
+        returned); the jobs it finished end, then those whose attempts failed, then the round
+        (RoundEnded), then the jobs cancelled since the last boundary (after their last round was
+        settled: a job that completed in it completed, one terminal state each)."""
+        memory, settings = self._cell.memory, self._config.settings
+        round_start_s = memory.round_clock.close(max(r.finish_s for r in results), settings) if results else now_s
+        charging = audit.settling(lease_ids, results, state.jobs.get) if self._journal.kept else None
+        finished = close_round(state, results, round_start_s, settings)
+        settled = audit.settled_leases(charging) if charging is not None else []
+        for job in finished:
+            outcome, reason = settled_end(job)
+            await self._end(job.job_id, outcome, reason, self._clock.now_s(), settled=job)
+        finished += await self._fail_attempts(failing, now_s)
+        if results:
+            ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
+            await self._outbox.publish(ended, f"round-ended:{ended.round_id}")
+        for job_id, reason in leaving(memory):
+            await self._end(job_id, "cancelled", reason, now_s, log_as="job_cancelled")
+        return settled
 
     async def _end(
         self, job_id: str, outcome: Outcome, reason: str, now_s: float, *, settled: JobState | None = None, log_as: str = "",
