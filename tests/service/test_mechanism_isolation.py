@@ -326,12 +326,13 @@ async def test_a_command_nobody_can_receive_is_said_and_does_not_stop_the_mechan
     again; instead it is logged and the lease counts as no progress."""
     from structlog.testing import capture_logs
 
-    from tests.support.mechanism import ManualClock, live_mechanism
+    from tests.support.clock import SteppedClock
+    from tests.support.mechanism import live_mechanism
 
     bus = InMemoryBus(InMemoryBroker(), source="test")
     await bus.start()
-    mechanism = live_mechanism(None, ManualClock())
-    await PolicyService(clock=ManualClock(), context=CONTEXT, solving="inline").start(bus)
+    mechanism = live_mechanism(None, SteppedClock())
+    await PolicyService(clock=SteppedClock(), context=CONTEXT, solving="inline").start(bus)
     with capture_logs() as logs:
         await mechanism.start(bus)
         await bus.publish(WorkerRegistered("ghost", "v100", 1, "ghost"))

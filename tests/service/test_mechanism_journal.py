@@ -15,7 +15,8 @@ from common.messages import JobSubmitted
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.clocks import ScaledClock
 from mechanism_service.service import MechanismService
-from tests.support.mechanism import ManualClock, live_mechanism, spec
+from tests.support.clock import SteppedClock
+from tests.support.mechanism import live_mechanism, spec
 from tests.support.waiting import eventually
 
 
@@ -36,7 +37,7 @@ def admitted(mechanism: MechanismService) -> dict[str, tuple[str, float]]:
     return admitted_jobs | held
 
 
-async def submit(bus: InMemoryBus, clock: ManualClock, jobs: range) -> None:
+async def submit(bus: InMemoryBus, clock: SteppedClock, jobs: range) -> None:
     for i in jobs:
         clock.t += 1.0  # each job reaches the mechanism a second after the last
         await bus.publish(JobSubmitted(spec(i)))
@@ -45,7 +46,7 @@ async def submit(bus: InMemoryBus, clock: ManualClock, jobs: range) -> None:
 
 async def test_a_restarted_mechanism_admits_the_same_jobs_with_their_arrival_times(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "mechanism.sqlite"
-    clock = ManualClock()
+    clock = SteppedClock()
     broker = InMemoryBroker()
     bus = InMemoryBus(broker, source="test")
     await bus.start()
@@ -77,7 +78,7 @@ async def test_a_burst_of_submissions_does_not_snapshot_per_job(tmp_path: pathli
     """Admission-only boundaries skip the snapshot (pickling the whole memory per arrival made
     ingest quadratic: 150 jobs/s at 10,000), but a bounded number of inputs is ever replayed."""
     path = tmp_path / "mechanism.sqlite"
-    clock = ManualClock()
+    clock = SteppedClock()
     bus = InMemoryBus(InMemoryBroker(), source="test")
     await bus.start()
     mechanism = live_mechanism(path, clock)

@@ -10,7 +10,8 @@ from common.messages import JobSubmitted
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core.status import Observations, job_report, record_placement
 from services.cli.status_cmd import ask_on
-from tests.support.mechanism import ManualClock, live_mechanism, spec
+from tests.support.clock import SteppedClock
+from tests.support.mechanism import live_mechanism, spec
 from tests.support.waiting import eventually
 
 
@@ -19,7 +20,7 @@ async def test_an_answer_longer_than_one_message_string_comes_in_parts() -> None
     the mechanism sends parts, the command joins them."""
     bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
     await bus.start()
-    mechanism = live_mechanism(None, ManualClock())
+    mechanism = live_mechanism(None, SteppedClock())
     await mechanism.start(bus)
     for i in range(600):
         await bus.publish(JobSubmitted(spec(i)))

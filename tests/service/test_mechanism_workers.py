@@ -43,6 +43,7 @@ from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service.service import PolicyService, shipped_context
 from services.cli.status_cmd import ask_on
+from tests.support.clock import SteppedClock
 from tests.support.waiting import Collector, eventually
 
 CONTEXT = shipped_context()
@@ -53,34 +54,6 @@ GRACE_S = 30.0
 POLICY = "max_min_fairness_perf"  # fastest type first: a lone job starts on the V100
 TRACEBACK = 'exit code 1: Traceback (most recent call last):\n  File "train.py", line 9\nValueError: bad learning rate\n'
 Lease = RunJobs | ExtendLease
-
-
-class SteppedClock:
-    """Live time that moves only when the test moves it; a sleep ends once time has passed its end."""
-
-    def __init__(self, now_s: float = 1000.0) -> None:
-        self.t = now_s
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def now_s(self) -> float:
-        return self.t
-
-    async def sleep(self, duration_s: float) -> None:
-        if duration_s <= 0:
-            await asyncio.sleep(0)
-            return
-        entry = (self.t + duration_s, asyncio.get_running_loop().create_future())
-        self._sleepers.append(entry)
-        try:
-            await entry[1]
-        finally:
-            self._sleepers.remove(entry)
-
-    def advance(self, duration_s: float) -> None:
-        self.t += duration_s
-        for due_s, future in self._sleepers:
-            if due_s <= self.t and not future.done():
-                future.set_result(None)
 
 
 class ScriptedWorker:

@@ -1,35 +1,19 @@
-"""A live mechanism in one process, on a clock the test moves (tests/service)."""
+"""A live mechanism in one process, on a clock the test moves (tests/support/clock.py, SteppedClock)."""
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 
 from common.journal import Journal
 from common.messages import JobSpec
+from mechanism_service.config import MechanismConfig
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service.service import shipped_context
 
 TABLE = shipped_context().table
 assert TABLE is not None
-
-
-class ManualClock:
-    """Live time that moves only when the test moves it; a sleep lasts until cancelled."""
-
-    def __init__(self, now_s: float = 1000.0) -> None:
-        self.t = now_s
-
-    def now_s(self) -> float:
-        return self.t
-
-    async def sleep(self, duration_s: float) -> None:
-        if duration_s > 0:
-            await asyncio.Event().wait()
-        await asyncio.sleep(0)
 
 
 def live_mechanism(journal: pathlib.Path | None, clock: object) -> MechanismService:
