@@ -1,10 +1,10 @@
 """The estimator's change tracking: the stamps its cached figures are keyed on, what may have moved
-since it last spoke, and what it last said (estimator.py computes the figures; this module
-decides which of them are computed again and which are sent).
+since it last spoke, and what it last said (rows.py and fractions.py compute the figures,
+estimator.py caches them; this module decides which of them are computed again and which are sent).
 
 - Stamps. ``global_stamp`` grows with whatever moves every figure (a straggler flagged, a
   calibration applied, the completion refitted); ``pair_versions`` with each packed measurement
-  of a pair of classes; a class's own stamp (estimator._Class.stamp) with its evidence. A cached
+  of a pair of classes; a class's own stamp (view.ClassEvidence.stamp) with its evidence. A cached
   figure is computed again once a stamp it was computed under has grown.
 - What is dirty: the jobs whose rows, the class pairs whose fractions and the classes whose
   profiling requests may have moved since the last message (``moved`` and ``moved_belief`` say

@@ -6,23 +6,13 @@
     estimator.everything()         -> ThroughputEstimated   (the whole current picture)
 
 Pure: no I/O, no clock, no randomness beyond the seeded completion. docs/estimator.md gives the
-method with its formulas; in short, per job and accelerator type k, its steps/s alone combines
-(beliefs.combine, in log space, weighted by precision):
-
-- its own measurements on k (a flagged straggler's only where no healthy worker measured it);
-- the other jobs of its colocation class, pooled (pools.py);
-- the reference table's figure, for a class the reference set knows, calibrated (calibration.py:
-  this cluster's hardware against the table's, apart from how the class runs on it);
-- the user's estimate at submission;
-- for a class the reference set does not know, measured on some types but not on k: its
-  measured speed there times the matched reference's speed ratio between k and those types (with
-  the hardware's difference between the types, as calibrated);
-- the typical reference job of its size, which says little (its spread is an order of magnitude).
-
-Per pair of classes and type, the fraction of its speed alone that each keeps when packed combines
-the measured fractions (a packed run's steps/s over the job's own estimate alone) with a prior: the
-table's for two references, the completion's (colocation.py) when one is new, and the matched
-reference's when both are.
+method with its formulas. The estimator holds the evidence and applies each input to it: a job's
+measurements (evidence.py), pooled per class (pools.py), the calibration of this cluster's hardware
+against the table (calibration.py), straggler flags (stragglers.py), a new class's measured cells of
+the completion (colocation.py). The figures are functions of that evidence (view.py), cached here
+by the stamps they were computed under: per job, its steps/s alone per type (rows.py, with the
+sources of priors.py); per pair of classes and type, the fraction each keeps packed (fractions.py);
+what to profile (profiling.py).
 
 Outputs are diffed against what was published (publishing.py): a figure is sent again only when it
 moved by more than ``publish_tolerance`` and by more than ``publish_sds`` of its own standard
@@ -34,49 +24,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.messages import (
-    ColocationEstimate,
-    JobProgress,
-    JobSpec,
-    JobThroughput,
-    ProfileCell,
-    ProfilingRequest,
-    Provenance,
-    ThroughputEstimated,
-)
-from estimator_service.core.beliefs import MEASUREMENTS, Belief, Source, combine
+from common.messages import ColocationEstimate, JobProgress, JobSpec, JobThroughput, ProfileCell, ThroughputEstimated
+from estimator_service.core import fractions, priors, profiling, rows
+from estimator_service.core.beliefs import Belief, Source, combine
 from estimator_service.core.calibration import AS_THE_TABLE, Calibration, Fit
 from estimator_service.core.changes import STAMP_TOLERANCE, Changes, moved, moved_belief
 from estimator_service.core.colocation import AGAINST, WITH, ColocationModel
-from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers
+from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence, Stragglers, usable
 from estimator_service.core.pools import Pool
-from estimator_service.core.profiling import blocks_packing, request, wanted
-from estimator_service.core.publishing import rounded
+from estimator_service.core.publishing import colocation_estimate, job_throughput
 from estimator_service.core.reference import ReferenceSet, class_of
 from estimator_service.core.settings import EstimatorSettings
-from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch
+from estimator_service.core.snapshots import upgraded
+from estimator_service.core.stragglers import MIN_CONFIDENCE, StragglerWatch, predicted
+from estimator_service.core.view import Cell, ClassEvidence, EvidenceView, Row
 
-Row = dict[str, Belief]  # accelerator type -> belief
-Cell = tuple[int, int, int]  # (direction, feature type position, reference index) in a completion row
-TYPICAL_FRACTION_SD = 0.5  # a packed fraction nothing is known of: somewhere in (0.3, 1], say
 WATCHED_PER_JOB = 2  # a job's first measurements on a worker judge the worker (then it is known)
 # The calibration is applied again when a shift moved by more than this (log): each reference
 # report moves it a little, and every figure is recomputed when it is applied.
 CALIBRATION_STEP = 0.01
-
-
-@dataclass
-class _Class:
-    name: str
-    scale_factor: int
-    jobs: list[str] = field(default_factory=list)  # pooled, oldest first (at most pooled_jobs)
-    active: set[str] = field(default_factory=set)
-    stamp: int = 0  # grows whenever its evidence changes (caches key on it)
-    evidenced: set[Cell] = field(default_factory=set)  # completion cells with measurements (a new class)
+_Class = ClassEvidence  # its name when it lived here: estimator snapshots pickled then refer to it
 
 
 class Estimator:
@@ -86,7 +56,7 @@ class Estimator:
         self.types = references.accelerator_types
         self.colocation = ColocationModel(references, settings.completion)
         self.jobs: dict[str, JobEvidence] = {}
-        self.classes: dict[str, _Class] = {}
+        self.classes: dict[str, ClassEvidence] = {}
         self.pools: dict[tuple[str, str], Pool] = {}
         self.stragglers = StragglerWatch(settings.straggler_ratio, settings.straggler_jobs)
         self.calibration = Calibration(settings.calibration_tolerance, settings.calibration_sd)
@@ -112,33 +82,8 @@ class Estimator:
         self._typical = {sf: references.typical_isolated(sf) for sf in {*references.groups, 1}}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """A snapshot from an older estimator loads as the same model: settings it lacks take their
-        defaults; one from before calibration (which left stragglers' measurements out) has
-        nothing calibrated yet and its flags as corrections; one from before the joint fit of
-        hardware and classes (a calibration per type) calibrates again from what comes next; one
-        from before changes.py holds its change tracking in fields of its own, taken into one."""
-        self.__dict__.update(state)
-        if "changes" not in state:
-            self.changes = Changes.taken_from(self.__dict__)
-        old = self.settings  # fields added since were never set on it
-        if not all(hasattr(old, f.name) for f in dataclasses.fields(old)):
-            self.settings = EstimatorSettings(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old) if hasattr(old, f.name)})
-        self.__dict__.setdefault("_gangs_seen", {})
-        self.__dict__.setdefault("_packing_open", True)
-        self.__dict__.setdefault("_gate_jobs", set())
-        self.__dict__.setdefault("_gate_stale", True)
-        self.__dict__.setdefault("_last_fit", AS_THE_TABLE)
-        if "calibration" in state:
-            if not isinstance(self._calibrated, Fit):  # per type (calibration.py loaded it empty)
-                self._calibrated = AS_THE_TABLE
-                self.changes.global_stamp += 1
-            return
-        self.calibration = Calibration(self.settings.calibration_tolerance, self.settings.calibration_sd)
-        self._calibrated = AS_THE_TABLE
-        flagged = self.stragglers.flagged
-        self._slow = Stragglers.of({w: math.log(f.ratio) for w, f in flagged.items()}, self.settings.straggler_sd**2)
-        self.__dict__.pop("_excluded", None)
-        self.changes.global_stamp += 1
+        """A snapshot from an older estimator loads as the same model (snapshots.py)."""
+        self.__dict__.update(upgraded(state))
 
     @property
     def revision(self) -> int:
@@ -159,7 +104,7 @@ class Estimator:
         self._order += 1
         cls = self.classes.get(name)
         if cls is None:
-            cls = self.classes[name] = _Class(name, spec.scale_factor)
+            cls = self.classes[name] = ClassEvidence(name, spec.scale_factor)
         cls.jobs.append(spec.job_id)
         self._trim(cls)
         first = not cls.active
@@ -172,7 +117,7 @@ class Estimator:
 
     def progress(self, report: JobProgress) -> ThroughputEstimated | None:
         job = self.jobs.get(report.job_id)
-        if job is None or not _usable(report) or report.accelerator_type not in self.types:
+        if job is None or not usable(report) or report.accelerator_type not in self.types:
             return None
         if report.lease_id:  # a report delivered twice (at least once) is one measurement
             if report.lease_id in job.leases:
@@ -247,7 +192,7 @@ class Estimator:
 
     # -- evidence bookkeeping -----------------------------------------------------------------------
 
-    def _trim(self, cls: _Class) -> None:
+    def _trim(self, cls: ClassEvidence) -> None:
         """Keep the most recent pooled jobs (active ones are never dropped)."""
         excess = len(cls.jobs) - self.settings.pooled_jobs
         if excess <= 0:
@@ -304,10 +249,10 @@ class Estimator:
         healthy peers of its type (none: no evidence)."""
         if job.alone_count(accelerator_type, worker_id) >= WATCHED_PER_JOB:
             return  # this job has said what it can about this worker
-        predicted = self._predicted(job, accelerator_type, worker_id)
-        if predicted is None or predicted.confidence < MIN_CONFIDENCE:
+        predicted_there = predicted(self._view(), job, accelerator_type, worker_id, self.stragglers.flagged, self.calibration)
+        if predicted_there is None or predicted_there.confidence < MIN_CONFIDENCE:
             return
-        change = self.stragglers.observe(worker_id, job.job_id, value, predicted.value)
+        change = self.stragglers.observe(worker_id, job.job_id, value, predicted_there.value)
         if change is None:
             return
         self.changes.new_flags.append(change)
@@ -324,29 +269,6 @@ class Estimator:
                 if other.colocation_class in self.classes and self.classes[other.colocation_class].evidenced:
                     self._refill(other.colocation_class)
         self._everything_dirty()
-
-    def _predicted(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> Belief | None:
-        """The job's speed alone on the type as the worker's healthy peers of that type say: their
-        measurements of it and of its class, the table's figure calibrated on them. None without
-        a peer: a worker is slow against its peers, not against a table measured elsewhere."""
-        s = self.settings
-        excluded = frozenset(self.stragglers.flagged) | {worker_id}
-        sources = list(job.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
-        for other_id in self.classes[job.colocation_class].jobs:
-            other = self.jobs[other_id]
-            if other_id != job.job_id and accelerator_type in other.alone:
-                pooled = combine(other.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
-                if pooled is not None:
-                    sources.append(Source(pooled.value, pooled.variance + 2 * s.job_spread_sd**2, pooled.provenance))
-        located = self.references.locate(job.colocation_class)
-        peers = self.calibration.fitted(self.types, excluded) if located is not None else None
-        if located is not None and peers is not None and peers.has_peers(accelerator_type):
-            value = located[0].isolated[located[1], self.types.index(accelerator_type)]
-            if np.isfinite(value):
-                shift = peers.reference(job.colocation_class, accelerator_type)
-                variance = s.reference_sd**2 + s.job_spread_sd**2 + shift.variance
-                sources.append(Source(float(value) * shift.factor, variance, Provenance.REFERENCE))
-        return combine(sources)
 
     def _calibrate(self, job: JobEvidence, accelerator_type: str, worker_id: str) -> None:
         """A reference job measured alone: its worker's ratio to the table, the calibration."""
@@ -379,7 +301,7 @@ class Estimator:
     def _observe_cell(self, name: str, partner: str, accelerator_type: str) -> None:
         """A packed measurement of (name with partner): the cell of each class's row it fills."""
         for row_class, other, direction in ((name, partner, WITH), (partner, name, AGAINST)):
-            cell = self._cell(row_class, other, accelerator_type, direction)
+            cell = fractions.cell(self._view(), row_class, other, accelerator_type, direction)
             if cell is not None:
                 self.classes[row_class].evidenced.add(cell)
                 self._refill(row_class, cell)
@@ -390,23 +312,8 @@ class Estimator:
             self._refill(name)
         for other in self.classes.values():
             if other.evidenced and self.references.locate(other.name) is None and other.name != name:
-                if any(self._reference_index(name, other.scale_factor) == cell[2] for cell in other.evidenced):
+                if any(fractions.reference_index(self.references, name, other.scale_factor) == cell[2] for cell in other.evidenced):
                     self._refill(other.name)
-
-    def _cell(self, row_class: str, other: str, accelerator_type: str, direction: int) -> Cell | None:
-        """Where (row_class, other) lands in row_class's completion row: row_class new, other a
-        reference of its size, the type a feature type."""
-        cls = self.classes.get(row_class)
-        if cls is None or self.references.locate(row_class) is not None:
-            return None
-        reference = self._reference_index(other, cls.scale_factor)
-        if reference is None or accelerator_type not in self.references.feature_types:
-            return None
-        return direction, self.references.feature_types.index(accelerator_type), reference
-
-    def _reference_index(self, name: str, scale_factor: int) -> int | None:
-        group = self.references.group(scale_factor)
-        return None if group is None else group.index.get(name)
 
     def _refill(self, name: str, only: Cell | None = None) -> None:
         """Recompute the measured cells of a new class's row (all, or ``only`` one that a packed
@@ -418,118 +325,30 @@ class Estimator:
         before = model.observed.get(name)
         row = before.copy() if before is not None and only is not None else self.colocation.empty_row(cls.scale_factor)
         assert row is not None
-        group = model.group
-        for direction, position, reference in (only,) if only is not None else cls.evidenced:
-            w = self.references.feature_types[position]
-            if direction == WITH and not self._measured_alone(name, w):
-                # its fraction there would be measured against a guess of its speed alone: left
-                # to the completion, and the packed runs tell its speed instead (_packed_sources)
-                continue
-            partner = group.classes[reference]
-            a, b = (name, partner) if direction == WITH else (partner, name)
-            belief = combine(self._fraction_sources(a, b, w))
-            if belief is not None:
-                row[model.column(direction, position, reference)] = belief.value
-        model.observe(name, row)
+        cells = (only,) if only is not None else cls.evidenced
+        model.observe(name, fractions.completion_row(self._view(), name, model, cells, row, self._row))
 
-    def _measured_alone(self, name: str, accelerator_type: str) -> bool:
-        pool = self.pools.get((name, accelerator_type))
-        mean = pool.mean() if pool is not None else None
-        return mean is not None and mean.value > 0
+    # -- figures (cached by the stamps they were computed under) ------------------------------------
 
-    # -- figures -------------------------------------------------------------------------------------
+    def _view(self) -> EvidenceView:
+        return EvidenceView(
+            self.settings, self.references, self.colocation, self.jobs, self.classes, self.pools, self._packed_jobs,
+            self._calibrated, self._slow, self._types_out, self._typical,
+        )
 
     def _row(self, job: JobEvidence) -> Row:
+        """(Cached: it moves with its class's evidence, a flag, a calibration, a refit.)"""
         cls = self.classes[job.colocation_class]
         key = (cls.stamp, self.changes.global_stamp)
         cached = self._rows.get(job.job_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        row = self._compute_row(job)
+        row = rows.row(self._view(), job, self._match, self._fraction_prior)
         self._rows[job.job_id] = (key, row)
         return row
 
-    def _compute_row(self, job: JobEvidence) -> Row:
-        s = self.settings
-        slow = self._slow
-        located = self.references.locate(job.colocation_class)
-        spread = s.job_spread_sd**2
-        direct: dict[str, list[Source]] = {}
-        for w in self._types_out:
-            k = self.types.index(w)
-            sources = list(job.alone_sources(w, s.measurement_sd, slow))
-            pooled = self._pool(job.colocation_class, w).mean(without=job.job_id)
-            if pooled is not None:
-                sources.append(Source(pooled.value, pooled.variance + spread, pooled.provenance, pooled.count))
-            if located is not None:
-                value = located[0].isolated[located[1], k]
-                if np.isfinite(value):
-                    calibrated = self._calibrated.reference(job.colocation_class, w)
-                    variance = s.reference_sd**2 + spread + calibrated.variance
-                    sources.append(Source(float(value) * calibrated.factor, variance, Provenance.REFERENCE))
-            if w in job.user:
-                sources.append(Source(job.user[w], s.user_sd**2, Provenance.USER))
-            if located is None:
-                sources += self._packed_sources(job, w, slow)
-            direct[w] = sources
-        beliefs = {w: combine(sources) for w, sources in direct.items()}
-        measured = {
-            w: b for w, b in beliefs.items()
-            if b is not None and b.value > 0 and b.provenance in MEASUREMENTS
-        }
-        match = None if located is not None else self._match(job.colocation_class, job.scale_factor)
-        typical = self._typical.get(job.scale_factor, self._typical[1])
-        row: Row = {}
-        for w in self._types_out:
-            k = self.types.index(w)
-            sources = direct[w]
-            if match is not None and measured and w not in measured:
-                ratio = self._ratio_source(match, measured, k)
-                if ratio is not None:
-                    sources = [*sources, ratio]
-            if not sources:  # nothing at all is known: the typical job of its size
-                calibrated = self._calibrated.typical(w)
-                sources = [Source(float(typical[k]) * calibrated.factor, s.typical_sd**2 + calibrated.variance, Provenance.REFERENCE)]
-            belief = combine(sources)
-            row[w] = belief if belief is not None else Belief(0.0, 0.0, Provenance.REFERENCE)
-        return row
-
-    def _packed_sources(self, job: JobEvidence, accelerator_type: str, slow: Stragglers) -> list[Source]:
-        """A new class's speed alone implied by its packed runs there: each run's steps/s over the
-        prior fraction of that pair (the completion's, which never used this type's measured
-        fractions unless the speed alone there was measured: no circle)."""
-        out = []
-        for partner, w in [key for key in job.packed if key[1] == accelerator_type]:
-            packed = combine(job.packed_sources(partner, w, self.settings.measurement_sd, slow))
-            prior = self._fraction_prior(job.colocation_class, partner, w)
-            if packed is None or prior is None or not (packed.value > 0 and prior.value > 0):
-                continue
-            out.append(Source(packed.value / prior.value, packed.variance + prior.variance, Provenance.COMPLETED))
-        return out
-
-    def _ratio_source(self, match: np.ndarray, measured: dict[str, Belief], k: int) -> Source | None:
-        """The job's measured speeds times the matched reference's ratio to type k (with the hardware's
-        difference between the types, as calibrated)."""
-        if not np.isfinite(match[k]):
-            return None
-        logs, variances = [], []
-        for w, belief in measured.items():
-            other = match[self.types.index(w)]
-            if np.isfinite(other) and other > 0:
-                if match[k] <= 0:
-                    return Source(0.0, self.settings.matched_sd**2, Provenance.REFERENCE)
-                between = self._calibrated.between(self.types[k], w)
-                logs.append(belief.log_value + math.log(match[k] / other) + between.log_shift)
-                variances.append(belief.variance + between.variance)
-        if not logs:
-            return None
-        variance = self.settings.matched_sd**2 + math.fsum(variances) / len(variances)
-        return Source(math.exp(math.fsum(logs) / len(logs)), variance, Provenance.REFERENCE)
-
     def _match(self, name: str, scale_factor: int) -> np.ndarray | None:
-        """(K,) the speeds alone of the reference a new class is matched to: by its completed
-        colocation row when anything was measured packed, else by its measured speeds alone (the
-        nearest in log speed on the types measured)."""
+        """(Cached per class as a row is: it moves with the class's evidence, a flag, a calibration, a refit.)"""
         group = self.references.group(scale_factor)
         if group is None:
             return None
@@ -537,50 +356,9 @@ class Estimator:
         cached = self._matches.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        index = self.colocation.match(name, scale_factor) if self.classes[name].evidenced else None
-        if index is None:
-            index = self._speed_match(name, group.isolated)
-        found = None if index is None else group.isolated[index]
+        found = priors.matched(self._view(), name, scale_factor, group)
         self._matches[name] = (key, found)
         return found
-
-    def _speed_match(self, name: str, isolated: np.ndarray) -> int | None:
-        measured = []
-        for k, w in enumerate(self.types):
-            pooled = self.pools.get((name, w))
-            mean = pooled.mean() if pooled is not None else None
-            if mean is not None and mean.value > 0:  # against the table calibrated to this hardware
-                measured.append((k, math.log(mean.value) - self._calibrated.typical(w).log_shift))
-        if not measured:
-            return None
-        columns = [k for k, _ in measured]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(isolated[:, columns])
-        distance = np.nanmean((logs - np.array([v for _, v in measured])) ** 2, axis=1)
-        distance = np.where(np.isfinite(distance), distance, np.inf)
-        return int(np.argmin(distance)) if np.isfinite(distance).any() else None
-
-    def _fraction_sources(self, name: str, partner: str, accelerator_type: str) -> list[Source]:
-        """Measured fractions of ``name`` packed with ``partner`` on the type: each pooled job's
-        packed steps/s over its own estimate alone there."""
-        s = self.settings
-        sources = []
-        for job_id in self._packed_jobs.get((name, partner, accelerator_type), ()):
-            job = self.jobs.get(job_id)
-            if job is None:
-                continue
-            packed = combine(job.packed_sources(partner, accelerator_type, s.measurement_sd, self._slow))
-            if packed is None:
-                continue
-            if packed.value <= 0:
-                sources.append(Source(0.0, 0.0, packed.provenance))
-                continue
-            alone = self._row(job).get(accelerator_type)
-            if alone is None or alone.value <= 0:
-                continue
-            fraction = min(1.0, packed.value / alone.value)
-            sources.append(Source(fraction, packed.variance + alone.variance, packed.provenance))
-        return sources
 
     def _fraction(self, name: str, partner: str, accelerator_type: str) -> Belief | None:
         """(Cached: it moves with either class's evidence, the pair's own measurements, a refit.)"""
@@ -592,73 +370,20 @@ class Estimator:
         cached = self._fractions.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        belief = self._compute_fraction(name, partner, accelerator_type)
+        measured = fractions.measured(self._view(), name, partner, accelerator_type, self._row)
+        belief = fractions.combined(measured, self._fraction_prior(name, partner, accelerator_type))
         self._fractions[key] = (stamp, belief)
         return belief
 
-    def _compute_fraction(self, name: str, partner: str, accelerator_type: str) -> Belief | None:
-        sources = self._fraction_sources(name, partner, accelerator_type)
-        prior = self._fraction_prior(name, partner, accelerator_type)
-        if prior is not None:
-            sources.append(prior)
-        belief = combine(sources)
-        if belief is not None and belief.value > 1.0:
-            belief = Belief(1.0, belief.variance, belief.provenance)
-        return belief
-
     def _fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
-        """The prior of a fraction (cached: it moves only with the completion and the matches)."""
+        """(Cached: it moves only with the completion and the matches.)"""
         key = (name, partner, accelerator_type)
         cached = self._priors.get(key)
         if cached is not None and cached[0] == self.changes.global_stamp:
             return cached[1]
-        prior = self._compute_fraction_prior(name, partner, accelerator_type)
+        prior = fractions.prior(self._view(), name, partner, accelerator_type)
         self._priors[key] = (self.changes.global_stamp, prior)
         return prior
-
-    def _compute_fraction_prior(self, name: str, partner: str, accelerator_type: str) -> Source | None:
-        s = self.settings
-        scale_factor = self.classes[name].scale_factor
-        model = self.colocation.model(scale_factor)
-        if model is None:
-            return None
-        group = model.group
-        k = self.types.index(accelerator_type)
-        mine, theirs = group.index.get(name), group.index.get(partner)
-        if accelerator_type not in self.references.feature_types:
-            # a pseudo-type: the references' (or the matches') own figure there
-            a = mine if mine is not None else self.colocation.match(name, scale_factor)
-            b = theirs if theirs is not None else self.colocation.match(partner, scale_factor)
-            if a is None or b is None or not np.isfinite(group.colocation[a, b, k]):
-                return None
-            return Source(float(group.colocation[a, b, k]), s.matched_sd**2, Provenance.REFERENCE)
-        position = self.references.feature_types.index(accelerator_type)
-        if mine is not None and theirs is not None:
-            value = group.colocation[mine, theirs, k]
-            if np.isfinite(value):
-                return Source(float(value), s.reference_sd**2, Provenance.REFERENCE)
-            row = self.colocation.reference_row(scale_factor, mine)
-            return None if row is None else Source(float(row[model.column(WITH, position, theirs)]), s.matched_sd**2, Provenance.COMPLETED)
-        if mine is None and theirs is not None:
-            row, column, provenance = self.colocation.prior_row(name, scale_factor), model.column(WITH, position, theirs), Provenance.COMPLETED
-            evidenced = bool(self.classes[name].evidenced)
-        elif mine is not None:
-            row, column, provenance = self.colocation.prior_row(partner, scale_factor), model.column(AGAINST, position, mine), Provenance.COMPLETED
-            evidenced = bool(self.classes[partner].evidenced)
-        else:  # two new classes: each one's row against the other's match
-            row = self.colocation.prior_row(name, scale_factor)
-            match = self.colocation.match(partner, scale_factor) if self.classes[partner].evidenced else None
-            if row is None:
-                return None
-            if match is None:
-                start = model.column(WITH, position, 0)
-                value = float(np.mean(row[start : start + model.num_references]))
-                return Source(value, TYPICAL_FRACTION_SD**2, Provenance.REFERENCE)
-            column, provenance, evidenced = model.column(WITH, position, match), Provenance.REFERENCE, bool(self.classes[name].evidenced)
-        if row is None:
-            return None
-        variance = s.matched_sd**2 if evidenced else TYPICAL_FRACTION_SD**2
-        return Source(float(row[column]), variance, provenance)
 
     # -- what changed, as a message ---------------------------------------------------------------
 
@@ -683,12 +408,12 @@ class Estimator:
                 ]
                 changes.dirty_pairs.update(p for c in new for p in self._pairs_of(c.name))
                 changes.dirty_rows.update(j for c in new for j in c.active)
-        rows = changes.rows_to_send(self._row_message, self._order_of, s.publish_tolerance, s.publish_sds)
+        job_rows = changes.rows_to_send(self._row_message, self._order_of, s.publish_tolerance, s.publish_sds)
         pairs = changes.pairs_to_send(self._pair_message, s.publish_tolerance, s.publish_sds)
-        if changes.dirty_profiling or self._gate_stale or any(r.job_id in self._gate_jobs for r in rows):
+        if changes.dirty_profiling or self._gate_stale or any(r.job_id in self._gate_jobs for r in job_rows):
             self._update_gate()
-        profiling = changes.requests_to_send(self._class_requests)
-        return changes.message(rows, pairs, profiling, always=always, profiling_share=s.profiling_share)
+        requests = changes.requests_to_send(lambda name: profiling.requests(self._view(), name, self._packing_open))
+        return changes.message(job_rows, pairs, requests, always=always, profiling_share=s.profiling_share)
 
     def _order_of(self, job_id: str) -> int:
         return self.jobs[job_id].order if job_id in self.jobs else -1
@@ -697,40 +422,13 @@ class Estimator:
         job = self.jobs.get(job_id)
         if job is None or not job.active:
             return None
-        row = self._row(job)
-        return JobThroughput(
-            job_id,
-            {w: rounded(b.value) for w, b in row.items()},
-            {w: b.provenance for w, b in row.items()},
-            {w: round(b.confidence, 3) for w, b in row.items()},
-            job.colocation_class,
-        )
+        return job_throughput(job_id, self._row(job), job.colocation_class)
 
     def _pair_message(self, pair: tuple[str, str]) -> ColocationEstimate | None:
         a, b = pair
         if a not in self.classes or b not in self.classes or not (self.classes[a].active and self.classes[b].active):
             return None
-        fractions, provenance, confidence = {}, {}, {}
-        for w in self._types_out:
-            first, second = self._fraction(a, b, w), self._fraction(b, a, w)
-            if first is None or second is None:
-                continue
-            fractions[w] = (rounded(first.value), rounded(second.value))
-            weaker = first if first.confidence <= second.confidence else second
-            provenance[w] = weaker.provenance
-            confidence[w] = round(weaker.confidence, 3)
-        return ColocationEstimate((a, b), fractions, provenance, confidence)
-
-    def _class_requests(self, name: str) -> list[ProfilingRequest]:
-        """A class's profiling requests, one per active job: its first job asks, the others not."""
-        cls = self.classes.get(name)
-        if cls is None:
-            return []
-        chosen = min(cls.active, key=lambda j: self.jobs[j].order) if cls.active else None
-        return [
-            self._profiling_request(cls, job_id) if job_id == chosen else ProfilingRequest(job_id, ())
-            for job_id in sorted(cls.active)
-        ]
+        return colocation_estimate((a, b), ((w, self._fraction(a, b, w), self._fraction(b, a, w)) for w in self._types_out))
 
     def _update_gate(self) -> None:
         """Whether packed cells may be asked (profiling.py); when that flips, every new class's
@@ -738,42 +436,10 @@ class Estimator:
         self._gate_stale = False
         new = [c for c in self.classes.values() if c.active and self.references.locate(c.name) is None]
         self._gate_jobs = {min(c.active, key=lambda j: self.jobs[j].order) for c in new}
-        packing_open = True
-        for cls in new:
-            alone = tuple(ProfileCell(w) for w in self.references.feature_types if not len(self.pools.get((cls.name, w), ())))
-            profiled = self.changes.published_rows.get(min(cls.active, key=lambda j: self.jobs[j].order))
-            believed = profiled.throughputs_steps_per_s if profiled is not None else {}
-            if blocks_packing(alone, cls.scale_factor, self._gangs_seen, believed):
-                packing_open = False
-                break
+        packing_open = profiling.packing_open(self._view(), new, self._gangs_seen, self.changes.published_rows)
         if packing_open != self._packing_open:
             self._packing_open = packing_open
             self.changes.dirty_profiling.update(c.name for c in new)
-
-    def _profiling_request(self, cls: _Class, job_id: str) -> ProfilingRequest:
-        """What a new class still lacks (profiling.py), packed cells only once runs alone are done."""
-        if self.references.locate(cls.name) is not None:
-            return ProfilingRequest(job_id, ())
-        types = self.references.feature_types
-        measured = {w for w in types if len(self.pools.get((cls.name, w), ()))}
-        with_itself = {w for w in types if self._packed_jobs.get((cls.name, cls.name, w))} if len(cls.active) > 1 else None
-        lacking = wanted(
-            cls.name, types, measured, with_itself, self.colocation.model(cls.scale_factor), cls.evidenced,
-            self.settings.profiling_percentage,
-        )
-        return request(job_id, lacking, self._packing_open)
-
-
-def _usable(report: JobProgress) -> bool:
-    """A report that measured something: not a crash, and a real worker's with stepping time (a
-    simulated fleet's, which has no breakdown, is the simulator's measurement: a zero there is a
-    job that cannot run)."""
-    if report.outcome in ("crashed", "killed"):
-        return False
-    real = report.startup_s > 0 or report.restore_s > 0 or report.stepping_s > 0 or report.checkpoint_s > 0
-    # a real lease that ended before its first step (start-up longer than the lease) measured
-    # nothing: a job that truly cannot run on a type crashes there (out of memory)
-    return report.stepping_s > 0 and report.steps_done > 0 if real else True
 
 
 def _ordered(a: str, b: str) -> tuple[str, str]:

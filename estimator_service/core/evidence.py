@@ -2,7 +2,8 @@
 class, type). A figure's measurements are kept as sums per (worker, profiled or not): the count
 of positive ones, the sum of their logs, and the count of zeros. So a straggler's can be told apart
 (stragglers.py: they count only where no healthy worker measured the figure, scaled by the
-straggler's slowness), and a long job costs no more than a short one."""
+straggler's slowness), and a long job costs no more than a short one. ``usable``: whether a
+report measured anything."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from common.messages import Provenance
+from common.messages import JobProgress, Provenance
 from estimator_service.core.beliefs import Source
 
 # (worker id, profiled) -> [positive measurements, sum of their logs, zero measurements]
@@ -39,6 +40,18 @@ class Stragglers:
 
 
 NO_STRAGGLERS = Stragglers()
+
+
+def usable(report: JobProgress) -> bool:
+    """A report that measured something: not a crash, and a real worker's with stepping time (a
+    simulated fleet's, which has no breakdown, is the simulator's measurement: a zero there is a
+    job that cannot run)."""
+    if report.outcome in ("crashed", "killed"):
+        return False
+    real = report.startup_s > 0 or report.restore_s > 0 or report.stepping_s > 0 or report.checkpoint_s > 0
+    # a real lease that ended before its first step (start-up longer than the lease) measured
+    # nothing: a job that truly cannot run on a type crashes there (out of memory)
+    return report.stepping_s > 0 and report.steps_done > 0 if real else True
 
 
 @dataclass

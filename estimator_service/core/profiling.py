@@ -18,18 +18,21 @@ and until then its speeds were the typical job's, wrong by 100% on average. So p
 asked only while no new class lacks a run alone that can be served: on a type some worker has
 reported from with a gang that large, where the job is not believed unable to run (a cell the
 mechanism would never serve must not hold the others back for ever).
+
+``requests`` gives a class's requests from the estimator's evidence (view.py), ``packing_open``
+whether packed cells may be asked; ``wanted``, ``blocks_packing`` and ``request`` decide on plain
+values.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from common.messages import ProfileCell, ProfilingRequest
+from common.messages import JobThroughput, ProfileCell, ProfilingRequest
 from estimator_service.core.colocation import WITH, GroupModel
-
-Cell = tuple[int, int, int]  # (direction, feature type position, reference index) in a completion row
+from estimator_service.core.view import Cell, ClassEvidence, EvidenceView
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +91,43 @@ def request(job_id: str, lacking: Wanted, packing_open: bool) -> ProfilingReques
     if not packing_open or not lacking.packed:
         return ProfilingRequest(job_id, lacking.alone)
     return ProfilingRequest(job_id, lacking.alone + lacking.packed, lacking.packed_wanted)
+
+
+def requests(view: EvidenceView, name: str, packing_open: bool) -> list[ProfilingRequest]:
+    """A class's profiling requests, one per active job: its first job asks, the others not."""
+    cls = view.classes.get(name)
+    if cls is None:
+        return []
+    chosen = min(cls.active, key=lambda j: view.jobs[j].order) if cls.active else None
+    return [
+        _class_request(view, cls, job_id, packing_open) if job_id == chosen else ProfilingRequest(job_id, ())
+        for job_id in sorted(cls.active)
+    ]
+
+
+def _class_request(view: EvidenceView, cls: ClassEvidence, job_id: str, packing_open: bool) -> ProfilingRequest:
+    """What a new class still lacks, packed cells only once runs alone are done."""
+    if view.references.locate(cls.name) is not None:
+        return ProfilingRequest(job_id, ())
+    types = view.references.feature_types
+    measured = {w for w in types if len(view.pools.get((cls.name, w), ()))}
+    with_itself = {w for w in types if view.packed_jobs.get((cls.name, cls.name, w))} if len(cls.active) > 1 else None
+    lacking = wanted(
+        cls.name, types, measured, with_itself, view.colocation.model(cls.scale_factor), cls.evidenced,
+        view.settings.profiling_percentage,
+    )
+    return request(job_id, lacking, packing_open)
+
+
+def packing_open(
+    view: EvidenceView, new: Sequence[ClassEvidence], gangs_seen: Mapping[str, int], published: Mapping[str, JobThroughput],
+) -> bool:
+    """Whether packed cells may be asked: no ``new`` class (active, the reference set does not know
+    it) lacks a run alone that can be served, as its profiled job's ``published`` row believes."""
+    for cls in new:
+        alone = tuple(ProfileCell(w) for w in view.references.feature_types if not len(view.pools.get((cls.name, w), ())))
+        profiled = published.get(min(cls.active, key=lambda j: view.jobs[j].order))
+        believed = profiled.throughputs_steps_per_s if profiled is not None else {}
+        if blocks_packing(alone, cls.scale_factor, gangs_seen, believed):
+            return False
+    return True

@@ -3,8 +3,8 @@
 A straggler is slow against its peers, not against a table measured on other machines: hardware
 that is slower (or faster) than the table as a whole is a calibration (calibration.py). So the
 prediction a worker is judged against is its healthy peers' of the same type: their measurements
-of the job and of its class, and the table's figure calibrated on their measurements alone. With
-no peer of the type measured, there is no prediction and no straggler call.
+of the job and of its class, and the table's figure calibrated on their measurements alone
+(``predicted``). With no peer of the type measured, there is no prediction and no straggler call.
 
 Each measurement of a job alone that such a confident prediction (confidence >= ``MIN_CONFIDENCE``)
 predicted gives the worker a ratio measured / predicted. A worker is flagged when the median of
@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from common.messages import StragglerFlag
+from estimator_service.core import priors
+from estimator_service.core.beliefs import Belief, Source, combine
+from estimator_service.core.calibration import Calibration
+from estimator_service.core.evidence import NO_STRAGGLERS, JobEvidence
+from estimator_service.core.view import EvidenceView
 
 MIN_CONFIDENCE = 0.5
 HYSTERESIS = 0.1
@@ -67,3 +73,29 @@ class StragglerWatch:
 
     def is_flagged(self, worker_id: str) -> bool:
         return worker_id in self.flagged
+
+
+def predicted(
+    view: EvidenceView, job: JobEvidence, accelerator_type: str, worker_id: str, flagged: Collection[str],
+    calibration: Calibration,
+) -> Belief | None:
+    """The job's speed alone on the type as the worker's healthy peers of that type say (the
+    workers neither ``flagged`` nor ``worker_id``): their measurements of it and of its class, the
+    table's figure calibrated on them. None without a peer: a worker is slow against its peers,
+    not against a table measured elsewhere."""
+    s = view.settings
+    excluded = frozenset(flagged) | {worker_id}
+    sources = list(job.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
+    for other_id in view.classes[job.colocation_class].jobs:
+        other = view.jobs[other_id]
+        if other_id != job.job_id and accelerator_type in other.alone:
+            pooled = combine(other.alone_sources(accelerator_type, s.measurement_sd, NO_STRAGGLERS, excluded))
+            if pooled is not None:
+                sources.append(Source(pooled.value, pooled.variance + 2 * s.job_spread_sd**2, pooled.provenance))
+    located = view.references.locate(job.colocation_class)
+    peers = calibration.fitted(view.types, excluded) if located is not None else None
+    if located is not None and peers is not None and peers.has_peers(accelerator_type):
+        reference = priors.reference(view, located, job.colocation_class, accelerator_type, peers)
+        if reference is not None:
+            sources.append(reference)
+    return combine(sources)

@@ -15,6 +15,7 @@ from estimator_service.core.estimator import Estimator
 from estimator_service.core.holdout import holdout, summarise
 from estimator_service.core.reference import class_of, reference_set
 from estimator_service.core.settings import EstimatorSettings
+from estimator_service.core.view import ClassEvidence
 from policy_service.service import shipped_context
 
 TABLE = shipped_context().table
@@ -250,6 +251,37 @@ def test_a_snapshot_from_before_changes_py_loads_and_says_next_what_it_would_hav
         lambda x: x.progress(report("other", "k80", truth(OTHER, "k80"), lease="r")),
         lambda x: x.submitted(JobSpec("r50-2", UNKNOWN, 1000)),
         lambda x: x.ended("lm"),
+        lambda x: x.everything(),
+    ]
+    for step in inputs:
+        assert step(loaded) == step(e)
+
+
+def test_a_snapshot_from_before_view_py_loads_its_classes_and_says_next_what_it_would_have():
+    """Until view.py a class's evidence was ``estimator._Class``: a state file pickled then names
+    it so (written here by renaming the class for the dump), and it loads as ClassEvidence."""
+    e = estimator(straggler_jobs=2)
+    for job_id, job_type in (("r50", UNKNOWN), ("r50-b", UNKNOWN), ("lm", KNOWN), ("other", OTHER)):
+        e.submitted(JobSpec(job_id, job_type, 1000))
+    e.progress(report("r50", "v100", truth(UNKNOWN, "v100")))
+    mine, theirs = TABLE.pair(UNKNOWN, KNOWN, 1, "v100")
+    e.progress(report("r50", "v100", mine, lease="p", packed_with="lm"))
+    e.progress(report("lm", "v100", theirs, lease="p", packed_with="r50"))
+    named = ClassEvidence.__module__, ClassEvidence.__qualname__
+    ClassEvidence.__module__, ClassEvidence.__qualname__ = "estimator_service.core.estimator", "_Class"
+    try:
+        state = pickle.dumps(e)
+    finally:
+        ClassEvidence.__module__, ClassEvidence.__qualname__ = named
+    assert b"_Class" in state and b"ClassEvidence" not in state
+    loaded = pickle.loads(state)
+    assert {type(c) for c in loaded.classes.values()} == {ClassEvidence}
+    assert loaded.classes[class_of(UNKNOWN, 1)].evidenced == e.classes[class_of(UNKNOWN, 1)].evidenced
+    inputs = [
+        lambda x: x.progress(report("r50-b", "k80", truth(UNKNOWN, "k80"), lease="q")),
+        lambda x: x.progress(report("r50-b", "p100", 0.9 * truth(UNKNOWN, "p100"), lease="r", packed_with="other")),
+        lambda x: x.progress(report("other", "p100", truth(OTHER, "p100"), lease="r", packed_with="r50-b")),
+        lambda x: x.ended("r50"),
         lambda x: x.everything(),
     ]
     for step in inputs:
