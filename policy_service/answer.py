@@ -43,7 +43,7 @@ from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
 from policy_service.core.formulation import solver_unavailable
-from policy_service.core.validation import AdmittedJobs
+from policy_service.core.admitted import AdmittedJobs
 
 # Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
 # numbers: per-job (and per-job-pair) variables solved with ECOS, makespan by bisection, Gavel's

@@ -41,7 +41,7 @@ from mechanism_service.core.rounds import (
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.settings import MechanismSettings
 from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted, reads_previous
-from policy_service.core.validation import AdmittedJobs
+from policy_service.core.admitted import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import full_lease, lease_outcome, true_rates

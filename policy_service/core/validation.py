@@ -11,22 +11,21 @@ classes, applied to each job's own row), the table, or nowhere; colocation.py bu
 A job's own fields are checked by common/job_checks.py, the same function `gavel submit` and the
 mechanism use, so a job they accept is never refused here for its fields. An error that is one
 job's fault carries its id (``ProblemError.job_ids``): the mechanism sets that job aside and
-solves again rather than failing every solve.
+solves again rather than failing every solve. The simulator's own jobs skip what was checked when
+it admitted them (admitted.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from common.errors import ProblemError
 from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
+from policy_service.core.admitted import AdmittedJobs, Columns, admitted_columns
 from policy_service.core.colocation import (
     colocation_from_classes,
     colocation_from_pairs,
@@ -45,51 +44,6 @@ from policy_service.core.problem import (
     Problem,
     _readonly,
 )
-
-
-@dataclass(frozen=True)
-class AdmittedJobs:
-    """Jobs a caller in this process admitted itself, field by field (build_problem's
-    ``admitted`` shortcut, without a JobSpec per job): no throughputs, entity or colocation
-    class of their own, so the table gives every row. Any value the shortcut cannot vouch for
-    sends them through the job-by-job checks (``specs``), whose error is then the one raised."""
-
-    ids: tuple[str, ...]
-    job_types: tuple[str, ...]
-    scale_factors: tuple[int, ...]
-    priority_weights: tuple[float, ...]
-    steps_remaining: tuple[float, ...]
-    time_since_arrival_s: tuple[float, ...]
-    slo_s: tuple[float | None, ...]
-    isolated_time_s: tuple[float, ...]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def specs(self) -> list[JobSpec]:
-        return [
-            JobSpec(
-                id=job_id, steps_remaining=steps, job_type=job_type, scale_factor=sf, priority_weight=weight,
-                time_since_arrival_s=waited, slo_s=slo, isolated_time_s=isolated,
-            )
-            for job_id, job_type, sf, weight, steps, waited, slo, isolated in zip(
-                self.ids, self.job_types, self.scale_factors, self.priority_weights, self.steps_remaining,
-                self.time_since_arrival_s, self.slo_s, self.isolated_time_s, strict=True,
-            )
-        ]
-
-    @staticmethod
-    def of(jobs: Sequence[JobSpec]) -> AdmittedJobs | None:
-        """The jobs column by column, or None when one brings what the shortcut leaves to the
-        checks (its own throughputs, an entity, a colocation class)."""
-        if any(j.throughputs_steps_per_s is not None or j.entity is not None or j.colocation_class != "" for j in jobs):
-            return None
-        return AdmittedJobs(
-            tuple(j.id for j in jobs), tuple(j.job_type for j in jobs), tuple(j.scale_factor for j in jobs),  # type: ignore[misc]
-            tuple(j.priority_weight for j in jobs), tuple(j.steps_remaining for j in jobs),
-            tuple(j.time_since_arrival_s for j in jobs), tuple(j.slo_s for j in jobs),
-            tuple(j.isolated_time_s for j in jobs),
-        )
 
 
 def build_problem(
@@ -118,12 +72,11 @@ def build_problem(
 
     ``admitted``: the jobs come from a caller in this process that admitted them itself (the
     simulator's mechanism): each job's own fields passed common/job_checks.py at admission, the
-    check made here, and cannot change since, so they are not checked again
-    (``_admitted_columns``). Everything else still is: the computed values (steps left, times)
-    and whether each job can run, vectorised; on any doubt, and for any input but the
-    simulator's (throughputs of the jobs' own, entities, class colocations), the checks below
-    run job by job, so an error is the one they raise. The problem is the same either way
-    (tests/unit/policy/test_admitted_problem.py).
+    check made here, and cannot change since, so they are not checked again (admitted.py).
+    Everything else still is: the computed values (steps left, times) and whether each job can
+    run, vectorised; on any doubt, and for any input but the simulator's (throughputs of the
+    jobs' own, entities, class colocations), the checks below run job by job, so an error is
+    the one they raise. The problem is the same either way (tests/unit/policy/test_admitted_problem.py).
     """
     worker_types, counts = _validate_worker_types(worker_counts, table)
     num_types = len(worker_types)
@@ -135,7 +88,7 @@ def build_problem(
     shortcut = jobs if isinstance(jobs, AdmittedJobs) else AdmittedJobs.of(jobs) if admitted else None
     columns = None
     if admitted and shortcut is not None and class_pairs is None and not entity_list and table is not None:
-        columns = _admitted_columns(shortcut, worker_types, counts, table)
+        columns = admitted_columns(shortcut, worker_types, counts, table)
     if columns is None:
         specs = jobs.specs() if isinstance(jobs, AdmittedJobs) else jobs
         columns = _checked_columns(specs, worker_types, counts, table, entity_index, class_pairs is not None)
@@ -184,14 +137,10 @@ def build_problem(
     )
 
 
-# (throughputs, scale factors, weights, steps, waited, SLOs, isolated times, entities, job id -> row)
-_Columns = tuple
-
-
 def _checked_columns(
     jobs: Sequence[JobSpec], worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable | None,
     entity_index: Mapping[str, int], colocations_given: bool,
-) -> _Columns:
+) -> Columns:
     """The per-job arrays, every field of every job checked in order: the first error is the
     first job's first bad field."""
     num_jobs, num_types = len(jobs), len(worker_types)
@@ -230,79 +179,6 @@ def _checked_columns(
             raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
         seen[job.id] = i
     return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen
-
-
-def _admitted_columns(
-    jobs: AdmittedJobs, worker_types: tuple[str, ...], counts: np.ndarray, table: ThroughputTable,
-) -> _Columns | None:
-    """The per-job arrays of admitted jobs (build_problem's ``admitted``), column by column, or
-    None when anything needs the job-by-job checks: an id or key of another type, a repeated
-    id, a key the table lacks, a value out of range, a job that cannot run."""
-    num_jobs, num_types = len(jobs), len(worker_types)
-    ids, job_types, scale_factors_given = jobs.ids, jobs.job_types, jobs.scale_factors
-    if not _all_of_type(ids, str) or not _all_of_type(job_types, str) or not _all_of_type(scale_factors_given, int):
-        return None
-    seen = dict(zip(ids, range(num_jobs)))
-    if len(seen) != num_jobs:
-        return None
-    table_rows = _table_rows(table, worker_types)
-    rows = []
-    for key in zip(job_types, scale_factors_given):
-        row = table_rows.get(key)
-        if row is None:
-            if not table.has_job(*key):
-                return None
-            row = table_rows[key] = tuple(float(table.isolated(key[0], key[1], w)) for w in worker_types)
-        rows.append(row)
-    numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s)
-    if not all(_all_numbers(column) for column in numbers):
-        return None
-    # In range on the Python numbers (a NaN fails both comparisons, an infinity the upper one):
-    # three numpy reductions cost more than the comparisons at a few dozen jobs.
-    for column, limit in zip(numbers, (MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S)):
-        if not all(0 <= v <= limit for v in column):
-            return None
-    # Each job can run somewhere (a type with enough GPUs where it has a throughput): a property
-    # of its key, checked once per key.
-    count_list = counts.tolist()
-    for (_, scale_factor), row in dict(zip(zip(job_types, scale_factors_given), rows)).items():
-        if not any(count >= scale_factor and steps_per_s > 0 for count, steps_per_s in zip(count_list, row)):
-            return None
-    values = np.array(numbers, dtype=float).reshape(3, num_jobs)
-    # (flat from the rows: half the time of np.array on a list of tuples)
-    throughputs = np.fromiter(itertools.chain.from_iterable(rows), float, num_jobs * num_types).reshape(num_jobs, num_types)
-    scale_factors = np.array(scale_factors_given, dtype=np.int64)
-    slo = np.array([np.nan if v is None else float(v) for v in jobs.slo_s], dtype=float)
-    weights = np.array([float(v) for v in jobs.priority_weights], dtype=float)
-    return (
-        throughputs, scale_factors, weights, values[0].copy(), values[1].copy(), slo, values[2].copy(),
-        np.full(num_jobs, -1, dtype=np.int64), seen,
-    )
-
-
-def _all_of_type(values: Sequence[object], kind: type) -> bool:
-    """Every value exactly of ``kind`` (a bool is not an int here, nor a numpy scalar a float)."""
-    return set(map(type, values)) <= {kind}
-
-
-def _all_numbers(values: Sequence[object]) -> bool:
-    return set(map(type, values)) <= {float, int}
-
-
-# The rows of the table last read, by (job type, scale factor), for the worker types of the
-# problem: a simulation's hundreds of problems look up the same few dozen keys (the table is
-# read-only; one held weakly, so a new table is read afresh).
-_ROWS_CACHE: list[tuple[weakref.ref, tuple[str, ...], dict[tuple[str, int], tuple[float, ...]]]] = []
-
-
-def _table_rows(table: ThroughputTable, worker_types: tuple[str, ...]) -> dict[tuple[str, int], tuple[float, ...]]:
-    for ref, types, rows in _ROWS_CACHE:
-        if ref() is table and types == worker_types:
-            return rows
-    rows = {}
-    _ROWS_CACHE.insert(0, (weakref.ref(table), worker_types, rows))
-    del _ROWS_CACHE[4:]
-    return rows
 
 
 def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:

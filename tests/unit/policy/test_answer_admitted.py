@@ -21,7 +21,7 @@ from policy_service.answer import (
     reads_previous,
 )
 from policy_service.core import REGISTRY, allocation_to_json, build_problem, validation
-from policy_service.core.validation import AdmittedJobs
+from policy_service.core.admitted import AdmittedJobs
 from tests.unit.policy.builders import PRICES, gavel_table, random_jobs
 
 COUNTS = {"v100": 8, "p100": 8, "k80": 8}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy_service.core import formulation, grouping, validation
+from policy_service.core import admitted, formulation, grouping
 from policy_service.core.allocation import PairShares
 from policy_service.core.problem import Colocation
 from tests.unit.policy.builders import gavel_table
@@ -59,11 +59,11 @@ def test_cached_empty_shapes_are_readonly_and_equal_to_fresh() -> None:
             assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
-def _numpy_accepts(jobs: validation.AdmittedJobs, rows: list, counts: np.ndarray) -> bool:
-    """The range and runnable checks of _admitted_columns in their numpy form (the reference)."""
+def _numpy_accepts(jobs: admitted.AdmittedJobs, rows: list, counts: np.ndarray) -> bool:
+    """The range and runnable checks of admitted_columns in their numpy form (the reference)."""
     n = len(jobs)
     values = np.array((jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s), dtype=float).reshape(3, n)
-    limits = np.array([[validation.MAX_TOTAL_STEPS], [validation.MAX_TIME_S], [validation.MAX_TIME_S]])
+    limits = np.array([[admitted.MAX_TOTAL_STEPS], [admitted.MAX_TIME_S], [admitted.MAX_TIME_S]])
     if not (np.isfinite(values).all() and (values >= 0).all() and (values <= limits).all()):
         return False
     throughputs = np.array(rows, dtype=float).reshape(n, len(counts))
@@ -79,8 +79,8 @@ def test_admitted_checks_on_python_numbers_match_numpy(seed: int) -> None:
     keys = [(job_type, sf) for job_type in sorted(table.job_types) for sf in (1, 2, 4, 8) if table.has_job(job_type, sf)]
     n = int(rng.integers(1, 30))
     picked = [keys[i] for i in rng.integers(0, len(keys), n)]
-    odd = [np.nan, np.inf, -np.inf, -1.0, -0.0, 0.0, validation.MAX_TIME_S, validation.MAX_TIME_S * 1.000001,
-           validation.MAX_TOTAL_STEPS, validation.MAX_TOTAL_STEPS * 2, 3, 10**30]
+    odd = [np.nan, np.inf, -np.inf, -1.0, -0.0, 0.0, admitted.MAX_TIME_S, admitted.MAX_TIME_S * 1.000001,
+           admitted.MAX_TOTAL_STEPS, admitted.MAX_TOTAL_STEPS * 2, 3, 10**30]
 
     def column(limit: float) -> tuple:  # noqa: ANN202
         return tuple(
@@ -88,15 +88,15 @@ def test_admitted_checks_on_python_numbers_match_numpy(seed: int) -> None:
             for _ in range(n)
         )
 
-    jobs = validation.AdmittedJobs(
+    jobs = admitted.AdmittedJobs(
         ids=tuple(f"j{i}" for i in range(n)), job_types=tuple(k[0] for k in picked),
         scale_factors=tuple(k[1] for k in picked), priority_weights=(1.0,) * n,
-        steps_remaining=column(validation.MAX_TOTAL_STEPS), time_since_arrival_s=column(validation.MAX_TIME_S),
-        slo_s=(None,) * n, isolated_time_s=column(validation.MAX_TIME_S),
+        steps_remaining=column(admitted.MAX_TOTAL_STEPS), time_since_arrival_s=column(admitted.MAX_TIME_S),
+        slo_s=(None,) * n, isolated_time_s=column(admitted.MAX_TIME_S),
     )
     counts = rng.integers(0, 9, 3).astype(float)
     counts[rng.integers(3)] = max(counts.max(), 1.0)
-    got = validation._admitted_columns(jobs, worker_types, counts, table)
+    got = admitted.admitted_columns(jobs, worker_types, counts, table)
     rows = [tuple(float(table.isolated(t, sf, w)) for w in worker_types) for t, sf in picked]
     assert (got is not None) == _numpy_accepts(jobs, rows, counts)
 
