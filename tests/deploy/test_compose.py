@@ -93,7 +93,9 @@ from common.messages import (
     WorkerRefused,
     WorkerRegistered,
 )
+from common.topics import topic_matches
 from tests.support.broker import broker_required
+from tests.support.waiting import until
 
 # One xdist worker runs the module: its broker tests share the definitions imported once (deployed)
 # and the services started once (services_running); the rest takes ~2 s.
@@ -1128,15 +1130,30 @@ def _bus(url: str, name: str) -> Any:
     return RabbitBus(settings, source=f"deploy-test-{name}")
 
 
+def _feeder(name: str) -> tuple[str, str]:
+    """Another service that publishes to one of ``name``'s bindings: (that service, the key)."""
+    for other, spec in SERVICES.items():
+        for key in spec.publishes:
+            if other != name and any(topic_matches(b, key) for b in SERVICES[name].bindings):
+                return other, key
+    raise AssertionError(f"no service publishes what {name} is bound to")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", GAVEL_SERVICES)
 def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: dict[str, str]) -> None:
     """The service's own bus operations (RabbitBus), as its user: start, subscribe to its queues,
-    publish its routing keys, dead-letter what it cannot decode, take dead letters (the CLI)."""
+    publish its routing keys, dead-letter what it cannot decode (a body another service's user
+    sends it: its letter reaches the dead-letter queue with the reason this user gave, not the
+    broker's rejection), take dead letters (the CLI)."""
     spec = SERVICES[name]
+    feeder_name, key = _feeder(name)
+    body = f"deploy-test {name} {uuid.uuid4().hex}".encode()  # not msgpack: undecodable
 
-    async def work() -> None:
-        bus = _bus(deployed[name], name)
+    async def work() -> list[Any]:
+        bus, feeder = _bus(deployed[name], name), _bus(deployed[feeder_name], f"{feeder_name}-feeder")
+        reader = bus if spec.gets else _bus(deployed["cli"], "cli-reader")  # only the CLI reads dead letters
+        letters: list[Any] = []
         await bus.start()
         try:
             for queue in spec.queues:
@@ -1146,17 +1163,25 @@ def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: d
                 name_on_bus = queue.removeprefix(f"{EXCHANGE}.")
                 await bus.subscribe(name_on_bus, list(spec.bindings), ignore, durable=not spec.exclusive)
             for routing_key in spec.publishes:
-                # Not msgpack: a subscriber of this very key (the cli's reply queue) dead-letters it.
                 await bus.publish_raw(routing_key, b"deploy-test", mandatory=False)
-            for routing_key in spec.bindings:
-                if routing_key in spec.publishes:
-                    await asyncio.sleep(0.2)  # let the dead-letter republish happen
-            if spec.gets:
-                await bus.take_dead_letters(limit=5)
-        finally:
-            await bus.close()
+            await feeder.start()
+            if reader is not bus:
+                await reader.start()
+            await feeder.publish_raw(key, body, mandatory=False)
 
-    asyncio.run(work())
+            async def dead_lettered() -> bool:
+                letters.extend(letter for letter in await reader.take_dead_letters(limit=1000) if letter.body == body)
+                return len(letters) >= len(spec.queues)  # a copy from each of its queues (all bound alike)
+
+            await until(dead_lettered, timeout_s=30, poll_s=0.1)
+        finally:
+            for each in {id(b): b for b in (bus, feeder, reader)}.values():
+                await each.close()
+        return letters
+
+    letters = asyncio.run(work())
+    assert {letter.queue for letter in letters} == {q.removeprefix(f"{EXCHANGE}.") for q in spec.queues}, letters
+    assert all(letter.routing_key == key and letter.reason.startswith("undecodable: ") for letter in letters), letters
 
 
 def test_the_cli_can_make_sure_the_submission_queues_exist(deployed: dict[str, str]) -> None:
