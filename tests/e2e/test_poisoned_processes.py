@@ -1,7 +1,8 @@
 """Hostile input end to end over RabbitMQ (issue 13), the services as separate processes: while
 the policy replicas, the mechanism, the estimator and a simulated fleet run a trace in lockstep
 (as tests/e2e/test_processes.py does), hostile bodies are published raw on every routing key
-their queues are bound to (as the broker lists the bindings). No process stops, the dead-letter
+their queues are bound to (as the broker lists the bindings), the fleet stopped meanwhile so that
+the trace cannot end before the pour does. No process stops, the dead-letter
 queue holds every copy of every poisoned body with its reason and nothing else, and the trace's
 results are the in-process simulator's, job by job and round by round.
 
@@ -19,7 +20,10 @@ import asyncio
 import collections
 import contextlib
 import os
+import signal
 import time
+import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,7 +144,10 @@ def by_queue_and_key(counts: collections.Counter[tuple[str, str, bytes]]) -> dic
 async def services_up(cluster: Cluster, bus: RabbitBus, tmp_path: Path) -> None:
     """Every service process, each consuming its queues (so bound): the mechanism, in lockstep,
     waits for the trace, which is submitted once the poison is ready."""
-    cluster.start("fleet", "serve", "fleet", "--cluster", "4:4:4", "--lockstep")
+    # No AMQP heartbeats for the fleet: it is stopped while the poison is poured (paused), which
+    # takes minutes with GAVEL_POISON_BODIES=10000, and the broker would drop a silent connection.
+    without_heartbeats = urllib.parse.urlparse(cluster.url)._replace(query="heartbeat=0").geturl()
+    cluster.start("fleet", "serve", "fleet", "--cluster", "4:4:4", "--lockstep", "--amqp", without_heartbeats)
     cluster.start("policy-a", "serve", "policy", "--replica", "policy-a", "--solving", "inline")
     cluster.start("policy-b", "serve", "policy", "--replica", "policy-b", "--solving", "inline")
     cluster.start("estimator", "serve", "estimator", "--mode", "oracle")  # as tests/e2e/test_processes.py
@@ -191,16 +198,20 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
         rounds_before = len(observer.rounds)
         began = time.perf_counter()
         async with QueueDepths(cluster.url, cluster.exchange) as depths:
-            for key, poisoned in bodies.items():
-                bounded = [(queue, bounds[queue]) for queue in routed(key, bindings) if queue in bounds]
+            # The trace must not end before the poison is all in, however long the pour takes: in
+            # lockstep time moves only when every lease has reported, so a stopped fleet holds the
+            # trace where it is (the mechanism, the policy and the estimator go on taking poison).
+            with paused(cluster, "fleet"):
+                for key, poisoned in bodies.items():
+                    bounded = [(queue, bounds[queue]) for queue in routed(key, bindings) if queue in bounds]
 
-                async def room(n: int, bounded: list[tuple[str, int]] = bounded) -> None:
-                    for queue, bound in bounded:
-                        await depths.room_for(queue, n, bound)
+                    async def room(n: int, bounded: list[tuple[str, int]] = bounded) -> None:
+                        for queue, bound in bounded:
+                            await depths.room_for(queue, n, bound)
 
-                await publish_raw_many(bus, key, poisoned, before_window=room)
-            poured_s = time.perf_counter() - began
-            assert len(observer.completed) < JOBS  # published while the trace ran, not after
+                    await publish_raw_many(bus, key, poisoned, before_window=room)
+                poured_s = time.perf_counter() - began
+                assert len(observer.completed) < JOBS  # published while the trace ran, not after
 
             # 3. the trace ends; every copy of every poisoned body is dead-lettered
             sent = sum(len(b) for b in bodies.values())
@@ -253,6 +264,17 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
             f"from round {rounds_before} in {poured_s:.1f} s; {total} copies dead-lettered {drained_s:.1f} s, and the "
             f"trace's {len(expected.rounds)} rounds over {trace_s:.1f} s, after the first"
         )
+
+
+@contextlib.contextmanager
+def paused(cluster: Cluster, name: str) -> Iterator[None]:
+    """SIGSTOP the process ``name`` for the block, SIGCONT after (whatever happens)."""
+    process = cluster.processes[name]
+    process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGCONT)
 
 
 async def _at_least(depths: QueueDepths, queue: str, n: int) -> bool:
