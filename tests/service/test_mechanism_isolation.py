@@ -7,9 +7,6 @@ tests/e2e/test_hardening.py."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
 import pytest
 from structlog.testing import capture_logs
 
@@ -28,75 +25,18 @@ from common.messages import (
     WorkerRegistered,
 )
 from common.transport.memory import InMemoryBroker, InMemoryBus
+from mechanism_service.config import MechanismConfig
 from mechanism_service.core import status as status_core
 from mechanism_service.core.rounds import type_shuffler
 from mechanism_service.core.settings import preset
-from mechanism_service.config import MechanismConfig
 from mechanism_service.service import MechanismService
 from policy_service import service as policy_module
-from policy_service.service import PolicyService, shipped_context
+from policy_service.service import PolicyService
 from sim.clock import VirtualClock
 from sim.derived_rates import TableReference
 from sim.fleet import SimulatedFleet
 from tests.support.waiting import Collector
-
-CONTEXT = shipped_context()
-TABLE = CONTEXT.table
-assert TABLE is not None
-RESNET = "ResNet-50 (batch size 64)"
-
-
-@dataclasses.dataclass
-class World:
-    clock: VirtualClock
-    bus: InMemoryBus
-    mechanism: MechanismService
-    events: Collector
-    requests: Collector
-
-    def job_ids(self, cls: type) -> list[str]:
-        return [m.job_id for m in self.events.messages if isinstance(m, cls)]  # type: ignore[attr-defined]
-
-    def completed(self) -> set[str]:
-        state = self.mechanism.state
-        return set() if state is None else {j.job_id for j in state.completed if j.steps_remaining <= 0}
-
-    async def run_until(self, done: Callable[[], bool], max_time_s: float = 10_000_000.0) -> None:
-        await self.clock.run_until(done, max_time_s=max_time_s)
-
-
-async def world(
-    policy: str, *, elastic: bool = False, fleet: dict[str, int] | None = None, estimates: bool = False
-) -> World:
-    """A live mechanism (elastic: it may grow; estimates: it schedules on estimates, as `gavel serve
-    mechanism` does, here with no estimator, so on its priors) with the policy service and, unless
-    ``fleet`` is empty, a simulated fleet, all on one in-memory bus in virtual time."""
-    broker = InMemoryBroker(serialize=True)
-    clock = VirtualClock(broker)
-    bus = InMemoryBus(broker, clock=clock, source="test")
-    await bus.start()
-    mechanism = MechanismService(
-        MechanismConfig(
-            settings=preset("default", policy), policy=policy, table=TABLE, shuffle=type_shuffler("default", 0),
-            round_timeout_s=None, deadlines=False, elastic_types=TABLE.accelerator_types if elastic else (),
-            estimates=estimates,
-        ),
-        clock=clock,
-    )
-    events, requests = Collector(), Collector()
-    await bus.subscribe("test.events", ["job.*", "round.ended"], events, durable=False)
-    await bus.subscribe("test.requests", [AllocationRequested.ROUTING_KEY], requests, durable=False)
-    await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)
-    await mechanism.start(bus)
-    if fleet:
-        await SimulatedFleet(clock=clock, table=TABLE, cluster=fleet).start(bus)
-    await clock.settle()  # the workers are registered before any job arrives
-    return World(clock, bus, mechanism, events, requests)
-
-
-async def submit(w: World, *specs: JobSpec) -> None:
-    for spec in specs:
-        await w.bus.publish(JobSubmitted(spec))
+from tests.support.world import CONTEXT, RESNET, TABLE, simulated_world
 
 
 async def test_a_job_the_policy_refuses_is_set_aside_and_the_rest_solved_again_at_once(monkeypatch) -> None:
@@ -110,8 +50,8 @@ async def test_a_job_the_policy_refuses_is_set_aside_and_the_rest_solved_again_a
         return real_answer(request, context)  # type: ignore[arg-type]
 
     monkeypatch.setattr(policy_module, "answer", refusing)
-    w = await world("max_min_fairness_perf", fleet={"v100": 1, "k80": 1})
-    await submit(w, JobSpec("a", RESNET, 500), JobSpec("bad", RESNET, 500), JobSpec("b", "A3C", 500))
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 1, "k80": 1})
+    await w.submit(JobSpec("a", RESNET, 500), JobSpec("bad", RESNET, 500), JobSpec("b", "A3C", 500))
     await w.run_until(lambda: w.completed() == {"a", "b"})
 
     assert w.job_ids(JobRejected) == ["bad"]
@@ -138,11 +78,11 @@ async def test_with_the_policy_failing_the_last_allocation_is_kept_and_new_jobs_
         return real_answer(request, context)  # type: ignore[arg-type]
 
     monkeypatch.setattr(policy_module, "answer", flaky)
-    w = await world("max_min_fairness_perf", fleet={"v100": 2, "k80": 1})
-    await submit(w, JobSpec("a", RESNET, 3000))
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 2, "k80": 1})
+    await w.submit(JobSpec("a", RESNET, 3000))
     await w.run_until(lambda: w.mechanism.memory.observations.allocation_solved_at_s is not None)
     failing["on"] = True
-    await submit(w, JobSpec("late", "A3C", 300))
+    await w.submit(JobSpec("late", "A3C", 300))
     await w.run_until(lambda: w.mechanism.memory.observations.degraded_since_s is not None)
     obs = w.mechanism.memory.observations
     report = status_core.allocation_report(w.mechanism.state, obs)
@@ -150,7 +90,7 @@ async def test_with_the_policy_failing_the_last_allocation_is_kept_and_new_jobs_
     await w.run_until(lambda: "late" in w.completed())  # it ran on what the kept allocation left idle
     assert w.mechanism.memory.observations.degraded_since_s is not None  # still no answer
     failing["on"] = False
-    await submit(w, JobSpec("b", RESNET, 300))
+    await w.submit(JobSpec("b", RESNET, 300))
     await w.run_until(lambda: {"a", "b"} <= w.completed())
     assert status_core.allocation_report(w.mechanism.state, obs)["state"] == "current"
 
@@ -159,7 +99,7 @@ async def test_a_job_the_broker_refused_is_rejected_to_those_that_got_it() -> No
     """A submission the broker refused to the mechanism's full queue still reached the
     estimator's: the seal names it, and the mechanism rejects it (the estimator forgets a
     rejected job) unless it knows the id after all."""
-    w = await world("max_min_fairness_perf", fleet={"v100": 1})
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 1})
     await w.bus.publish(JobSubmitted(JobSpec("a", RESNET, 300), "batch-1"))
     await w.bus.publish(SubmissionsSealed("batch-1", 1, not_accepted=("dropped", "a")))
     await w.run_until(lambda: "a" in w.completed())
@@ -171,8 +111,8 @@ async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> No
     """Under an SLO policy a job whose SLO cannot be met even alone makes every solve infeasible:
     it is set aside (never ran: rejected), and the cluster goes on."""
     policy = "max_sum_throughput_normalized_by_cost_perf_SLOs"
-    w = await world(policy, fleet={"v100": 2, "k80": 2})
-    await submit(w, JobSpec("a", RESNET, 2000, slo_s=1e6), JobSpec("hopeless", RESNET, 2000, slo_s=1.0), JobSpec("b", "A3C", 1000))
+    w = await simulated_world(policy, fleet={"v100": 2, "k80": 2})
+    await w.submit(JobSpec("a", RESNET, 2000, slo_s=1e6), JobSpec("hopeless", RESNET, 2000, slo_s=1.0), JobSpec("b", "A3C", 1000))
     await w.run_until(lambda: w.completed() == {"a", "b"})
 
     assert w.job_ids(JobRejected) == ["hopeless"]
@@ -180,10 +120,10 @@ async def test_a_deadline_no_allocation_can_meet_is_its_jobs_fault_alone() -> No
 
 
 async def test_a_gang_too_large_for_the_cluster_is_held_until_workers_that_fit_it_join() -> None:
-    w = await world("max_min_fairness_perf", elastic=True, fleet={"k80": 2})
+    w = await simulated_world("max_min_fairness_perf", elastic=True, fleet={"k80": 2})
     with capture_logs() as logs:
-        await submit(
-            w, JobSpec("gang", RESNET, 1000, scale_factor=4), JobSpec("small", RESNET, 1000),
+        await w.submit(
+            JobSpec("gang", RESNET, 1000, scale_factor=4), JobSpec("small", RESNET, 1000),
             JobSpec("gang8", RESNET, 1000, scale_factor=8),
         )
         await w.run_until(lambda: w.completed() == {"small"} and len(w.mechanism.memory.held) == 2)
@@ -213,10 +153,10 @@ async def test_a_job_type_the_simulated_fleet_lacks_runs_at_its_submitters_figur
     """A user's own job type is accepted and scheduled on priors (issue 23): the simulated hardware
     runs it at the steps/s its submitter gave for the type (carried to the fleet in the lease
     command), and a type nobody gave a figure for as the table's typical job; all complete."""
-    w = await world(policy, fleet={"v100": 1, "k80": 1}, estimates=True)
+    w = await simulated_world(policy, fleet={"v100": 1, "k80": 1}, estimates=True)
     said = {"v100": 12.5, "k80": 3.1}  # the README's; the typical job's are 12.31 and 3.66
-    await submit(
-        w, JobSpec("mine", "MyNet", 1000, throughput_estimate_steps_per_s=said), JobSpec("theirs", "OtherNet", 1000),
+    await w.submit(
+        JobSpec("mine", "MyNet", 1000, throughput_estimate_steps_per_s=said), JobSpec("theirs", "OtherNet", 1000),
         JobSpec("a", RESNET, 3000), JobSpec("b", "A3C", 3000),
     )
     await w.run_until(lambda: w.completed() == {"mine", "theirs", "a", "b"})
@@ -234,8 +174,8 @@ async def test_a_job_type_the_simulated_fleet_lacks_runs_at_its_submitters_figur
 async def test_a_gang_of_a_size_the_table_lacks_runs_at_the_nearest_sizes_figure_scaled() -> None:
     """`--scale-factor 3` of a type the table has on 1, 2, 4 and 8 GPUs: the gang of three V100s
     runs at the 4-GPU figure times (3/4)^0.75 (sim/derived_rates.py) and completes."""
-    w = await world("max_min_fairness_perf", fleet={"v100": 4}, estimates=True)
-    await submit(w, JobSpec("trio", RESNET, 2000, scale_factor=3))
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 4}, estimates=True)
+    await w.submit(JobSpec("trio", RESNET, 2000, scale_factor=3))
     await w.run_until(lambda: w.completed() == {"trio"})
 
     reports = [m for m in w.events.messages if isinstance(m, JobProgress) and m.steps_done > 0]
@@ -273,8 +213,8 @@ async def test_a_packed_lease_with_a_job_the_table_lacks_runs_both_at_the_typica
 
 
 async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
-    w = await world("max_min_fairness_perf", fleet={"v100": 1})
-    await submit(w, JobSpec("long", RESNET, 10**7), JobSpec("later", RESNET, 1000, scale_factor=1))
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 1})
+    await w.submit(JobSpec("long", RESNET, 10**7), JobSpec("later", RESNET, 1000, scale_factor=1))
     # "long" has run (the short "later" may run first: a short job that waits falls behind the
     # fastest; core/catch_up.py), so it has steps to keep when it is cancelled
     await w.run_until(lambda: w.mechanism.state is not None and any(
@@ -293,10 +233,10 @@ async def test_a_cancelled_job_ends_once_whether_it_waited_or_ran() -> None:
 
 
 async def test_a_worker_that_cannot_join_is_refused_with_a_reason_and_the_rest_runs() -> None:
-    w = await world("max_min_fairness_perf", fleet={"v100": 1})
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 1})
     await w.bus.publish(WorkerRegistered("odd", "k80", 0, "odd"))
     await w.bus.publish(WorkerRegistered("skewed", "k80", 1, "skewed", clock="scaled x100"))
-    await submit(w, JobSpec("a", RESNET, 1000))
+    await w.submit(JobSpec("a", RESNET, 1000))
     await w.run_until(lambda: w.completed() == {"a"})
     refused = w.mechanism.memory.refused_workers
     assert set(refused) == {"odd"}  # a virtual clock has nothing to compare, so 'skewed' joined
@@ -327,7 +267,7 @@ async def test_a_command_nobody_can_receive_is_said_and_does_not_stop_the_mechan
     from structlog.testing import capture_logs
 
     from tests.support.clock import SteppedClock
-    from tests.support.mechanism import live_mechanism
+    from tests.support.world import live_mechanism
 
     bus = InMemoryBus(InMemoryBroker(), source="test")
     await bus.start()

@@ -16,8 +16,8 @@ from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.clocks import ScaledClock
 from mechanism_service.service import MechanismService
 from tests.support.clock import SteppedClock
-from tests.support.mechanism import live_mechanism, spec
 from tests.support.waiting import eventually
+from tests.support.world import live_mechanism, spec
 
 
 def snapshots_written(path: pathlib.Path) -> int:

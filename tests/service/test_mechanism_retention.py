@@ -14,8 +14,8 @@ from common.messages import JobCompleted, JobRejected, JobSpec
 from mechanism_service.core.invariants import check
 from mechanism_service.core.retention import LIVE, Retention
 from services.cli.status_cmd import ask_on
-from tests.service.test_mechanism_workers import RESNET, World, kill, world
 from tests.support.waiting import eventually
+from tests.support.world import RESNET, World, kill, world
 
 RULE = Retention(finished_s=1000.0, finished_jobs=None, rounds=2, lost_workers=None)
 

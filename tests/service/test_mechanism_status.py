@@ -11,8 +11,8 @@ from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.core.status import Observations, job_report, record_placement
 from services.cli.status_cmd import ask_on
 from tests.support.clock import SteppedClock
-from tests.support.mechanism import live_mechanism, spec
 from tests.support.waiting import eventually
+from tests.support.world import live_mechanism, spec
 
 
 async def test_an_answer_longer_than_one_message_string_comes_in_parts() -> None:

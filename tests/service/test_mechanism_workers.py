@@ -8,192 +8,30 @@ and each start is a new epoch. Time is a clock the test moves; nothing sleeps.""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import pathlib
 import pickle
-from collections.abc import Callable
 
 import pytest
 from structlog.testing import capture_logs
 
-from common.journal import Journal
 from common.messages import (
-    AllocationRequested,
     CancelJob,
     ExtendLease,
     JobCancelled,
     JobCompleted,
     JobFailed,
-    JobProgress,
     JobSpec,
-    JobSubmitted,
     KillJobs,
     RunJobs,
     WorkerFenced,
-    WorkerHeartbeat,
-    WorkerRegistered,
 )
-from common.messages.base import Message
-from common.transport.memory import InMemoryBroker, InMemoryBus
-from mechanism_service.core.ownership import Ownership
-from mechanism_service.core.retention import KEEP_ALL, Retention
-from mechanism_service.core.rounds import type_shuffler
-from mechanism_service.core.settings import preset
-from mechanism_service.config import MechanismConfig
-from mechanism_service.service import MechanismService
-from policy_service.service import PolicyService, shipped_context
+from common.transport.memory import InMemoryBus
 from services.cli.status_cmd import ask_on
 from tests.support.clock import SteppedClock
-from tests.support.waiting import Collector, eventually
+from tests.support.waiting import eventually
+from tests.support.world import GRACE_S, RESNET, Lease, ScriptedWorker, World, kill, world
 
-CONTEXT = shipped_context()
-TABLE = CONTEXT.table
-assert TABLE is not None
-RESNET = "ResNet-50 (batch size 64)"
-GRACE_S = 30.0
-POLICY = "max_min_fairness_perf"  # fastest type first: a lone job starts on the V100
 TRACEBACK = 'exit code 1: Traceback (most recent call last):\n  File "train.py", line 9\nValueError: bad learning rate\n'
-Lease = RunJobs | ExtendLease
-
-
-class ScriptedWorker:
-    """A worker that speaks the protocol as the test says: it registers, beats when told, records
-    every command, and answers a lease with the reports ``answer`` chooses (None: the test
-    reports itself, with ``report``)."""
-
-    def __init__(self, bus: InMemoryBus, worker_id: str, accelerator_type: str) -> None:
-        self.bus, self.worker_id, self.accelerator_type = bus, worker_id, accelerator_type
-        self.received = Collector()
-        self.answer: Callable[[Lease], dict[str, object]] | None = None
-        self._taken: dict[type, int] = {}
-
-    async def start(self, *, register: bool = True) -> ScriptedWorker:
-        await self.bus.subscribe(f"test.{self.worker_id}", [f"worker.cmd.{self.worker_id}.*"], self._on_command, durable=False)
-        if register:
-            await self.register()
-        return self
-
-    async def register(self) -> None:
-        await self.bus.publish(WorkerRegistered(self.worker_id, self.accelerator_type, 1, self.worker_id))
-
-    async def heartbeat(self) -> None:
-        await self.bus.publish(WorkerHeartbeat(self.worker_id))
-
-    async def _on_command(self, d: object) -> None:
-        await self.received(d)  # type: ignore[arg-type]
-        command = self.received.messages[-1]
-        if self.answer is not None and isinstance(command, (RunJobs, ExtendLease)):
-            await self.report(command, **self.answer(command))  # type: ignore[arg-type]
-
-    async def report(
-        self, command: Lease, *, steps: int = 100, outcome: str = "lease_end", exit_code: int | None = None, error: str = "",
-    ) -> None:
-        for job_id, left in zip(command.job_ids, command.max_steps, strict=True):
-            done = min(steps, left)
-            finished = outcome != "crashed" and done >= left
-            await self.bus.publish(JobProgress(
-                job_id, self.worker_id, command.lease_id, command.round_id, done, 360.0, 0.5 if done else 0.0,
-                finished=finished, outcome="finished" if finished else outcome, exit_code=exit_code, error=error,
-                startup_s=4.0, restore_s=1.0, stepping_s=200.0, checkpoint_s=2.0,
-            ))
-
-    def of(self, cls: type) -> list[Message]:
-        return [m for m in self.received.messages if isinstance(m, cls)]  # type: ignore[misc]
-
-    async def lease_of_round(self, round_id: int) -> Lease:
-        """The run or extend command of ``round_id`` (waiting for it)."""
-
-        def found() -> list[Lease]:
-            return [m for m in self.of(RunJobs) + self.of(ExtendLease) if m.round_id == round_id]  # type: ignore[attr-defined, misc]
-
-        await self.received.wait_until(lambda: bool(found()))
-        return found()[0]
-
-    async def next(self, cls: type) -> Message:
-        """The next command of ``cls`` not taken yet (waiting for it)."""
-        taken = self._taken.get(cls, 0)
-        await self.received.wait_until(lambda: len(self.of(cls)) > taken)
-        self._taken[cls] = taken + 1
-        return self.of(cls)[taken]
-
-
-@dataclasses.dataclass
-class World:
-    clock: SteppedClock
-    bus: InMemoryBus
-    mechanism: MechanismService
-    events: Collector
-    requests: Collector
-
-    @property
-    def memory(self):  # noqa: ANN201
-        return self.mechanism.memory
-
-    async def worker(self, worker_id: str, accelerator_type: str, *, register: bool = True) -> ScriptedWorker:
-        worker = await ScriptedWorker(self.bus, worker_id, accelerator_type).start(register=register)
-        if register:
-            await eventually(lambda: self.mechanism.workers.held(worker_id) is not None)
-        return worker
-
-    async def submit(self, *specs: JobSpec) -> None:
-        for spec in specs:
-            await self.bus.publish(JobSubmitted(spec))
-
-    async def beat(self, *workers: ScriptedWorker) -> None:
-        """Heartbeats, heard before this returns."""
-        for worker in workers:
-            await worker.heartbeat()
-        await eventually(lambda: all(self.memory.last_heard_s.get(w.worker_id) == self.clock.t for w in workers))
-
-    def job(self, job_id: str):  # noqa: ANN201
-        state = self.mechanism.state
-        assert state is not None
-        return next(j for j in [*state.jobs.values(), *state.completed] if j.job_id == job_id)
-
-
-def mechanism(
-    clock: SteppedClock, journal: pathlib.Path | None = None, round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL,
-    owners: Ownership = Ownership(), **settings: object,
-) -> MechanismService:
-    config = MechanismConfig(
-        settings=dataclasses.replace(preset("default", POLICY), worker_grace_s=GRACE_S, **settings),  # type: ignore[arg-type]
-        policy=POLICY,
-        table=TABLE,
-        shuffle=type_shuffler("default", 0),
-        round_timeout_s=round_timeout_s,
-        deadlines=False,
-        elastic_types=TABLE.accelerator_types,
-        retention=retention,
-        owners=owners,
-    )
-    return MechanismService(
-        config, clock=clock, journal=Journal(journal) if journal is not None else None  # type: ignore[arg-type]
-    )
-
-
-async def world(
-    journal: pathlib.Path | None = None, clock: SteppedClock | None = None, before: Callable[[InMemoryBus], object] | None = None,
-    round_timeout_s: float = 600.0, retention: Retention = KEEP_ALL, owners: Ownership = Ownership(), **settings: object,
-) -> World:
-    clock = clock or SteppedClock()
-    bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
-    await bus.start()
-    events, requests = Collector(), Collector()
-    await bus.subscribe("test.events", ["job.completed", "job.failed", "job.cancelled"], events, durable=False)
-    await bus.subscribe("test.requests", [AllocationRequested.ROUTING_KEY], requests, durable=False)
-    await PolicyService(clock=clock, context=CONTEXT, solving="inline").start(bus)  # type: ignore[arg-type]
-    if before is not None:
-        await before(bus)  # type: ignore[misc]
-    m = mechanism(clock, journal, round_timeout_s, retention, owners, **settings)
-    await m.start(bus)
-    return World(clock, bus, m, events, requests)
-
-
-async def kill(w: World) -> None:
-    """As a SIGKILL would: nothing flushed beyond what handlers committed before acknowledging."""
-    assert w.mechanism.round_task is not None and w.mechanism.liveness.task is not None
-    await w.mechanism.kill()
-    await w.bus.close()
 
 
 async def lose(w: World, silent: ScriptedWorker, *beating: ScriptedWorker) -> WorkerFenced:

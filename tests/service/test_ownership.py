@@ -11,7 +11,7 @@ from common.transport.memory import InMemoryBus
 from mechanism_service.core.ownership import Ownership
 from services.cli.replies import Replies
 from services.cli.status_cmd import ask_on
-from tests.service.test_mechanism_workers import RESNET, World, kill, world
+from tests.support.world import RESNET, World, kill, world
 
 RULE = Ownership(operators=frozenset({"ops"}))
 

@@ -15,8 +15,8 @@ from common.errors import ConfigError
 from common.messages import JobSpec, RunJobs, WorkerFenced, WorkerHeartbeat, WorkerIdInUse, WorkerRefused, WorkerRegistered
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from services.cli.status_cmd import ask_on
-from tests.service.test_mechanism_workers import RESNET, World, world
 from tests.support.waiting import Collector
+from tests.support.world import RESNET, World, world
 from worker_service.core import WorkerConfig
 from worker_service.service import WorkerService
 
