@@ -126,7 +126,8 @@ async def test_a_job_resumes_from_the_credited_checkpoint_in_a_new_process(rig: 
     [first] = await rig.report("0:0")
     await rig.send(RoundStarted(1, 0.0, 1.0, ()))
     await eventually(lambda: rig.progress("j1").get("state") == "exited", 10)
-    await rig.send(run("2:0", 2, max_steps=(7,), resume=(first.steps_done,), gpu_ids=(1,)))
+    # a lease the steps end, not the clock (a busy machine can take a second to start a process)
+    await rig.send(run("2:0", 2, max_steps=(7,), resume=(first.steps_done,), gpu_ids=(1,), duration_s=60.0))
     [last] = await rig.report("2:0")
     assert last.finished and last.outcome == "finished" and last.steps_done == 7
     done = first.steps_done + 7
@@ -159,7 +160,8 @@ async def test_kill_checkpoints_and_reports_the_steps_so_far(rig: Rig) -> None:
 
 
 async def test_a_packed_pair_runs_two_processes_on_one_gpu(rig: Rig) -> None:
-    await rig.send(run("0:0+1", 0, job_ids=("a", "b"), max_steps=(30, 40), resume=(0, 0)))
+    # a lease the steps end, not the clock: under load 40 steps and two starts took more than 1 s
+    await rig.send(run("0:0+1", 0, job_ids=("a", "b"), max_steps=(30, 40), resume=(0, 0), duration_s=60.0))
     reports = await rig.report("0:0+1", 2)
     assert {(r.job_id, r.steps_done, r.finished) for r in reports} == {("a", 30, True), ("b", 40, True)}
     # each names the other: the estimator reads these steps/s as the pair's, not as the type's alone
