@@ -1139,7 +1139,7 @@ def _feeder(name: str) -> tuple[str, str]:
     raise AssertionError(f"no service publishes what {name} is bound to")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~3 s importing the definitions (once a module), then 0.1-0.5 s a service
 @pytest.mark.parametrize("name", GAVEL_SERVICES)
 def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: dict[str, str]) -> None:
     """The service's own bus operations (RabbitBus), as its user: start, subscribe to its queues,
@@ -1277,7 +1277,7 @@ def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(broker_url: 
             ], out.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~0.6 s, with the definitions' import (~3 s) it shares
 def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]) -> None:
     import aio_pika
     import aiormq
@@ -1431,7 +1431,7 @@ def _logs(running: dict[str, Any]) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(running["dir"].glob("*.log")))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~10-15 s: the services started as processes (once a module), then healthy
 def test_the_compose_services_run_as_their_users(services_running: dict[str, Any]) -> None:
     """Each becomes healthy (`gavel health`, as the compose healthcheck runs it) and the CLI, as
     gavel-cli, gets the mechanism's answer."""
@@ -1458,7 +1458,7 @@ def test_the_compose_services_run_as_their_users(services_running: dict[str, Any
     assert json.loads(answer.stdout)["capacity_gpus"], _logs(services_running)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~7-10 s: a trace through the services as processes
 def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str, Any]) -> None:
     test_the_compose_services_run_as_their_users(services_running)
     trace = services_running["dir"] / "small.jsonl"
@@ -1492,7 +1492,7 @@ def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str,
     assert letters.returncode == 0 and json.loads(letters.stdout) == [], letters.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~6 s, and ~10 s stopping the module's services after it
 def test_a_real_worker_joins_as_its_user_and_a_time_scaled_mechanism_refuses_it(services_running: dict[str, Any]) -> None:
     """compose's `worker` service as a local process, as gavel-worker (its checkpoint and run
     directories pointed at this machine): it becomes healthy, so its user may declare its queue,

@@ -200,6 +200,7 @@ class Run:
         assert not chaos.dead(), f"died: {chaos.dead()}"
 
 
+@pytest.mark.slow  # ~80-90 s: seeded kills, a stopped fleet and a broker restart
 async def test_every_job_completes_once_through_kills_a_stopped_fleet_and_a_broker_restart(chaos, ends, tmp_path):
     if RESTART_BROKER:
         problem = broker_restart_problem(chaos.url)

@@ -154,6 +154,7 @@ async def gavel_json(cluster: Cluster, *args: str) -> object:
     return await asyncio.to_thread(cluster.answer, *args)
 
 
+@pytest.mark.slow  # ~20 s: services as processes, the estimator killed and restarted
 async def test_a_killed_estimator_keeps_what_it_learned(cluster, observer, tmp_path):
     reference = reduced_table(tmp_path / "reference.json")
     cluster.start("policy", "serve", "policy", "--solving", "inline", "--throughputs", str(reference))

@@ -75,6 +75,7 @@ async def ready(cluster: Cluster, workers: int) -> None:
     await eventually(up, timeout_s=60, poll_s=0.3)
 
 
+@pytest.mark.slow  # ~15 s: services as processes
 async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     """One job with each field a policy could refuse, published around the command line's checks,
     between two good jobs; then a gang no worker here can hold, and cancels. Every other job keeps
@@ -169,6 +170,7 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     assert placements and all(set(p["workers"]) <= workers for p in placements), placements
 
 
+@pytest.mark.slow  # ~12 s: services as processes
 async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a_word(cluster, tmp_path):
     """Arrivals count from when the mechanism receives the trace (--now: all at once); a second
     trace with the same ids gets ids of its own; the same trace again is absorbed and said so; a
@@ -221,6 +223,7 @@ async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a
     )
 
 
+@pytest.mark.slow  # ~7 s: services as processes, restarted
 async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_allocate_with_is_set_aside(cluster, tmp_path):
     """A job the policy refuses the problem for (an SLO no allocation can meet, whatever its
     fields) is rejected with the policy's reason; the rest is solved again and runs. (About 15 s.)"""
@@ -249,6 +252,7 @@ async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_alloca
     assert rows["first"]["state"] == "completed"  # kept across the restart
 
 
+@pytest.mark.slow  # ~14 s: services as processes
 async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_said_at_once(cluster, tmp_path):
     """(About 20 s.)"""
     log = tmp_path / "mechanism.log"

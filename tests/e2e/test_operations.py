@@ -27,6 +27,7 @@ def status(cluster: Cluster, *args: str) -> object:
     return cluster.answer(*args)
 
 
+@pytest.mark.slow  # ~12 s: services as processes, status commands
 async def test_any_start_order_status_commands_and_health(cluster, tmp_path):
     health = tmp_path / "mechanism.health"
     # the mechanism first: no fleet, no policy, no jobs yet

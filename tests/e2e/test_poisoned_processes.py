@@ -162,6 +162,7 @@ async def services_up(cluster: Cluster, bus: RabbitBus, tmp_path: Path) -> None:
         raise AssertionError(f"not every service queue is consumed\n{cluster.logs()}") from None
 
 
+@pytest.mark.slow  # ~1-2 min: a lockstep trace across processes, ~9,000 hostile copies dead-lettered
 async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(cluster, tmp_path, capsys):
     problem = bindings_problem(cluster.url)
     if problem:

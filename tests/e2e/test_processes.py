@@ -127,6 +127,7 @@ def check_invariants(observer: Observer) -> None:
         assert len(gpus) == len(set(gpus)), (round_id, gpus)
 
 
+@pytest.mark.slow  # ~80 s: the 32-job trace in lockstep across processes
 async def test_separate_processes_make_the_in_process_schedule(cluster, observer, tmp_path):
     if not EXPECTED:
         EXPECTED.update(await asyncio.to_thread(expected_jcts))
@@ -141,6 +142,7 @@ async def test_separate_processes_make_the_in_process_schedule(cluster, observer
     assert status["jobs_completed"] == 32 and status["policy"] == POLICY
 
 
+@pytest.mark.slow  # ~85 s: the trace across processes, the mechanism killed and restarted
 async def test_a_mechanism_killed_mid_run_resumes_from_its_journal(cluster, observer, tmp_path):
     if not EXPECTED:
         EXPECTED.update(await asyncio.to_thread(expected_jcts))

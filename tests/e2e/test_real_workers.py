@@ -184,6 +184,7 @@ def _equal(x: object, y: object) -> bool:
     return x == y
 
 
+@pytest.mark.slow  # ~2-3 min: real PyTorch jobs over 15 s rounds, a worker lost and its grace
 async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(cluster: Cluster, observer: Observer, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     flag = tmp_path / "fixed.flag"

@@ -128,6 +128,7 @@ async def ready(health: Path, pid: int) -> None:
     await eventually(is_ready, timeout_s=30, poll_s=0.1)
 
 
+@pytest.mark.slow  # ~8 s: a mechanism process restarted
 async def test_a_mechanism_started_without_journal_flags_keeps_its_jobs_across_a_restart(cluster, tmp_path):
     """Two mechanism starts and a SIGKILL between them (about 6 s)."""
     health = tmp_path / "mechanism.health"
@@ -155,6 +156,7 @@ async def test_a_mechanism_started_without_journal_flags_keeps_its_jobs_across_a
 # -- G. status for people, and JSON as it was --------------------------------------------------------
 
 
+@pytest.mark.slow  # ~9 s: services as processes
 async def test_cluster_and_job_print_for_people_and_json_on_request(cluster, tmp_path):
     health = tmp_path / "mechanism.health"
     mechanism = cluster.start("mechanism", "serve", "mechanism", "--no-journal", "--health-file", str(health))

@@ -29,6 +29,7 @@ def states(cluster: Cluster) -> dict[str, str]:
     return {str(row["id"]): str(row["state"]) for row in cluster.answer("jobs")}  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # ~30 s: services as processes, a fleet killed and restarted
 async def test_a_live_worker_id_cannot_be_taken_and_a_restart_takes_its_place(cluster, tmp_path):
     journal = tmp_path / "journal.sqlite"
     cluster.start("policy", "serve", "policy", "--solving", "inline")

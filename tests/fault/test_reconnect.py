@@ -30,6 +30,7 @@ def close_connection_named(name: str) -> None:
         subprocess.run(["rabbitmqctl", "close_connection", pid, "test: dropped on purpose"], check=True, timeout=60, capture_output=True)
 
 
+@pytest.mark.slow  # ~5 s: two dropped connections, a 3 s reconnect interval
 async def test_publishes_during_a_dropped_connection_are_retried_and_consumers_resume(rabbit):
     consumer_name, publisher_name = f"consumer-{uuid.uuid4().hex[:6]}", f"publisher-{uuid.uuid4().hex[:6]}"
     # A slow reconnect keeps the publisher down long enough to publish while it is down.
