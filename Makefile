@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" 2>&1 | grep -v "is ignored" || true
 	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || { echo "make: installing $(TORCH) failed (see above)"; exit 1; }
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[amqp,worker,dev]" 2>&1 | grep -v "is ignored" || true
-	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis, xdist, yaml" || { echo "make: installing the project failed (see above)"; exit 1; }
+	@$(PY) -c "import aio_pika, cvxpy, msgpack, structlog, pytest, hypothesis, xdist, yaml, prometheus_client, rich" || { echo "make: installing the project failed (see above)"; exit 1; }
 	@touch $(STAMP)
 
 # The project's bytecode, compiled ahead (as pip does for a regular install): an editable install
