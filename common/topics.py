@@ -17,6 +17,7 @@ from common.messages import (
     AllocationFailed,
     AllocationRequested,
     CancelJob,
+    ClusterEvent,
     ExtendLease,
     GangRendezvous,
     JobCancelled,
@@ -68,6 +69,7 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     RoundEnded,
     StatusRequested,
     StatusReported,
+    ClusterEvent,
 )
 
 #: The policy replicas' shared request queue (below the exchange). Named here because the

@@ -13,6 +13,7 @@ from common.messages.allocation import (
     SolveStatus,
 )
 from common.messages.base import Message, message, value
+from common.messages.events import EVENT_KINDS, ClusterEvent
 from common.messages.jobs import (
     CancelJob,
     JobCancelled,
@@ -46,7 +47,9 @@ __all__ = [
     "Assignment",
     "CancelJob",
     "ClassColocation",
+    "ClusterEvent",
     "ColocationEstimate",
+    "EVENT_KINDS",
     "EntitySpec",
     "ExtendLease",
     "GangRendezvous",
