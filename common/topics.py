@@ -27,6 +27,8 @@ from common.messages import (
     JobRejected,
     JobSubmitted,
     KillJobs,
+    LogsReported,
+    LogsRequested,
     Message,
     RoundEnded,
     RoundStarted,
@@ -70,6 +72,8 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     StatusRequested,
     StatusReported,
     ClusterEvent,
+    LogsRequested,
+    LogsReported,
 )
 
 #: The policy replicas' shared request queue (below the exchange). Named here because the

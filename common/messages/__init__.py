@@ -26,6 +26,7 @@ from common.messages.jobs import (
     SubmissionsSealed,
 )
 from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJobs, WorkerFenced, WorkerRefused
+from common.messages.logs import LogsReported, LogsRequested, attempt_key
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
 from common.messages.status import StatusReported, StatusRequested
 from common.messages.throughput import (
@@ -62,6 +63,8 @@ __all__ = [
     "JobSubmitted",
     "JobThroughput",
     "KillJobs",
+    "LogsReported",
+    "LogsRequested",
     "Message",
     "PairThroughputs",
     "PolicyJob",
@@ -83,6 +86,7 @@ __all__ = [
     "WorkerHeartbeat",
     "WorkerIdInUse",
     "WorkerRegistered",
+    "attempt_key",
     "message",
     "value",
 ]
