@@ -116,6 +116,7 @@ EXCHANGE = "gavel"
 DLX = "gavel.dlx"
 DEAD_LETTERS = "gavel.dead-letters"
 UP_SERVICES = {"rabbitmq", "policy", "mechanism", "estimator"}  # what `docker compose up` always starts
+MONITORING = {"prometheus", "grafana"}  # and beside them (tests/deploy/test_monitoring.py checks them)
 # Who trains the jobs: a profile each, COMPOSE_PROFILES in .env chooses (never both).
 TRAINERS = {"fleet": "simulated", "worker": "workers"}
 LONG_RUNNING = ("policy", "mechanism", "estimator", "fleet", "worker")  # the `gavel serve` services
@@ -391,7 +392,7 @@ def seconds(duration: str | int | float) -> float:
 
 def test_up_starts_the_broker_the_scheduler_and_one_kind_of_workers() -> None:
     services = compose()["services"]
-    assert {name for name, s in services.items() if not s.get("profiles")} == UP_SERVICES
+    assert {name for name, s in services.items() if not s.get("profiles")} == UP_SERVICES | MONITORING
     assert services["cli"].get("profiles") == ["tools"]
     for name, profile in TRAINERS.items():
         assert services[name].get("profiles") == [profile], name
@@ -515,7 +516,7 @@ def test_every_gavel_service_waits_for_a_healthy_broker(name: str) -> None:
         assert how.get("condition") in ("service_started", "service_healthy", "service_completed_successfully"), other
 
 
-@pytest.mark.parametrize("name", sorted(UP_SERVICES | set(TRAINERS)))
+@pytest.mark.parametrize("name", sorted(UP_SERVICES | set(TRAINERS) | MONITORING))
 def test_every_long_running_service_restarts(name: str) -> None:
     assert service(name).get("restart") in ("always", "unless-stopped", "on-failure")
     assert service(name).get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
