@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 # index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test test-fast broker bench clean
+.PHONY: install demo test test-fast broker prometheus bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,13 +36,18 @@ demo: install
 broker:
 	@scripts/ensure-broker
 
+# The `prometheus` binary tests/deploy/test_prometheus.py runs against the services (installed from
+# Debian's package when missing; under `make test` its absence fails that test, never skips it).
+prometheus:
+	@scripts/ensure-prometheus
+
 # The suite on both cores (pytest-xdist; tests/README.md says how tests keep apart). Broker tests
 # fail, never skip, when no broker answers. The tests marked `serial` stop the shared broker (the
 # chaos test restarts it), which would break the other worker's tests: they run alone, after.
 TEST_WORKERS ?= 2
 PYTEST := GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
-test: install broker
+test: install broker prometheus
 	$(PYTEST) -m "not serial"; parallel=$$?; \
 	GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -m serial tests/e2e; alone=$$?; \
 	test $$parallel -eq 0 && test $$alone -eq 0
