@@ -14,6 +14,7 @@ import structlog
 
 from common.clock import Clock
 from common.messages import WorkerFenced, WorkerHeartbeat
+from mechanism_service.core import events as events_core
 from mechanism_service.core import membership
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
 from mechanism_service.core.memory import MemoryCell
@@ -100,6 +101,12 @@ class LivenessWatch:
             action="its jobs run again from their last credited steps" + ("" if replaced_by else "; its GPUs leave the cluster"),
         )
         self._refenced_at_s[worker_id] = now_s
+        if loss is not None:
+            lost = memory.lost_workers.get(worker_id, {})
+            await self._outbox.publish_events([events_core.worker_lost(
+                worker_id, str(lost.get("accelerator_type", "")), loss.gpus, reason, now_s,
+                events_core.current_round(memory.round_id),
+            )])
         await self._outbox.publish(fence)  # not mandatory: a dead worker's queue may be gone
         for kill in loss.kills if loss else ():
             await self._outbox.publish(kill)

@@ -11,9 +11,11 @@ import structlog
 from common.bus import Bus
 from common.codec import DEFAULT_CODEC
 from common.errors import UnroutableError
-from common.messages import ExtendLease, JobRejected, RunJobs
+from common.messages import ClusterEvent, ExtendLease, JobRejected, RunJobs
 from common.messages.base import Message
+from mechanism_service.core import events as events_core
 from mechanism_service.core.endings import Ending, rejection_id
+from mechanism_service.core.events import EventRing
 from mechanism_service.core.memory import Memory
 
 
@@ -21,6 +23,7 @@ class Outbox:
     def __init__(self, log: structlog.stdlib.BoundLogger) -> None:
         self.log = log  # rebound by the service (its epoch)
         self._bus: Bus | None = None
+        self.recent = EventRing()  # the cluster's recent events (core/events.py), for `gavel events`
 
     def attach(self, bus: Bus) -> None:
         self._bus = bus
@@ -34,6 +37,22 @@ class Outbox:
         """An event, or a command that may find no one (a fence, a kill: a worker that is gone
         runs nothing); not mandatory."""
         await self.bus.publish(message, mandatory=False, message_id=message_id)
+
+    async def publish_events(self, events: list[ClusterEvent]) -> None:
+        """The cluster's events (core/events.py): kept in the ring, and published for whoever
+        watches (not mandatory: nobody may be); an event said already is not said again."""
+        for event in events:
+            if self.recent.add(event):
+                await self.bus.publish(event, mandatory=False, message_id=event.event_id)
+
+    async def publish_job_ended(self, memory: Memory, job_id: str, outcome: str, reason: str, now_s: float) -> None:
+        """A job's end as one of the cluster's events (none for a refusal or a rejection)."""
+        event = events_core.job_ended(
+            outcome, job_id, reason, now_s, events_core.current_round(memory.round_id),
+            events_core.last_type(memory.observations.history, job_id),
+        )
+        if event is not None:
+            await self.publish_events([event])
 
     async def publish_end(self, ending: Ending) -> None:
         """A job's terminal event (JobRejected for a refusal, said in the log too)."""

@@ -18,10 +18,11 @@ import asyncio
 import structlog
 
 from common.clock import Clock
-from common.messages import RoundEnded, RoundStarted
+from common.messages import Assignment, RoundEnded, RoundStarted
 from mechanism_service.config import MechanismConfig
 from mechanism_service.core import audit, leases
 from mechanism_service.core import commands as commands_core
+from mechanism_service.core import events as events_core
 from mechanism_service.core import retention as retention_core
 from mechanism_service.core.endings import Ending, Outcome, end_job, settled_end
 from mechanism_service.core.learning import take_estimate
@@ -57,6 +58,9 @@ class RoundLoop:
         self._outbox = outbox
         self.log = log
         self._crash_point = config.crash_point or (lambda point: None)
+        # the last round's assignments, for the events of the next boundary (who was preempted);
+        # not kept across a restart, as the events are not (core/events.py)
+        self._last_assignments: tuple[Assignment, ...] = ()
 
     async def run(self) -> None:
         config, settings, memory = self._config, self._config.settings, self._cell.memory
@@ -140,6 +144,7 @@ class RoundLoop:
         if results:
             ended = RoundEnded(memory.round_id - 1, now_s, tuple(j.job_id for j in finished))
             await self._outbox.publish(ended, f"round-ended:{ended.round_id}")
+            await self._outbox.publish_events([events_core.round_ended(ended.round_id, now_s, len(finished))])
         for job_id, reason in leaving(memory):
             await self._end(job_id, "cancelled", reason, now_s, log_as="job_cancelled")
         return settled
@@ -156,6 +161,7 @@ class RoundLoop:
             self.log.warning(log_as, job_id=job_id, reason=reason)
         self._journal.record_end(ending.record(self._cell.memory.epoch))
         await self._outbox.publish_end(ending)
+        await self._outbox.publish_job_ended(self._cell.memory, job_id, outcome, reason, now_s)
         return ending
 
     async def _fail_attempts(self, failing: list[tuple[str, str]], now_s: float) -> list[JobState]:
@@ -242,4 +248,10 @@ class RoundLoop:
         if plan.assignment:
             started = RoundStarted(out.round_id, now_s, settings.round_s, out.assignments)
             await self._outbox.publish(started, f"round-started:{out.round_id}")
+        # what this boundary changed, for people watching (core/events.py): against the last round
+        active = state.jobs.index_of
+        await self._outbox.publish_events(
+            events_core.round_events(out.round_id, now_s, self._last_assignments, out.assignments, active)
+        )
+        self._last_assignments = out.assignments
 

@@ -55,6 +55,7 @@ from common.messages.base import Message
 from common.topology import MECHANISM_SUBMISSIONS
 from mechanism_service.clocks import LockstepClock, ScaledClock, describe_clock
 from mechanism_service.config import MechanismConfig
+from mechanism_service.core import events as events_core
 from mechanism_service.core import leases
 
 # Memory and Lease were defined in this module until issue 24: snapshots written then pickle them
@@ -152,6 +153,10 @@ class MechanismService:
         if self.journal.kept:
             self._recover()
         self._begin_epoch()
+        memory = self.cell.memory  # a start, restart or fail-over, for people watching (core/events.py)
+        await self.outbox.publish_events([events_core.mechanism_started(
+            memory.epoch, self._clock.now_s(), events_core.current_round(memory.round_id), recovered=memory.epoch > 1,
+        )])
         # Registrations and heartbeats on one queue: a worker's heartbeat follows its registration.
         await bus.subscribe(
             "mechanism.workers", [WorkerRegistered.ROUTING_KEY, WorkerHeartbeat.ROUTING_KEY, WorkerIdInUse.ROUTING_KEY],

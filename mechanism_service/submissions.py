@@ -137,6 +137,8 @@ class SubmissionDesk:
             await self._journal.durable()
         if done.event is not None:
             await self._outbox.publish(done.event, f"job-end:{message.job_id}")  # again if it was before: deduplicated
+        if done.ending is not None:
+            await self._outbox.publish_job_ended(memory, message.job_id, "cancelled", message.reason, now_s)
         if message.reply_to:
             await self._status.reply(message.request_id, message.reply_to, done.answer, d)
 

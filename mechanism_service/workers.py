@@ -13,6 +13,7 @@ import structlog
 from common.bus import Delivery
 from common.clock import Clock
 from common.messages import WorkerIdInUse, WorkerRefused, WorkerRegistered
+from mechanism_service.core import events as events_core
 from mechanism_service.core import membership
 from mechanism_service.core import pool as pool_core
 from mechanism_service.core.memory import MemoryCell
@@ -73,6 +74,10 @@ class WorkerPool:
         self.join(w)
         self._wake.set()
         await self._journal.durable()
+        now_s, round_id = self._clock.now_s(), events_core.current_round(memory.round_id)
+        await self._outbox.publish_events(
+            [events_core.worker_joined(w.worker_id, w.accelerator_type, w.gpu_count, w.instance, now_s, round_id)]
+        )
 
     def held(self, worker_id: str) -> membership.Held | None:
         """The worker joined under this id (None: none, or it was declared lost)."""
