@@ -1,4 +1,5 @@
-"""The status desk: answers to `gavel jobs|job|workers|cluster` (core/queries.py), and every other
+"""The status desk: answers to `gavel jobs|job|workers|cluster` (core/queries.py), the recent
+events and the allocation's shares (`gavel events`, `gavel top`), and every other
 answer a command-line asker waits for (a sealed batch, a cancel), on its private reply queue."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from common.bus import Delivery
 from common.clock import Clock
 from common.messages import StatusReported, StatusRequested
 from mechanism_service.config import MechanismConfig
+from mechanism_service.core import events as events_core
 from mechanism_service.core import queries
+from mechanism_service.core.shares import shares_report
 from mechanism_service.core.memory import MemoryCell
 from mechanism_service.outbox import Outbox
 
@@ -26,10 +29,18 @@ class StatusDesk:
     async def on_status(self, d: Delivery) -> None:
         request = d.message
         assert isinstance(request, StatusRequested)
-        body = queries.answer(
-            self._cell.memory, request, self._clock.now_s(), policy=self._config.policy, estimates=self._config.estimates,
-            rates=self._cell.rates,
-        )
+        memory = self._cell.memory
+        if request.query == "events":  # the recent events (core/events.py), kept by the outbox
+            body: object = events_core.events_report(
+                self._outbox.recent, self._clock.now_s(), events_core.current_round(memory.round_id), job_id=request.job_id,
+            )
+        elif request.query == "shares":
+            body = shares_report(memory.state)
+        else:
+            body = queries.answer(
+                memory, request, self._clock.now_s(), policy=self._config.policy, estimates=self._config.estimates,
+                rates=self._cell.rates,
+            )
         await self.reply(request.request_id, request.reply_to, body, d)
 
     async def reply(self, request_id: str, reply_to: str, body: object, d: Delivery) -> None:
