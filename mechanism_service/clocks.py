@@ -68,3 +68,20 @@ class LockstepClock:
         # Nobody waits on lockstep time: it moves when the mechanism moves it.
         self.advance_to(self._now_s + max(0.0, duration_s))
         await asyncio.sleep(0)
+
+
+def clock_basis(clock: object, *, lockstep: bool, now_s: float, wall_s: float) -> dict[str, object]:
+    """What the command line needs to show the mechanism's times to a person: the clock's kind
+    (``wall``: Unix seconds; ``scaled``: wall time x ``scale`` since the mechanism began;
+    ``lockstep`` and ``virtual``: time that moves with the work, tied to no wall time), its
+    scale, and the mechanism's now beside the wall's (Unix seconds) at the moment of the answer:
+    a mechanism time t is the wall's ``wall_s + (t - now_s) / scale``."""
+    if lockstep or isinstance(clock, LockstepClock):
+        kind, scale = "lockstep", None
+    elif isinstance(clock, ScaledClock):
+        kind, scale = "scaled", clock.scale
+    elif isinstance(clock, WallClock):
+        kind, scale = "wall", 1.0
+    else:
+        kind, scale = "virtual", None
+    return {"kind": kind, "scale": scale, "now_s": now_s, "wall_s": wall_s}

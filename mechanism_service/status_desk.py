@@ -5,10 +5,13 @@ answer a command-line asker waits for (a sealed batch, a cancel), on its private
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 from common.bus import Delivery
 from common.clock import Clock
 from common.messages import StatusReported, StatusRequested
+from mechanism_service.clocks import clock_basis
 from mechanism_service.config import MechanismConfig
 from mechanism_service.core import events as events_core
 from mechanism_service.core import queries
@@ -20,11 +23,14 @@ STATUS_PART_CHARS = 60_000  # under the codec's 64 KiB limit on one string
 
 
 class StatusDesk:
-    def __init__(self, cell: MemoryCell, config: MechanismConfig, clock: Clock, outbox: Outbox) -> None:
+    def __init__(
+        self, cell: MemoryCell, config: MechanismConfig, clock: Clock, outbox: Outbox, *, wall: Callable[[], float] = time.time,
+    ) -> None:
         self._cell = cell
         self._config = config
         self._clock = clock
         self._outbox = outbox
+        self._wall = wall  # the wall's now beside the mechanism's in every answer (its clock may be scaled)
 
     async def on_status(self, d: Delivery) -> None:
         request = d.message
@@ -37,9 +43,11 @@ class StatusDesk:
         elif request.query == "shares":
             body = shares_report(memory.state)
         else:
+            now_s = self._clock.now_s()
             body = queries.answer(
-                memory, request, self._clock.now_s(), policy=self._config.policy, estimates=self._config.estimates,
-                rates=self._cell.rates,
+                memory, request, now_s, policy=self._config.policy, estimates=self._config.estimates,
+                rates=self._cell.rates, seed_s=self._config.settings.seed_s,
+                clock=clock_basis(self._clock, lockstep=self._config.lockstep, now_s=now_s, wall_s=self._wall()),
             )
         await self.reply(request.request_id, request.reply_to, body, d)
 
