@@ -1408,8 +1408,18 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
             argv = container_argv(name, gavel)
             if "--state" in argv:  # the estimator's, on its volume in compose
                 argv[argv.index("--state") + 1] = str(run / "estimator.sqlite")
+            _metrics_on_a_free_port(argv)
             processes[name] = subprocess.Popen(argv, env=env_for(name), stdout=log, stderr=subprocess.STDOUT)
         yield {"dir": run, "env": env_for("cli"), "env_for": env_for, "gavel": gavel, "processes": processes}
+
+
+def _metrics_on_a_free_port(argv: list[str]) -> None:
+    """Compose gives every container the same metrics port (each has a network namespace of its
+    own); on one machine each process gets a free loopback port instead."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        argv[argv.index("--metrics-port") + 1] = str(s.getsockname()[1])
+    argv[argv.index("--metrics-host") + 1] = "127.0.0.1"
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -1505,6 +1515,7 @@ def test_a_real_worker_joins_as_its_user_and_a_time_scaled_mechanism_refuses_it(
     argv = container_argv("worker", services_running["gavel"])
     for flag in ("--checkpoint-dir", "--run-dir"):
         argv[argv.index(flag) + 1] = str(run / flag.removeprefix("--"))
+    _metrics_on_a_free_port(argv)
     env = services_running["env_for"]("worker")
     with open(run / "worker.log", "wb") as log:
         worker = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=run)

@@ -103,16 +103,17 @@ def metric_names(expr: str) -> set[str]:
 # -- a real Prometheus ----------------------------------------------------------------------------
 
 
-def prometheus_binary() -> str:
-    """The `prometheus` binary. Under `make test` (GAVEL_REQUIRE_BROKER=1) and CI its absence is a
-    failure (scripts/ensure-prometheus installs it first); elsewhere the test is skipped, saying how."""
-    found = shutil.which("prometheus")
+def prometheus_binary(name: str = "prometheus") -> str:
+    """The `prometheus` binary (or `promtool`, from the same package). Under `make test`
+    (GAVEL_REQUIRE_BROKER=1) and CI its absence is a failure (scripts/ensure-prometheus installs it
+    first); elsewhere the test is skipped, saying how."""
+    found = shutil.which(name)
     if found:
         return found
     how = "`make prometheus` (scripts/ensure-prometheus) installs Debian's prometheus package"
     if broker_required():
-        pytest.fail(f"no `prometheus` binary on PATH: {how}")
-    pytest.skip(f"no `prometheus` binary on PATH ({how}; under make test this is a failure)")
+        pytest.fail(f"no `{name}` binary on PATH: {how}")
+    pytest.skip(f"no `{name}` binary on PATH ({how}; under make test this is a failure)")
 
 
 def free_port() -> int:
