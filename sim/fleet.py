@@ -31,6 +31,8 @@ from common.messages import (
     ExtendLease,
     JobProgress,
     KillJobs,
+    LogsReported,
+    LogsRequested,
     RunJobs,
     WorkerFenced,
     WorkerHeartbeat,
@@ -45,6 +47,7 @@ from sim.physics import lease_outcome
 
 
 log = structlog.get_logger("gavel.fleet")
+RAN_JOBS_KEPT = 100_000  # jobs whose `gavel logs` this fleet answers (the newest)
 
 @dataclass
 class _Gang:
@@ -71,6 +74,7 @@ class SimulatedFleet:
         seed: int = 0,
         instance: str = "",
         claim_ids: bool = False,
+        answers_logs: bool = False,
     ) -> None:
         # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
         self.name = name
@@ -95,6 +99,10 @@ class SimulatedFleet:
                 self._servers.append((f"{accelerator_type}-{s}", accelerator_type, gpus_per_server))
         self._type_of = {worker_id: w for worker_id, w, _ in self._servers}
         self._gangs: dict[str, _Gang] = {}
+        # `gavel logs JOB` of a job this fleet ran is told that a simulated job has no output
+        # (rather than waiting for a worker that will never answer): job id -> its lead server
+        self._answers_logs = answers_logs
+        self._ran: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._bus: Bus | None = None
 
@@ -112,6 +120,8 @@ class SimulatedFleet:
             # not mandatory: a fleet may start before the mechanism (its queue keeps them if it
             # ever ran; a mechanism that starts later learns the fleet from the next heartbeat)
             await bus.publish(self._registration(worker_id, accelerator_type, gpus), mandatory=False)
+        if self._answers_logs:
+            await bus.subscribe(f"{self.name}.logs", [LogsRequested.ROUTING_KEY], self.on_logs_request, durable=False)
         if self._heartbeat_s:
             self._spawn(self._heartbeats())
 
@@ -180,6 +190,14 @@ class SimulatedFleet:
             self._reported[command.lease_id] = []  # running: a repeat of the command waits for it
             self._spawn(self._run(gang))
 
+    async def on_logs_request(self, d: Delivery) -> None:
+        request = d.message
+        if not isinstance(request, LogsRequested) or request.job_id not in self._ran or self._bus is None:
+            return
+        note = "it ran on the simulated fleet, which runs no process: a simulated job has no output"
+        reply = LogsReported(request.request_id, request.reply_to, self._ran[request.job_id], request.job_id, note=note)
+        await self._bus.publish(reply, mandatory=False)
+
     def _gpus_of(self, worker_id: str) -> int:
         return next(g for w, _, g in self._servers if w == worker_id)
 
@@ -196,6 +214,11 @@ class SimulatedFleet:
             await self._clock.sleep(duration_s)
         assert self._bus is not None
         lead = min(gang.workers)
+        if self._answers_logs:
+            for job_id in command.job_ids:
+                self._ran[job_id] = lead
+            while len(self._ran) > RAN_JOBS_KEPT:
+                del self._ran[next(iter(self._ran))]
         for job_id, done, rate, remaining in zip(command.job_ids, steps, rates, command.max_steps, strict=True):
             report = JobProgress(
                     job_id=job_id,

@@ -32,13 +32,14 @@ class WorkerConfig:
     device: str  # "cpu" or "cuda"
     checkpoint_dir: str  # shared by every worker (a job moves with its checkpoints)
     work_dir: str  # a job's default working directory
-    run_dir: str  # this worker's own files: lease and progress files, job logs
+    run_dir: str  # this worker's own files: lease and progress files
     python: str  # the interpreter that runs catalog workloads
     emulate_speed: Mapping[str, float] = field(default_factory=dict)  # job type -> factor in (0, 1]; "*" for any
     default_speed: float = 1.0
     threads_per_job: int = 1
     advertise_host: str = "127.0.0.1"  # where a gang's rank 0 here can be reached by other workers
     workload_args: tuple[str, ...] = ()  # extra arguments for catalog workloads (e.g. --size full)
+    log_dir: str = ""  # its jobs' output (worker_service/job_logs.py); "": <run_dir>/logs
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +61,6 @@ class Launch:
     env: Mapping[str, str]
     lease_file: str
     progress_file: str
-    stdout_file: str
-    stderr_file: str
     reports: bool  # this process's progress is the job's report (rank 0 of the gang)
 
 
@@ -185,9 +184,7 @@ def launches(
             out.append(
                 Launch(
                     job_id=job_id, job_type=job_type, rank=rank, local_rank=local_rank, argv=argv, cwd=cwd, env=env,
-                    lease_file=env["GAVEL_LEASE_FILE"], progress_file=env["GAVEL_PROGRESS_FILE"],
-                    stdout_file=f"{stem}.stdout.log", stderr_file=f"{stem}.stderr.log",
-                    reports=rank == 0,
+                    lease_file=env["GAVEL_LEASE_FILE"], progress_file=env["GAVEL_PROGRESS_FILE"], reports=rank == 0,
                 )
             )
     return out

@@ -5,7 +5,8 @@ parent-death signal; a training process under a shell sets its own, to the shell
 worker_service/training.py), so a worker that is SIGKILLed leaves nothing running on its GPUs, and
 the job's steps since its last checkpoint are lost, as the mechanism assumes. It runs in a session
 of its own (signals go to the whole group), so a Ctrl-C meant for the worker is not delivered to
-it twice.
+it twice. Its stdout and stderr are pipes the worker reads, so the worker keeps (and bounds) what
+it writes (worker_service/job_logs.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import ctypes
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from worker_service.core import Launch
+from worker_service.logbook import complete_lines
 from worker_service.training import read_json
 
 PR_SET_PDEATHSIG = 1
+READ_BYTES = 64 * 1024
+OUTPUT_FLUSH_S = 0.5  # a partial line (a prompt, a progress bar without its end) is written after this much quiet
+OUTPUT_DRAIN_S = 2.0  # after its group is gone, how long its output may take to be read to the end
+STDERR_KEPT_BYTES = 8 * 1024
+
+Output = Callable[[bytes], None]  # where a process's output goes, whole lines at a time
 
 
 def _die_with_parent() -> None:  # runs in the child, between fork and exec
@@ -32,9 +42,38 @@ def _die_with_parent() -> None:  # runs in the child, between fork and exec
 class JobProcess:
     """One started process (a job, or one rank of a gang)."""
 
-    def __init__(self, launch: Launch, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, launch: Launch, process: asyncio.subprocess.Process, output: Output | None = None) -> None:
         self.launch = launch
         self.process = process
+        self._stderr_tail = bytearray()  # its last STDERR_KEPT_BYTES: a crash report's tail
+        self._gone_at: float | None = None
+        self._readers = [
+            asyncio.get_running_loop().create_task(self._read(stream, output, is_stderr))
+            for stream, is_stderr in ((process.stdout, False), (process.stderr, True))
+            if stream is not None
+        ]
+
+    async def _read(self, stream: asyncio.StreamReader, output: Output | None, is_stderr: bool) -> None:
+        """Whole lines to ``output`` as they come (a partial line after OUTPUT_FLUSH_S of quiet)."""
+        held = b""
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.read(READ_BYTES), OUTPUT_FLUSH_S)
+            except asyncio.TimeoutError:
+                if held and output is not None:
+                    output(held)
+                held = b""
+                continue
+            except (OSError, ValueError):
+                chunk = b""
+            if is_stderr and chunk:
+                self._stderr_tail += chunk
+                del self._stderr_tail[: max(0, len(self._stderr_tail) - STDERR_KEPT_BYTES)]
+            ready, held = complete_lines(held, chunk, final=not chunk)
+            if ready and output is not None:
+                output(ready)
+            if not chunk:
+                return
 
     @property
     def pid(self) -> int:
@@ -46,8 +85,18 @@ class JobProcess:
 
     @property
     def finished(self) -> bool:
-        """The process and everything it started are gone (a shell's job outlives the shell)."""
-        return self.process.returncode is not None and not self._group_alive()
+        """The process and everything it started are gone (a shell's job outlives the shell), and
+        its output is read to the end (or, should something outside its group hold its pipes,
+        OUTPUT_DRAIN_S after)."""
+        if self.process.returncode is None or self._group_alive():
+            return False
+        self._gone_at = self._gone_at or time.monotonic()
+        return all(r.done() for r in self._readers) or time.monotonic() - self._gone_at > OUTPUT_DRAIN_S
+
+    async def drained(self) -> None:
+        """Its output is all written (waits OUTPUT_DRAIN_S at most)."""
+        if self._readers:
+            await asyncio.wait(self._readers, timeout=OUTPUT_DRAIN_S)
 
     def _group_alive(self) -> bool:
         try:
@@ -60,7 +109,7 @@ class JobProcess:
 
     async def wait_finished(self, poll_s: float = 0.05) -> None:
         await self.process.wait()
-        while self._group_alive():
+        while not self.finished:
             await asyncio.sleep(poll_s)
 
     def signal(self, signum: int) -> None:
@@ -108,34 +157,23 @@ class JobProcess:
             return None
 
     def stderr_tail(self, chars: int) -> str:
-        return tail(Path(self.launch.stderr_file), chars)
+        return bytes(self._stderr_tail).decode("utf-8", "replace")[-chars:]
 
 
-def tail(path: Path, chars: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - chars * 4))
-            return f.read().decode("utf-8", "replace")[-chars:]
-    except OSError:
-        return ""
-
-
-async def start(launch: Launch) -> JobProcess:
-    """Start ``launch`` with stdout and stderr in its log files. Raises OSError when it cannot
-    start (no such command, working directory missing)."""
-    Path(launch.stderr_file).parent.mkdir(parents=True, exist_ok=True)
+async def start(launch: Launch, output: Output | None = None) -> JobProcess:
+    """Start ``launch``; its stdout and stderr go to ``output`` as whole lines (the job's log,
+    worker_service/job_logs.py). Raises OSError when it cannot start (no such command, working
+    directory missing)."""
+    Path(launch.progress_file).parent.mkdir(parents=True, exist_ok=True)
     Path(launch.progress_file).unlink(missing_ok=True)  # a previous attempt's progress must not be read as ours
-    with open(launch.stdout_file, "ab") as out, open(launch.stderr_file, "wb") as err:
-        process = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            cwd=launch.cwd,
-            env=dict(launch.env),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-    return JobProcess(launch, process)
+    process = await asyncio.create_subprocess_exec(
+        *launch.argv,
+        cwd=launch.cwd,
+        env=dict(launch.env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+    return JobProcess(launch, process, output)

@@ -47,8 +47,11 @@ from common.messages import (
     WorkerRefused,
     WorkerRegistered,
 )
-from worker_service import core, processes
+from worker_service import core, logbook, processes
 from worker_service.core import Launch, LeaseTerms, Observed, Rendezvous, WorkerConfig
+from worker_service.job_logs import AttemptLog, LogStore
+from worker_service.log_desk import LogDesk
+from worker_service.logbook import LogLimits
 from worker_service.processes import JobProcess
 from worker_service.training import read_json, write_json_atomic
 
@@ -75,6 +78,9 @@ class JobRun:
     stopping: bool = False
     reported: set[str] = field(default_factory=set)  # lease ids
     task: asyncio.Task[None] | None = None
+    output: AttemptLog | None = None  # this attempt's output (gavel logs)
+    outcome: str = ""  # its last lease's, as reported
+    stop_reason: str = ""  # why the worker stopped it, if it did
 
     @property
     def lease_id(self) -> str:
@@ -106,9 +112,12 @@ class WorkerService:
         base_env: Mapping[str, str] | None = None,
         server_id: str = "",
         instance: str | None = None,
+        log_limits: LogLimits = LogLimits(),
     ) -> None:
         self.name = f"worker-{config.worker_id}"
         self.config = config
+        self._logs = LogStore(config.log_dir or f"{config.run_dir}/logs", config.worker_id, log_limits, now_unix_s)
+        self._log_desk = LogDesk(self._logs, config.worker_id)
         # This process among every one that ever ran as this worker id (WorkerRegistered.instance)
         self.instance = instance if instance is not None else uuid.uuid4().hex[:12]
         # Set when this process must stop on its own: another process took its worker id
@@ -138,6 +147,7 @@ class WorkerService:
         for directory in (self.config.run_dir, self.config.checkpoint_dir, self.config.work_dir):
             Path(directory).mkdir(parents=True, exist_ok=True)
         await self._claim_id(bus)
+        await asyncio.to_thread(self._logs.open)
         # Commands and round starts share one queue, so a round's start comes after its commands.
         await bus.subscribe(
             f"worker.{self.config.worker_id}",
@@ -145,6 +155,7 @@ class WorkerService:
             self.on_message,
             prefetch=64,
         )
+        await self._log_desk.start(bus)
         await self._announce()
         self._spawn(self._heartbeats())
         self._log.info("worker_started", gpus=self.config.gpus, device=self.config.device, checkpoint_dir=self.config.checkpoint_dir)
@@ -284,15 +295,19 @@ class WorkerService:
                 packed_with=core.packed_with(command, job_id),
             )
             self._runs[job_id] = run
+            run.output = self._logs.begin(
+                job_id, ranks=[launch.rank for launch in job_launches], lease_id=command.lease_id, started_unix_s=received_unix_s
+            )
             try:
                 for launch in job_launches:
                     Path(launch.lease_file).parent.mkdir(parents=True, exist_ok=True)
                     write_json_atomic(Path(launch.lease_file), terms.as_json())
-                    run.procs.append(await processes.start(launch))
+                    run.procs.append(await processes.start(launch, self._output(run.output, launch, command.scale_factor > 1)))
             except OSError as e:
                 for p in run.procs:
                     await p.stop(0.0)
                 self._runs.pop(job_id, None)
+                self._logs.end(run.output, f"could not start: {e}")
                 await self._report_failure(command, received_unix_s, f"could not start {core.describe_argv(job_launches[0].argv)!r}: {e}", only=job_id)
                 continue
             self._log.info(
@@ -301,6 +316,11 @@ class WorkerService:
                 resume_step=command.resume_steps[index] if index < len(command.resume_steps) else None,
             )
             run.task = self._spawn(self._watch(run))
+
+    @staticmethod
+    def _output(attempt: AttemptLog, launch: Launch, gang: bool):  # noqa: ANN205
+        rank = launch.rank if gang else None  # a gang's lines say their rank
+        return lambda data: attempt.write(logbook.mark_lines(data, rank))
 
     async def _report_failure(self, command: RunJobs | ExtendLease, received_unix_s: float, error: str, only: str = "") -> None:
         self._log.error("job_start_failed", lease_id=command.lease_id, error=error)
@@ -391,6 +411,7 @@ class WorkerService:
             return
         run.stopping = True
         run.killed = run.killed or killed
+        run.stop_reason = reason
         run.terms = LeaseTerms(run.terms.lease_id, run.terms.round_id, run.terms.lease_end_unix_s, run.terms.step_budget, stop=True)
         try:
             run.write_terms()
@@ -428,6 +449,10 @@ class WorkerService:
         finally:
             if self._runs.get(run.job_id) is run:
                 del self._runs[run.job_id]
+            if run.output is not None:
+                await asyncio.gather(*(p.drained() for p in run.procs))
+                ended = logbook.ending(outcome=run.outcome, exit_codes=[p.exit_code for p in run.procs], stop_reason=run.stop_reason)
+                self._logs.end(run.output, ended)
 
     async def _maybe_report(
         self, run: JobRun, progress: Mapping[str, object], failed: list[JobProcess], *, all_exited: bool
@@ -450,6 +475,7 @@ class WorkerService:
         if report is None:
             return
         run.reported.add(run.lease_id)
+        run.outcome = report.outcome
         if report.outcome == "crashed":
             self._log.error("job_crashed", job_id=run.job_id, lease_id=run.lease_id, exit_code=report.exit_code, error=core.last_line(report.error))
         if run.reports:

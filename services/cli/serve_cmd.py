@@ -53,7 +53,7 @@ from services.cli.common import (
     positive_number,
 )
 from services.cli.state_paths import cluster_identity, default_state_path, legacy_state_path
-from services.cli.worker_options import add_worker_options, worker_config
+from services.cli.worker_options import add_worker_options, log_limits, worker_config
 
 log = structlog.get_logger("gavel.serve")
 SERVICES = ("policy", "mechanism", "estimator", "fleet")
@@ -394,7 +394,8 @@ def build_worker(args: argparse.Namespace, settings: Settings) -> Service:
 
     config = worker_config(args, settings, load_table(args.throughputs))
     return WorkerService(
-        config=config, heartbeat_s=args.heartbeat_s, kill_grace_s=args.kill_grace_s, server_id=args.server_id or ""
+        config=config, heartbeat_s=args.heartbeat_s, kill_grace_s=args.kill_grace_s, server_id=args.server_id or "",
+        log_limits=log_limits(args),
     )
 
 
@@ -467,6 +468,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     lockstep=args.lockstep,
                     heartbeat_s=5.0 * (args.time_scale or 1.0),
                     clock_name=describe_clock(clock, lockstep=args.lockstep),
+                    answers_logs=True,
                     name=getattr(args, "fleet_name", "fleet"),
                     instance=uuid.uuid4().hex[:12],  # this start of the fleet (a restart replaces it)
                     claim_ids=True,

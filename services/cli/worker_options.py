@@ -36,7 +36,23 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
         "runs next (default: $XDG_STATE_HOME/gavel/checkpoints)",
     )
     p.add_argument("--work-dir", help="where a job's command runs unless it gave its own (default: the current directory)")
-    p.add_argument("--run-dir", help="this worker's own files: lease and progress files, job logs (default: $XDG_STATE_HOME/gavel/worker-<id>)")
+    p.add_argument("--run-dir", help="this worker's own files: lease and progress files (default: $XDG_STATE_HOME/gavel/worker-<id>)")
+    p.add_argument(
+        "--log-dir",
+        help="where it keeps its jobs' output, which `gavel logs JOB` reads (default: $XDG_STATE_HOME/gavel/logs/<id>)",
+    )
+    p.add_argument(
+        "--log-job-mib", type=positive_number, default=8.0, metavar="MIB",
+        help="keep the last MIB of each job's output here, its attempts together (default 8)",
+    )
+    p.add_argument(
+        "--log-total-mib", type=positive_number, default=1024.0, metavar="MIB",
+        help="keep at most MIB of output of ended jobs in all; the oldest ended go first (default 1024)",
+    )
+    p.add_argument(
+        "--log-keep-h", type=positive_number, default=168.0, metavar="H",
+        help="remove a job's output H hours after it ended here (default 168: a week)",
+    )
     p.add_argument("--emulate-speed", default="1", metavar="FACTOR|table", help=SPEED_HELP)
     p.add_argument("--threads-per-job", type=positive_int, default=1, help="CPU threads each job process may use (default 1)")
     p.add_argument("--workload-size", choices=("small", "full"), help="catalog workloads' size (default: small on cpu, full on cuda)")
@@ -114,8 +130,11 @@ def worker_config(args: argparse.Namespace, settings: Settings, table: Throughpu
     state = Path(settings.state_dir)
     checkpoint_dir = Path(args.checkpoint_dir or state / "checkpoints").absolute()
     run_dir = Path(args.run_dir or state / f"worker-{worker_id}").absolute()
+    log_dir = Path(args.log_dir or state / "logs" / worker_id).absolute()
     work_dir = Path(args.work_dir or os.getcwd()).absolute()
-    for flag, directory in (("--checkpoint-dir", checkpoint_dir), ("--run-dir", run_dir), ("--work-dir", work_dir)):
+    for flag, directory in (
+        ("--checkpoint-dir", checkpoint_dir), ("--run-dir", run_dir), ("--log-dir", log_dir), ("--work-dir", work_dir)
+    ):
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -138,4 +157,13 @@ def worker_config(args: argparse.Namespace, settings: Settings, table: Throughpu
         threads_per_job=args.threads_per_job,
         advertise_host=args.advertise_host or default_advertise_host(),
         workload_args=("--size", size),
+        log_dir=str(log_dir),
+    )
+
+
+def log_limits(args: argparse.Namespace):  # noqa: ANN201
+    from worker_service.logbook import MiB, LogLimits  # noqa: PLC0415
+
+    return LogLimits(
+        job_bytes=int(args.log_job_mib * MiB), total_bytes=int(args.log_total_mib * MiB), keep_s=args.log_keep_h * 3600.0
     )
