@@ -43,14 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | None = None, timeout_s: float = 5.0) -> object:
-    return (await ask_with_clock(settings, query, job_id=job_id, amqp=amqp, timeout_s=timeout_s, clock=False))[0]
-
-
-async def ask_with_clock(
-    settings: Settings, query: str, *, job_id: str = "", amqp: str | None = None, timeout_s: float = 5.0, clock: bool = True
-) -> tuple[object, object]:
-    """The answer, and (``clock``: on the same connection, when the answer is a list, which has
-    no room for it) the mechanism's clock (None when not asked; an older mechanism's error)."""
     from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
     from common.transport import make_bus
 
@@ -60,10 +52,7 @@ async def ask_with_clock(
     bus = make_bus(bus_settings, source="gavel-cli")
     await bus.start()
     try:
-        answer = await ask_on(bus, query, job_id=job_id, timeout_s=timeout_s)
-        if clock and isinstance(answer, list) and answer:
-            return answer, await ask_on(bus, "clock", timeout_s=timeout_s)
-        return answer, None
+        return await ask_on(bus, query, job_id=job_id, timeout_s=timeout_s)
     finally:
         await bus.close()
 
@@ -89,25 +78,26 @@ async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5
 
 
 async def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    answer, clock_answer = await ask_with_clock(
-        settings, args.query, job_id=getattr(args, "job_id", ""), amqp=args.amqp, timeout_s=args.timeout_s,
-        clock=not args.json,
-    )
+    answer = await ask(settings, args.query, job_id=getattr(args, "job_id", ""), amqp=args.amqp, timeout_s=args.timeout_s)
     if isinstance(answer, dict) and "error" in answer:
         raise CommandFailed(str(answer["error"]))
     if args.json:
         print_json(answer)
         return 0
-    # the mechanism's clock, to show its times as dates and wall durations (a list answer has
-    # it apart; None from an older mechanism: its seconds as they come)
-    clock = ClockView.of(answer.get("clock") if isinstance(answer, dict) else clock_answer)
+    # the mechanism's clock, to show its times as dates and wall durations: in a dict answer, else
+    # asked for apart (a list has no room for it); None from an older mechanism: its seconds as
+    # they come
+    if isinstance(answer, dict):
+        clock = ClockView.of(answer.get("clock"))
+    else:
+        clock = ClockView.of(await ask(settings, "clock", amqp=args.amqp, timeout_s=args.timeout_s)) if answer else None
     if args.query == "jobs":
         assert isinstance(answer, list)
         print_jobs(answer, clock)
     elif args.query == "workers":
         assert isinstance(answer, list)
         print_workers(answer, clock)
-    elif args.query == "job" and args.why:
+    elif args.query == "job" and getattr(args, "why", False):
         assert isinstance(answer, dict)
         print_why(answer, clock)
     elif args.query == "job":
