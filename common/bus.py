@@ -16,6 +16,7 @@ Semantics (the contract tests in tests/contract hold every implementation to the
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
@@ -72,6 +73,10 @@ class Subscription(Protocol):
 class Bus(Protocol):
     @property
     def connected(self) -> bool: ...
+
+    # Messages this connection dead-lettered, per queue (its short name), since it was made: the
+    # host counts them for each service's queues (gavel_messages_dead_lettered_total).
+    dead_lettered: collections.Counter[str]
 
     # The broker user this connection logs in as and publishes under ("" when none): receivers
     # get it as Delivery.user_id, as the broker validated it.
@@ -140,6 +145,15 @@ class Bus(Protocol):
         """How many consumers ``queue`` has now; None when it does not exist. A message published
         to a queue that exists but has no consumer waits there silently: a caller that expects
         an answer can say at once that nobody is listening."""
+        ...
+
+    async def queue_depth(self, queue: str) -> int | None:
+        """Messages ready in ``queue`` (waiting, not yet handed to a consumer); None when it does
+        not exist or the broker does not say. Metrics read it every few seconds."""
+        ...
+
+    async def dead_letter_depth(self) -> int | None:
+        """Messages waiting in the dead-letter queue; None when the broker does not say."""
         ...
 
     async def claim(self, name: str) -> None:

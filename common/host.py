@@ -21,11 +21,12 @@ do it for us. A broker that answers and refuses (credentials, vhost) is not trie
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import dataclasses
 import signal
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -33,7 +34,12 @@ from common.bus import Bus, DeadLetter, Delivery, Handler, Subscription
 from common.errors import BrokerUnreachableError, GavelError, MisroutedError, ServiceError
 from common.messages.base import Message
 
+if TYPE_CHECKING:  # prometheus_client is imported only where metrics are on (every `gavel` command imports this)
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily
+
 log = structlog.get_logger("gavel.host")
+QUEUE_DEPTH_EVERY_S = 5.0  # how often a host with metrics reads its queues' depths from the broker
 
 FIRST_RETRY_S = 0.5  # waits between attempts to reach the broker double from here ...
 LAST_RETRY_S = 8.0  # ... to here
@@ -140,6 +146,16 @@ class ServiceBus:
     async def claim(self, name: str) -> None:
         await self._bus.claim(name)
 
+    async def queue_depth(self, queue: str) -> int | None:
+        return await self._bus.queue_depth(queue)
+
+    async def dead_letter_depth(self) -> int | None:
+        return await self._bus.dead_letter_depth()
+
+    @property
+    def dead_lettered(self) -> collections.Counter[str]:
+        return self._bus.dead_lettered
+
     async def cancel_subscriptions(self, timeout_s: float = 30.0) -> None:
         await asyncio.gather(*(sub.cancel(timeout_s) for sub in self.subscriptions))
 
@@ -168,7 +184,8 @@ class Health:
 
 class ServiceHost:
     def __init__(
-        self, bus: Bus, services: Sequence[Service], *, shutdown_timeout_s: float = 30.0, broker_wait_s: float = 0.0
+        self, bus: Bus, services: Sequence[Service], *, shutdown_timeout_s: float = 30.0, broker_wait_s: float = 0.0,
+        registry: CollectorRegistry | None = None, queue_depth_every_s: float = QUEUE_DEPTH_EVERY_S,
     ) -> None:
         names = [s.name for s in services]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -182,6 +199,21 @@ class ServiceHost:
         self._broker_wait_s = broker_wait_s
         self._stop_requested = asyncio.Event()
         self._stopped = False
+        # Metrics of the host's own (docs/metrics.md, "Every service"): what each service's queues
+        # hold, read every few seconds; what each service dead-lettered, read at scrape time.
+        self._queue_watch: asyncio.Task[None] | None = None
+        self._queue_depth_every_s = queue_depth_every_s
+        self._registry = registry
+        if registry is not None:
+            from common.metrics import FunctionCollector, Gauge  # noqa: PLC0415 - metrics on
+
+            self._queue_messages = Gauge(
+                "gavel_queue_messages", "messages ready in each of the service's own queues", ("queue",), registry=registry
+            )
+            self._dead_letter_messages = Gauge(
+                "gavel_dead_letter_messages", "messages waiting in the dead-letter queue", registry=registry
+            )
+            registry.register(FunctionCollector(self._dead_lettered_families))
 
     async def start(self) -> None:
         """Connect, then start every service in order. A failure stops what had started; a stop
@@ -205,6 +237,39 @@ class ServiceHost:
             self._started.append(service)
             log.info("service_started", service=service.name, consumers=len(view.subscriptions))
         log.info("host_ready", services=[s.name for s in self._services], ready=self.health().ready)
+        if self._registry is not None:
+            self._queue_watch = asyncio.get_running_loop().create_task(self._watch_queues(), name="host-queue-depths")
+
+    def _dead_lettered_families(self) -> Iterable[CounterMetricFamily]:
+        from common.metrics import CounterMetricFamily  # noqa: PLC0415 - metrics on
+
+        family = CounterMetricFamily(
+            "gavel_messages_dead_lettered", "messages this service refused (poison, a handler that failed)",
+            labels=("service",),
+        )
+        counts = self._bus.dead_lettered
+        for name, view in self._views.items():
+            family.add_metric((name,), float(sum(counts[q] for q in {sub.queue for sub in view.subscriptions})))
+        yield family
+
+    async def _watch_queues(self) -> None:
+        """Each service's queues and the dead-letter queue, read from the broker every few
+        seconds (a passive declare each on RabbitMQ); a read that fails is tried at the next."""
+        while True:
+            try:
+                for view in list(self._views.values()):
+                    for queue in sorted({sub.queue for sub in view.subscriptions}):
+                        depth = await self._bus.queue_depth(queue)
+                        if depth is not None:
+                            self._queue_messages.labels(queue).set(depth)
+                dead = await self._bus.dead_letter_depth()
+                if dead is not None:
+                    self._dead_letter_messages.set(dead)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a broker that went away a moment: the gauges keep their last values
+                log.debug("queue_depths_unread", error=repr(e))
+            await asyncio.sleep(self._queue_depth_every_s)
 
     async def _connect(self) -> bool:
         """Start the bus, trying again while no broker answers, for up to ``broker_wait_s``.
@@ -274,6 +339,9 @@ class ServiceHost:
             return
         self._stopped = True
         log.info("host_stopping", timeout_s=self._shutdown_timeout_s)
+        if self._queue_watch is not None:
+            self._queue_watch.cancel()
+            await asyncio.gather(self._queue_watch, return_exceptions=True)
         # 1. no new deliveries anywhere; running handlers finish
         await asyncio.gather(
             *(view.cancel_subscriptions(self._shutdown_timeout_s) for view in self._views.values())

@@ -39,6 +39,7 @@ from common.messages import (
     ThroughputEstimated,
 )
 from common.messages.base import Message
+from common.metrics import CollectorRegistry, Counter, Histogram, build_info, registry_or_private
 from common.topology import ESTIMATOR_INPUTS
 from estimator_service.core.oracle import OracleEstimator
 
@@ -46,6 +47,38 @@ log = structlog.get_logger("gavel.estimator")
 
 SNAPSHOT_EVERY = 2_000  # inputs between snapshots: a restart replays at most this many (~1 s)
 JOURNAL_LABEL = "estimator state"
+ERROR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, float("inf"))
+
+
+class EstimatorMetrics:
+    """docs/metrics.md, "Estimator". The error of a measurement is against the estimate the
+    estimator last published for that job on that type, alone (what the mechanism scheduled on);
+    the shell keeps those figures for the active jobs only."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        r = registry_or_private(registry)
+        build_info(r, "estimator")
+        self.measurements = Counter("gavel_estimator_measurements", "lease reports taken in", registry=r)
+        self.error = Histogram(
+            "gavel_estimator_prediction_error_ratio", "abs(measured / predicted - 1) of a measurement alone",
+            buckets=ERROR_BUCKETS, registry=r,
+        )
+        self.profiling_requests = Counter("gavel_estimator_profiling_requests", "runs asked for", registry=r)
+        self._published: dict[str, dict[str, float]] = {}  # job id -> type -> steps/s published
+
+    def measured(self, report: JobProgress) -> None:
+        self.measurements.inc()
+        predicted = self._published.get(report.job_id, {}).get(report.accelerator_type, 0.0)
+        if predicted > 0.0 and report.throughput_steps_per_s > 0.0 and not report.packed_with:
+            self.error.observe(abs(report.throughput_steps_per_s / predicted - 1.0))
+
+    def published(self, out: ThroughputEstimated) -> None:
+        for job in out.jobs:
+            self._published.setdefault(job.job_id, {}).update(job.throughputs_steps_per_s)
+        self.profiling_requests.inc(sum(1 for request in out.profiling if request.cells))
+
+    def ended(self, job_id: str) -> None:
+        self._published.pop(job_id, None)
 
 
 class Core(Protocol):
@@ -60,8 +93,11 @@ class Core(Protocol):
 class EstimatorService:
     name = "estimator"
 
-    def __init__(self, *, core: Core, journal: Journal | None = None, mode: str = "learned") -> None:
+    def __init__(
+        self, *, core: Core, journal: Journal | None = None, mode: str = "learned", registry: CollectorRegistry | None = None,
+    ) -> None:
         self.core = core
+        self.metrics = EstimatorMetrics(registry)
         self._journal = journal
         self._mode = mode
         self._bus: Bus | None = None
@@ -86,7 +122,12 @@ class EstimatorService:
         assert self._bus is not None
         if self._journal is not None:
             self._journal.append("input", wire_bytes(d))
-        out = self._apply(d.message, say=True)
+        message = d.message
+        if isinstance(message, JobProgress):
+            self.metrics.measured(message)
+        elif isinstance(message, (JobCompleted, JobFailed, JobCancelled, JobRejected)):
+            self.metrics.ended(message.job_id)
+        out = self._apply(message, say=True)
         if self._journal is not None:
             self._journal.commit()
             self._since_snapshot += 1
@@ -101,6 +142,7 @@ class EstimatorService:
                     )
                 else:
                     self._log.info("straggler_recovered", worker_id=flag.worker_id, speed_vs_predicted=round(flag.ratio, 3))
+            self.metrics.published(out)
             await self._bus.publish(out, correlation_id=d.envelope.message_id, mandatory=False)
 
     def _apply(self, message: Message, *, say: bool = False) -> ThroughputEstimated | None:

@@ -19,6 +19,7 @@ from mechanism_service.core import membership
 from mechanism_service.core.liveness import next_check_s, silence_reason, silent_workers
 from mechanism_service.core.memory import MemoryCell
 from mechanism_service.journaling import MechanismJournal
+from mechanism_service.metrics import MechanismMetrics
 from mechanism_service.outbox import Outbox
 from mechanism_service.workers import WorkerPool
 
@@ -28,7 +29,7 @@ NEVER_S = -1e18  # a worker never told again
 class LivenessWatch:
     def __init__(
         self, cell: MemoryCell, pool: WorkerPool, clock: Clock, grace_s: float | None, *, journal: MechanismJournal,
-        outbox: Outbox, crashed: asyncio.Event, log: structlog.stdlib.BoundLogger,
+        outbox: Outbox, crashed: asyncio.Event, log: structlog.stdlib.BoundLogger, metrics: MechanismMetrics,
     ) -> None:
         self._cell = cell
         self._pool = pool
@@ -38,6 +39,7 @@ class LivenessWatch:
         self._outbox = outbox
         self._crashed = crashed
         self.log = log
+        self._metrics = metrics
         self._refenced_at_s: dict[str, float] = {}  # lost worker -> when it was last told again
         self.task: asyncio.Task[None] | None = None
 
@@ -94,6 +96,7 @@ class LivenessWatch:
         fence = WorkerFenced(worker_id, memory.epoch, reason, instance=instance, replaced_by=replaced_by)
         self._journal.record_decision("lost", fence, now_s)
         loss = self._pool.lose(worker_id, reason, now_s)
+        self._metrics.worker_lost()
         await self._journal.durable()
         self.log.warning(
             "worker_restarted" if replaced_by else "worker_lost", worker_id=worker_id, reason=reason,

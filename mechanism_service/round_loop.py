@@ -35,6 +35,7 @@ from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset
 from mechanism_service.core.settle import LeaseResult
 from mechanism_service.journaling import MechanismJournal
 from mechanism_service.liveness import LivenessWatch
+from mechanism_service.metrics import MechanismMetrics
 from mechanism_service.outbox import Outbox
 from mechanism_service.policy_client import PolicyClient
 from mechanism_service.waits import RoundWaits
@@ -45,7 +46,7 @@ class RoundLoop:
     def __init__(
         self, cell: MemoryCell, config: MechanismConfig, clock: Clock, *, waits: RoundWaits, pool: WorkerPool,
         liveness: LivenessWatch, policy: PolicyClient, journal: MechanismJournal, outbox: Outbox,
-        log: structlog.stdlib.BoundLogger,
+        log: structlog.stdlib.BoundLogger, metrics: MechanismMetrics,
     ) -> None:
         self._cell = cell
         self._config = config
@@ -57,6 +58,7 @@ class RoundLoop:
         self._journal = journal
         self._outbox = outbox
         self.log = log
+        self._metrics = metrics
         self._crash_point = config.crash_point or (lambda point: None)
         # the last round's assignments, for the events of the next boundary (who was preempted);
         # not kept across a restart, as the events are not (core/events.py)
@@ -77,6 +79,9 @@ class RoundLoop:
             # 1. wait for the running round to end (its leases as results), or for work
             lease_ids, results, failing = await self._wait_for_boundary()
             await self._clock.sleep(0)  # everything else due at this instant first
+            # (metrics: the boundary's wall time from here, and when the round it closes was due)
+            began_wall = self._metrics.wall()
+            due_s = memory.round_clock.dispatched_at_s + settings.round_s if results else None
             heard, memory.pending_estimates = memory.pending_estimates, []  # later ones wait for the next boundary
             now_s = self._clock.now_s()
             memory.last_boundary_s = memory.now_s = now_s
@@ -101,6 +106,7 @@ class RoundLoop:
             plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state))
             memory.round_clock.dispatched_at_s = now_s
             await self._dispatch(state, plan, now_s, bool(reset), settled=settled, any_settled=bool(results))
+            self._metrics.round_done(began_wall, state, plan, now_s, settings.round_s, due_s)
             if plan.assignment:
                 self._waits.idle_boundaries = 0
 
@@ -160,6 +166,7 @@ class RoundLoop:
         elif log_as:
             self.log.warning(log_as, job_id=job_id, reason=reason)
         self._journal.record_end(ending.record(self._cell.memory.epoch))
+        self._metrics.ended(ending)
         await self._outbox.publish_end(ending)
         await self._outbox.publish_job_ended(self._cell.memory, job_id, outcome, reason, now_s)
         return ending

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 
 import structlog
 
@@ -37,6 +38,7 @@ from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.errors import ServiceError
 from common.journal import Journal
+from common.metrics import CollectorRegistry
 from common.messages import (
     AllocationComputed,
     AllocationFailed,
@@ -66,6 +68,7 @@ from mechanism_service.core.model import MechanismState
 from mechanism_service.core.rounds import RoundReport
 from mechanism_service.journaling import MechanismJournal
 from mechanism_service.liveness import LivenessWatch
+from mechanism_service.metrics import MechanismMetrics
 from mechanism_service.outbox import Outbox
 from mechanism_service.policy_client import PolicyClient
 from mechanism_service.round_loop import RoundLoop
@@ -80,7 +83,9 @@ log = structlog.get_logger("gavel.mechanism")
 class MechanismService:
     name = "mechanism"
 
-    def __init__(self, config: MechanismConfig, *, clock: Clock, journal: Journal | None = None) -> None:
+    def __init__(
+        self, config: MechanismConfig, *, clock: Clock, journal: Journal | None = None, registry: CollectorRegistry | None = None,
+    ) -> None:
         self.config = config
         settings = config.settings
         self.crash_reason = ""  # why the round loop stopped, when it did (ServiceError: on purpose)
@@ -92,6 +97,9 @@ class MechanismService:
         memory = Memory(shuffle=copy.deepcopy(config.shuffle), policy=config.policy, preset=settings.preset)
         self.cell = MemoryCell(memory, config.table, estimates=config.estimates)
         self.log = log.bind(policy=config.policy, preset=settings.preset)
+        # docs/metrics.md; a registry nobody serves when none is given
+        self.metrics = metrics = MechanismMetrics(registry, wall_per_mechanism_s=1.0 / getattr(clock, "scale", 1.0))
+        metrics.watch(self.cell, clock.now_s)
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self.journal = MechanismJournal(journal, source=self.name)
         self.outbox = Outbox(self.log)
@@ -102,17 +110,17 @@ class MechanismService:
         )
         self.liveness = LivenessWatch(
             self.cell, self.workers, clock, settings.worker_grace_s, journal=self.journal, outbox=self.outbox,
-            crashed=self.crashed, log=self.log,
+            crashed=self.crashed, log=self.log, metrics=metrics,
         )
         self.submissions = SubmissionDesk(
             self.cell, config, clock, pool=self.workers, journal=self.journal, outbox=self.outbox, status=self.status,
-            wake=self._wake, log=self.log,
+            wake=self._wake, log=self.log, metrics=metrics,
         )
         self.policy = PolicyClient(self.cell, config, journal=self.journal, outbox=self.outbox, log=self.log)
         self.waits = RoundWaits(self.cell, config, clock, self.workers, self._wake, self.log)
         self.rounds = RoundLoop(
             self.cell, config, clock, waits=self.waits, pool=self.workers, liveness=self.liveness, policy=self.policy,
-            journal=self.journal, outbox=self.outbox, log=self.log,
+            journal=self.journal, outbox=self.outbox, log=self.log, metrics=metrics,
         )
         self.round_task: asyncio.Task[None] | None = None
 
@@ -151,7 +159,9 @@ class MechanismService:
     async def start(self, bus: Bus) -> None:
         self.outbox.attach(bus)
         if self.journal.kept:
+            began = time.perf_counter()
             self._recover()
+            self.metrics.journal_replay_s = time.perf_counter() - began
         self._begin_epoch()
         memory = self.cell.memory  # a start, restart or fail-over, for people watching (core/events.py)
         await self.outbox.publish_events([events_core.mechanism_started(
@@ -248,6 +258,7 @@ class MechanismService:
                 )
             return  # a stale or duplicate report (at-least-once delivery): already counted
         self.journal.record("progress", d)
+        self.metrics.restored(report.restore_s)
         if leases.apply_progress(memory, report):
             self._wake.set()
         await self.journal.durable()

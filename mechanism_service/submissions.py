@@ -20,6 +20,7 @@ from mechanism_service.core import ownership, receipts
 from mechanism_service.core.intake import replay_now_s
 from mechanism_service.core.memory import MemoryCell
 from mechanism_service.journaling import MechanismJournal
+from mechanism_service.metrics import MechanismMetrics
 from mechanism_service.outbox import Outbox
 from mechanism_service.status_desk import StatusDesk
 from mechanism_service.workers import WorkerPool
@@ -29,6 +30,7 @@ class SubmissionDesk:
     def __init__(
         self, cell: MemoryCell, config: MechanismConfig, clock: Clock, *, pool: WorkerPool, journal: MechanismJournal,
         outbox: Outbox, status: StatusDesk, wake: asyncio.Event, log: structlog.stdlib.BoundLogger,
+        metrics: MechanismMetrics,
     ) -> None:
         self._cell = cell
         self._config = config
@@ -39,6 +41,7 @@ class SubmissionDesk:
         self._status = status
         self._wake = wake
         self.log = log
+        self._metrics = metrics
 
     async def on_submitted(self, d: Delivery) -> None:
         message = d.message
@@ -54,6 +57,7 @@ class SubmissionDesk:
         forged = ownership.unverified(message.broker_user, d.user_id)
         if forged:  # nothing of it is accepted, so nothing is journaled (a replay could not check it)
             self._cell.memory.observations.rejected.setdefault(message.spec.job_id, f"not accepted: {forged}")
+            self._metrics.submitted("forged")
             await self._outbox.publish_rejection(message.spec.job_id, f"not accepted: {forged}")
             return
         completed = None
@@ -61,6 +65,7 @@ class SubmissionDesk:
             message = completed = dataclasses.replace(message, broker_user=d.user_id)
         received = self.receive(message, self._clock.now_s())
         receipt = received.receipt
+        self._metrics.submitted(receipt.outcome)
         if receipt.outcome in ("new", "refused"):
             # journaled with the arrival it was given (a replay's arrivals are in the trace); an
             # absorbed duplicate or a conflict changes nothing worth replaying
@@ -134,6 +139,7 @@ class SubmissionDesk:
                 await self._outbox.publish(kill)  # not mandatory: a worker that is gone runs nothing
         if done.ending is not None:  # a job not admitted yet: cancelled at once
             self._journal.record_end(done.ending.record(memory.epoch))
+            self._metrics.ended(done.ending)
             await self._journal.durable()
         if done.event is not None:
             await self._outbox.publish(done.event, f"job-end:{message.job_id}")  # again if it was before: deduplicated

@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import json
 import multiprocessing
+import time
 from importlib import resources
 from typing import Literal
 
@@ -28,15 +29,36 @@ import structlog
 from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.messages import AllocationComputed, AllocationFailed, AllocationRequested
+from common.metrics import CollectorRegistry, Counter, Gauge, Histogram, build_info, registry_or_private
 from common.throughputs import throughput_table_from_json
 from common.topics import POLICY_REQUEST_QUEUE
 from policy_service.answer import SolveContext, answer
 from policy_service.core import prices_from_json
+from policy_service.core.catalog import policy_names
 
 log = structlog.get_logger("gavel.policy")
 
 REQUEST_QUEUE = POLICY_REQUEST_QUEUE
 Solving = Literal["inline", "process"]
+SOLVE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+
+
+class PolicyMetrics:
+    """docs/metrics.md, "Policy". A request's policy is a label only when it is a policy this
+    service knows: a request is any publisher's, and a label set must stay bounded."""
+
+    def __init__(self, registry: CollectorRegistry | None, service: str) -> None:
+        r = registry_or_private(registry)
+        build_info(r, service)
+        self._known = frozenset(policy_names())
+        self.solve_duration = Histogram(
+            "gavel_policy_solve_duration_seconds", "wall time of a solve", ("policy",), buckets=SOLVE_BUCKETS_S, registry=r
+        )
+        self.solves = Counter("gavel_policy_solves", "solves, per outcome: ok, failed, expired", ("policy", "outcome"), registry=r)
+        self.in_flight = Gauge("gavel_policy_requests_in_flight", "requests taken and not answered", registry=r)
+
+    def policy(self, name: str) -> str:
+        return name if name in self._known else "unknown"
 
 
 def shipped_context() -> SolveContext:
@@ -70,8 +92,10 @@ class PolicyService:
         context: SolveContext | None = None,
         solving: Solving = "process",
         name: str = "policy",
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.name = name
+        self.metrics = PolicyMetrics(registry, name)
         self._clock = clock
         self._context = context if context is not None else shipped_context()
         self._solving = solving
@@ -106,6 +130,16 @@ class PolicyService:
             raise TypeError(f"{type(request).__name__} arrived on {delivery.routing_key}")
         assert self._bus is not None
         log_ = self._log.bind(request_id=request.request_id, policy=request.policy, jobs=len(request.problem.jobs))
+        metrics = self.metrics
+        policy = metrics.policy(request.policy)
+        metrics.in_flight.inc()
+        try:
+            await self._answer(delivery, request, log_, policy)
+        finally:
+            metrics.in_flight.dec()
+
+    async def _answer(self, delivery: Delivery, request: AllocationRequested, log_: structlog.stdlib.BoundLogger, policy: str) -> None:
+        assert self._bus is not None
         # 1. expired requests are answered, not solved
         late_s = self._clock.now_s() - request.deadline_s
         if late_s > 0:
@@ -113,9 +147,13 @@ class PolicyService:
                 request.request_id, request.policy, f"expired: received {late_s:.3f} s after its deadline", expired=True
             )
             log_.warning("allocation_request_expired", late_s=round(late_s, 3))
+            self.metrics.solves.labels(policy, "expired").inc()
         else:
             # 2. solve off the event loop
+            began = time.perf_counter()
             reply = await self._solve(request)
+            self.metrics.solve_duration.labels(policy).observe(time.perf_counter() - began)
+            self.metrics.solves.labels(policy, "ok" if isinstance(reply, AllocationComputed) else "failed").inc()
             if isinstance(reply, AllocationComputed):
                 log_.info("allocation_computed", status=str(reply.status), solve_time_s=round(reply.solve_time_s, 4))
             else:

@@ -96,6 +96,16 @@ class FaultyBus:
     async def claim(self, name: str) -> None:
         await self._inner.claim(name)
 
+    async def queue_depth(self, queue: str) -> int | None:
+        return await self._inner.queue_depth(queue)
+
+    async def dead_letter_depth(self) -> int | None:
+        return await self._inner.dead_letter_depth()
+
+    @property
+    def dead_lettered(self):  # noqa: ANN201 - the inner broker's count
+        return self._inner.dead_lettered
+
     async def publish_raw(self, routing_key: str, body: bytes, *, mandatory: bool = True) -> None:
         await self._inner.publish_raw(routing_key, body, mandatory=mandatory)  # poison: not ours to alter
 

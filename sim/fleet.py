@@ -19,6 +19,7 @@ task of its own.
 from __future__ import annotations
 
 import asyncio
+import collections
 import socket
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import structlog
 from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.errors import ConfigError, NameClaimedError
+from common.metrics import CollectorRegistry, WorkerMetrics
 from common.messages import (
     ExtendLease,
     JobProgress,
@@ -75,6 +77,7 @@ class SimulatedFleet:
         instance: str = "",
         claim_ids: bool = False,
         answers_logs: bool = False,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         # Two fleets on one exchange need two names: each consumes its own queue, <name>.commands.
         self.name = name
@@ -105,6 +108,10 @@ class SimulatedFleet:
         self._ran: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._bus: Bus | None = None
+        self._running: collections.Counter[str] = collections.Counter()  # worker id -> jobs its leases run now
+        self.metrics = WorkerMetrics(
+            registry, "fleet", lambda: [(worker_id, self._running[worker_id]) for worker_id, _, _ in self._servers]
+        )
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus
@@ -210,10 +217,15 @@ class SimulatedFleet:
         started_s = self._clock.now_s()
         restore_s = command.restore_s if isinstance(command, RunJobs) else 0.0
         steps, duration_s = lease_outcome(rates, command.max_steps, command.lease_duration_s, restore_s)
-        if not self._lockstep:
-            await self._clock.sleep(duration_s)
-        assert self._bus is not None
         lead = min(gang.workers)
+        if not self._lockstep:
+            self._running.update(dict.fromkeys(gang.workers, len(command.job_ids)))
+            try:
+                await self._clock.sleep(duration_s)
+            finally:
+                self._running.subtract(dict.fromkeys(gang.workers, len(command.job_ids)))
+        assert self._bus is not None
+        self.metrics.lease_ended(lead, "finished" if all(d >= r for d, r in zip(steps, command.max_steps)) else "lease_end")
         if self._answers_logs:
             for job_id in command.job_ids:
                 self._ran[job_id] = lead

@@ -34,6 +34,7 @@ import structlog
 
 from common.bus import Bus, Delivery
 from common.errors import ConfigError, NameClaimedError
+from common.metrics import CollectorRegistry, WorkerMetrics
 from common.messages import (
     ExtendLease,
     GangRendezvous,
@@ -113,11 +114,13 @@ class WorkerService:
         server_id: str = "",
         instance: str | None = None,
         log_limits: LogLimits = LogLimits(),
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.name = f"worker-{config.worker_id}"
         self.config = config
         self._logs = LogStore(config.log_dir or f"{config.run_dir}/logs", config.worker_id, log_limits, now_unix_s)
         self._log_desk = LogDesk(self._logs, config.worker_id)
+        self.metrics = WorkerMetrics(registry, "worker", lambda: [(config.worker_id, len(self._runs))])
         # This process among every one that ever ran as this worker id (WorkerRegistered.instance)
         self.instance = instance if instance is not None else uuid.uuid4().hex[:12]
         # Set when this process must stop on its own: another process took its worker id
@@ -489,6 +492,7 @@ class WorkerService:
         for lease_id in stale:
             del self._reports[lease_id]
         await self._bus.publish(report)
+        self.metrics.lease_ended(report.worker_id, report.outcome)
         self._log.info(
             "lease_reported", job_id=report.job_id, lease_id=report.lease_id, steps=report.steps_done,
             outcome=report.outcome, steps_per_s=round(report.throughput_steps_per_s, 3), startup_s=round(report.startup_s, 2),

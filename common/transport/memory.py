@@ -146,6 +146,7 @@ class InMemoryBroker:
         self._bindings: list[tuple[str, str]] = []  # (pattern, queue name)
         self._routes: dict[str, list[_Queue]] = {}  # routing key -> queues (cache)
         self._dead: collections.deque[DeadLetter] = collections.deque()
+        self.dead_lettered: collections.Counter[str] = collections.Counter()  # queue -> messages dead-lettered
         self._claims: dict[str, object] = {}  # name -> the connection (InMemoryBus) holding it
         self._in_flight = 0  # deliveries dispatched to consumers and not yet settled
         self.activity = 0  # messages enqueued or settled so far: a virtual clock's quiescence check
@@ -256,6 +257,7 @@ class InMemoryBroker:
                 correlation_id=env.correlation_id,
             )
         self._dead.append(DeadLetter(q.name, item.routing_key, body or b"", reason[:1000]))
+        self.dead_lettered[q.name] += 1
         log.warning("message_dead_lettered", queue=q.name, routing_key=item.routing_key, reason=reason[:1000])
 
     def _settled(self, q: _Queue) -> None:
@@ -302,10 +304,14 @@ class InMemoryBroker:
 
         await asyncio.wait_for(wait(), timeout_s)
 
-    def queue_depth(self, queue: str) -> int:
-        """Messages waiting in ``queue`` (not yet dispatched to a consumer)."""
+    def queue_depth(self, queue: str) -> int | None:
+        """Messages waiting in ``queue`` (not yet dispatched to a consumer); None: no such queue."""
         q = self._queues.get(queue)
-        return len(q.pending) if q else 0
+        return len(q.pending) if q is not None else None
+
+    @property
+    def dead_letter_depth(self) -> int:
+        return len(self._dead)
 
     def claim(self, name: str, holder: object) -> None:
         """``name`` for ``holder`` (a connection), unless another connection holds it."""
@@ -509,5 +515,12 @@ class InMemoryBus:
     async def drain(self, timeout_s: float | None = 60.0) -> None:
         await self.broker.drain(timeout_s)
 
-    def queue_depth(self, queue: str) -> int:
+    async def queue_depth(self, queue: str) -> int | None:
         return self.broker.queue_depth(queue)
+
+    async def dead_letter_depth(self) -> int | None:
+        return self.broker.dead_letter_depth
+
+    @property
+    def dead_lettered(self) -> collections.Counter[str]:
+        return self.broker.dead_lettered  # the broker dead-letters: per queue, whoever consumed it

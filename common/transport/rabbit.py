@@ -30,6 +30,7 @@ Reliability choices, each answering a measured pitfall of aio-pika 10 / RabbitMQ
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ssl
 import urllib.parse
@@ -242,6 +243,7 @@ class RabbitBus:
         self._declared_queues: set[str] = set()
         self._bounds = queue_bounds(settings.submissions_max_length)  # queue (below the exchange) -> bound
         self.reconnects = 0  # times the robust connection came back after a drop
+        self.dead_lettered: collections.Counter[str] = collections.Counter()  # queue -> messages dead-lettered
         self._claims: set[str] = set()  # names this connection holds (claim), taken again after a reconnect
         self._reclaiming: asyncio.Task[None] | None = None
         self._lost_at: float | None = None  # loop time the connection was lost, until it is back
@@ -589,6 +591,16 @@ class RabbitBus:
         self._require()
         return await self._consumers_of(self.queue_name(queue))
 
+    async def queue_depth(self, queue: str) -> int | None:
+        self._require()
+        counts = await self._declared_counts(self.queue_name(queue))
+        return None if counts is None else counts[0]
+
+    async def dead_letter_depth(self) -> int | None:
+        self._require()
+        counts = await self._declared_counts(self.dead_letter_queue)
+        return None if counts is None else counts[0]
+
     async def claim(self, name: str) -> None:
         self._require()
         await self._declare_claim(name)
@@ -613,13 +625,19 @@ class RabbitBus:
             ) from None
 
     async def _consumers_of(self, name: str) -> int | None:
-        """A passive declaration (it needs no permission): the queue's consumers, None if it does
-        not exist. On a channel of its own, since a 404 makes the broker close the channel."""
+        counts = await self._declared_counts(name)
+        return None if counts is None else counts[1]
+
+    async def _declared_counts(self, name: str) -> tuple[int, int] | None:
+        """A passive declaration (it needs no permission): the queue's (messages ready,
+        consumers), None if it does not exist. On a channel of its own, since a 404 makes the
+        broker close the channel."""
         assert self._connection is not None
         probe = await self._connection.channel(publisher_confirms=False)
         try:
             declared = await probe.declare_queue(name, passive=True)
-            return int(declared.declaration_result.consumer_count)
+            result = declared.declaration_result
+            return int(result.message_count), int(result.consumer_count)
         except aiormq.exceptions.ChannelNotFoundEntity:
             return None
         finally:
@@ -654,6 +672,7 @@ class RabbitBus:
         reason = reason[:1000]
         routing_key = incoming.routing_key or ""
         log.warning("message_dead_lettered", queue=queue, routing_key=routing_key, reason=reason)
+        self.dead_lettered[queue] += 1
         _, _, dlx = self._require()
         letter = aio_pika.Message(
             incoming.body,

@@ -26,6 +26,7 @@ import pathlib
 import time
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -54,6 +55,9 @@ from services.cli.common import (
 )
 from services.cli.state_paths import cluster_identity, default_state_path, legacy_state_path
 from services.cli.worker_options import add_worker_options, log_limits, worker_config
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = structlog.get_logger("gavel.serve")
 SERVICES = ("policy", "mechanism", "estimator", "fleet")
@@ -131,6 +135,15 @@ def _common_options(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="keep trying to reach a broker that does not answer for this long; 0: not at all "
         "(default: GAVEL_BROKER_WAIT_S, 60). Wrong credentials or vhost fail at once",
+    )
+    p.add_argument(
+        "--metrics-port", type=_port, metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md; default: off). "
+        "`gavel up`: one endpoint for all its services",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", metavar="HOST",
+        help="the address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0: every interface, as in a container)",
     )
 
 
@@ -294,6 +307,16 @@ def _share(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port (0-65535), got {text}")
+    return value
+
+
 def _names(text: str) -> frozenset[str]:
     """A comma-separated list of names (empty items ignored)."""
     return frozenset(name.strip() for name in text.split(",") if name.strip())
@@ -347,7 +370,9 @@ def _open_kept(path: str, source: str, label: str, default_says: str, event: str
     return journal
 
 
-def build_estimator(args: argparse.Namespace, settings: Settings, bus_kind: str, table) -> Service:  # noqa: ANN001
+def build_estimator(
+    args: argparse.Namespace, settings: Settings, bus_kind: str, table, registry: CollectorRegistry | None = None,  # noqa: ANN001
+) -> Service:
     from estimator_service.core.estimator import Estimator  # noqa: PLC0415
     from estimator_service.core.oracle import OracleEstimator  # noqa: PLC0415
     from estimator_service.core.reference import reference_set  # noqa: PLC0415
@@ -365,7 +390,7 @@ def build_estimator(args: argparse.Namespace, settings: Settings, bus_kind: str,
         )
         references = reference_set(reference, keep=args.reference_models, rng=np.random.default_rng([args.seed, 11]))
         core = Estimator(references, estimator_settings)
-    return EstimatorService(core=core, journal=state, mode=args.mode)
+    return EstimatorService(core=core, journal=state, mode=args.mode, registry=registry)
 
 
 def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) -> Journal | None:
@@ -388,7 +413,7 @@ def open_journal(args: argparse.Namespace, settings: Settings, bus_kind: str) ->
     )
 
 
-def build_worker(args: argparse.Namespace, settings: Settings) -> Service:
+def build_worker(args: argparse.Namespace, settings: Settings, registry: CollectorRegistry | None = None) -> Service:
     """A real worker needs none of the solver stack: only the table (for --type and speeds)."""
     from worker_service.service import WorkerService  # noqa: PLC0415
 
@@ -396,12 +421,17 @@ def build_worker(args: argparse.Namespace, settings: Settings) -> Service:
     return WorkerService(
         config=config, heartbeat_s=args.heartbeat_s, kill_grace_s=args.kill_grace_s, server_id=args.server_id or "",
         log_limits=log_limits(args),
+        registry=registry,
     )
 
 
-def build_services(names: Sequence[str], args: argparse.Namespace, settings: Settings, bus_kind: str) -> list[Service]:
+def build_services(
+    names: Sequence[str], args: argparse.Namespace, settings: Settings, bus_kind: str, registry: CollectorRegistry | None = None,
+) -> list[Service]:
+    """``registry``: where the services count their metrics (one, served, for all of them), or
+    None: each counts in a private one nobody serves."""
     if list(names) == ["worker"]:
-        return [build_worker(args, settings)]
+        return [build_worker(args, settings, registry)]
     journal = open_journal(args, settings, bus_kind) if "mechanism" in names else None  # a bad one fails at once
     # Imported here, not above: `gavel health` (a container healthcheck, run every few seconds),
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).
@@ -422,7 +452,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
     for name in names:
         if name == "policy":
             replica = args.replica or ("policy" if len(names) > 1 else f"policy-{os.getpid()}")
-            services.append(PolicyService(clock=clock, context=context, solving=args.solving, name=replica))
+            services.append(PolicyService(clock=clock, context=context, solving=args.solving, name=replica, registry=registry))
         elif name == "mechanism":
             if args.policy not in policy_names():
                 raise CommandFailed(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}", exit_code=2)
@@ -452,10 +482,11 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     ),
                     clock=clock,
                     journal=journal,
+                    registry=registry,
                 )
             )
         elif name == "estimator":
-            services.append(build_estimator(args, settings, bus_kind, table))
+            services.append(build_estimator(args, settings, bus_kind, table, registry))
         elif name == "fleet":
             if not args.cluster:
                 raise CommandFailed("--cluster is required for the fleet, e.g. v100=4,p100=4,k80=4", exit_code=2)
@@ -472,6 +503,7 @@ def build_services(names: Sequence[str], args: argparse.Namespace, settings: Set
                     name=getattr(args, "fleet_name", "fleet"),
                     instance=uuid.uuid4().hex[:12],  # this start of the fleet (a restart replaces it)
                     claim_ids=True,
+                    registry=registry,
                 )
             )
         else:
@@ -516,14 +548,27 @@ async def _serve(names: list[str], args: argparse.Namespace, settings: Settings,
             "and services in other processes cannot reach them",
             fix="use --bus amqp to run them on RabbitMQ (GAVEL_AMQP_URL)",
         )
-    services = build_services(names, args, settings, bus_settings.kind)
+    registry = None
+    if args.metrics_port is not None:
+        from common.metrics import CollectorRegistry  # noqa: PLC0415 - prometheus_client only when metrics are on
+
+        registry = CollectorRegistry(auto_describe=False)
+    services = build_services(names, args, settings, bus_settings.kind, registry)
     broker_wait_s = settings.broker_wait_s if args.broker_wait_s is None else args.broker_wait_s
     host = ServiceHost(
         make_bus(bus_settings, source="+".join(names)),
         services,
         shutdown_timeout_s=settings.shutdown_timeout_s,
         broker_wait_s=broker_wait_s,
+        registry=registry,
     )
+    endpoint = None
+    if registry is not None:
+        from common.metrics import MetricsEndpoint  # noqa: PLC0415
+
+        endpoint = MetricsEndpoint(registry, host=args.metrics_host, port=args.metrics_port)
+    if endpoint is not None:
+        await endpoint.start()  # a port in use is one line (ConfigError: exit 2) before anything starts
     writer = asyncio.get_running_loop().create_task(_write_health(host, health_file)) if health_file else None
     try:
         if not await host.run_until_stopped():
@@ -535,6 +580,8 @@ async def _serve(names: list[str], args: argparse.Namespace, settings: Settings,
         if writer is not None:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
+        if endpoint is not None:
+            await endpoint.close()
 
 
 async def _write_health(host: ServiceHost, path: str) -> None:

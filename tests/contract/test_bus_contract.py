@@ -15,7 +15,7 @@ from common.errors import BusClosedError, EncodeError, NameClaimedError, Subscri
 from common.messages import AllocationComputed, JobRejected, KillJobs, RunJobs, SolveStatus
 from common.transport.memory import InMemoryBus
 from tests.support.messages import submitted, wire
-from tests.support.waiting import Collector, eventually
+from tests.support.waiting import Collector, eventually, until
 
 
 def job_ids(c: Collector) -> list[str]:
@@ -373,6 +373,30 @@ async def test_consumer_count_tells_a_missing_queue_an_idle_one_and_a_consumed_o
     await first.cancel()
     await second.cancel()
     assert await bus.consumer_count("idle.queue") == 0
+
+
+async def test_queue_depth_counts_what_waits_and_dead_letters_are_counted_per_queue(harness):
+    """What metrics read (gavel_queue_messages, gavel_dead_letter_messages,
+    gavel_messages_dead_lettered_total): the messages ready in a queue, None for one that does
+    not exist; the dead-letter queue's depth; what this connection dead-lettered, per queue."""
+    bus = await harness.connect()
+    assert await bus.queue_depth("nobody.here") is None
+    await bus.declare("waiting.queue", ["waiting.key"])
+    assert await bus.queue_depth("waiting.queue") == 0
+    for _ in range(3):
+        await bus.publish_raw("waiting.key", b"\xc1")
+    assert await bus.queue_depth("waiting.queue") == 3
+    before = await bus.dead_letter_depth()
+    handled = Collector()
+    await bus.subscribe("waiting.queue", ["waiting.key"], handled)  # all three undecodable: dead-lettered
+
+    async def dead_lettered() -> bool:
+        return await bus.dead_letter_depth() == (before or 0) + 3 and await bus.queue_depth("waiting.queue") == 0
+
+    await until(dead_lettered, timeout_s=20)
+    assert bus.dead_lettered["waiting.queue"] == 3 and handled.deliveries == []
+    await _take_dead_letters(bus, 3)
+    assert await bus.dead_letter_depth() == (before or 0)
 
 
 async def test_a_claim_is_held_by_one_connection_until_it_closes(harness):
