@@ -85,7 +85,10 @@ def simulate(
     context: SolveContext,
     *,
     progress: Progress | None = None,
+    observe: Callable[[MechanismState, float], None] | None = None,
 ) -> SimulationResult:
+    """``observe``: called with the state and the time after each round is planned (a bench that
+    reads what the mechanism would answer then, bench/eta_accuracy.py); it must change nothing."""
     table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
@@ -154,6 +157,8 @@ def simulate(
             solve_times.append(solve_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
         plan = open_round(state, now_s, settings, shuffle, profiling)
+        if observe is not None:
+            observe(state, now_s)
         # 6. dispatch
         clock.dispatched_at_s = now_s
         running = _dispatch_round(state, table, plan, now_s, settings, full_leases)
