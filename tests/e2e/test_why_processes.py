@@ -1,0 +1,57 @@
+"""`gavel jobs`, `gavel job ID --why` and `gavel workers` against a running cluster over RabbitMQ
+(policy, mechanism and a simulated fleet of one V100 in a `gavel up` process, on a x100 clock):
+the reason codes, the ETA as a local date, why a job waits and who holds its GPU, a gang held at
+admission, and how long ago a worker was heard in wall seconds."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.support.processes import Cluster
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.broker
+RESNET = "ResNet-18 (batch size 64)"
+DATE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d")
+
+
+@pytest.mark.slow  # ~10 s: a `gavel up` process, its first rounds, a dozen status commands
+async def test_why_a_job_waits_and_when_it_finishes_on_a_running_cluster(cluster: Cluster) -> None:
+    cluster.start(
+        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--solving", "inline", "--no-journal",
+        "--cluster", "v100=1", "--time-scale", "100",
+    )
+    for job_id, gang in (("a", 1), ("b", 1), ("gang", 4)):
+        args = ["submit", "--job-type", RESNET, "--steps", "100000000", "--job-id", job_id]
+        done = cluster.gavel(*args, *(["--scale-factor", str(gang)] if gang > 1 else []), timeout_s=60)
+        assert done.returncode == 0, done.stderr
+
+    def codes() -> dict[str, str]:
+        done = cluster.gavel("jobs", "--json", timeout_s=30)
+        return {row["id"]: row.get("reason_code", "") for row in json.loads(done.stdout)} if done.returncode == 0 else {}
+
+    # one V100: a and b share it half and half, one of them runs; the gang of 4 is held
+    await eventually(lambda: sorted(codes().values()) == ["Held", "Priority", "Running"], timeout_s=60, poll_s=0.5)
+    rows = {row["id"]: row for row in cluster.answer("jobs")}  # type: ignore[union-attr]
+    waiting = next(job_id for job_id in ("a", "b") if rows[job_id]["reason_code"] == "Priority")
+    running = "b" if waiting == "a" else "a"
+
+    table = cluster.run("jobs")
+    header = table.splitlines()[0].split()
+    assert "reason" in header and "eta" in header
+    line = next(line for line in table.splitlines() if line.split()[0] == waiting)
+    assert "Priority" in line and DATE.search(line) and "(in " in line  # its ETA: a local date, and how long from now
+
+    why = cluster.run("job", waiting, "--why")
+    assert why.splitlines()[0] == f"{waiting}: Priority"
+    assert "jobs ahead of it" in why and re.search(rf"^{running}\s+v100\s+1\s", why, re.MULTILINE)  # who holds the GPU
+    assert re.search(r"^eta: \d{4}-", why, re.MULTILINE) and "basis: " in why
+    held = cluster.run("job", "gang", "--why")
+    assert held.splitlines()[0] == "gang: Held" and "waits for workers" in held
+
+    workers = cluster.run("workers")
+    heard = re.search(r"(\d+(?:\.\d)?) s ago", workers.splitlines()[-1])
+    assert heard is not None and float(heard.group(1)) < 30  # wall seconds: a heartbeat every 5 mechanism s is 0.05 s here
