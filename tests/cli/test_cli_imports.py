@@ -52,6 +52,8 @@ def test_version_help_status_and_submit_never_load_the_solver_plotting_or_torch(
         ["job", "j1", "--amqp", NO_BROKER, "--timeout-s", "1"],
         ["workers", "--amqp", NO_BROKER, "--timeout-s", "1"],
         ["cluster", "--amqp", NO_BROKER, "--timeout-s", "1"],
+        ["events", "--amqp", NO_BROKER, "--timeout-s", "1"],
+        ["top", "--once", "--amqp", NO_BROKER, "--timeout-s", "1"],
         ["submit", "--job-type", "ResNet-50 (batch size 64)", "--steps", "100", "--amqp", NO_BROKER],
         ["cancel", "j1", "--amqp", NO_BROKER],
     ]
