@@ -40,6 +40,7 @@ from tests.support.prometheus import (
     DASHBOARD_PROVIDERS,
     PROMETHEUS_CONFIG,
     SYNTHETIC,
+    catalog,
     catalog_series_names,
     dashboard,
     dashboard_queries,
@@ -235,6 +236,18 @@ def test_every_metric_the_dashboard_reads_is_in_the_catalog() -> None:
         if name not in catalog_series_names() | SYNTHETIC
     }
     assert not unknown, sorted(unknown)
+
+
+def test_only_counters_are_taken_a_rate_of_and_only_histograms_a_quantile_of() -> None:
+    """rate() and increase() of a gauge, or histogram_quantile() of anything but buckets, answer
+    numbers that mean nothing; Prometheus evaluates them all the same, so only this catches it."""
+    kinds = catalog()
+    for title, ref, expr in dashboard_queries():
+        for name in re.findall(r"\b(?:rate|irate|increase)\(\s*([A-Za-z_:][A-Za-z0-9_:]*)", expr):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert kinds.get(name) == "counter" or (kinds.get(base) == "histogram" and base != name), (title, ref, name)
+        if "histogram_quantile" in expr:
+            assert all(name.endswith("_bucket") for name in metric_names(expr)), (title, ref, expr)
 
 
 def test_metric_names_are_read_from_promql() -> None:
