@@ -7,7 +7,9 @@ jobs keep arriving, so its share shrinks at later solves and the ETA is optimist
 say by how much. Printed per policy, over the measured jobs (the trace's window): the median and
 p90 of the relative error of the job's predicted time in the system (|predicted JCT - real JCT| /
 real JCT), the median signed error (negative: optimistic), the median and p90 absolute error in
-hours, how many finished later than their ETA, and how often the real completion fell before
+hours, against a baseline measured side by side (the ETA of the job alone on its fastest type all
+the time: what a user would guess from the throughput table), how many finished later than their
+ETA, and how often the real completion fell before
 the range's soonest bound (never, if the rates are right: it is a true bound).
 
 The fast path (sim/fastpath.py) makes the same schedule as the services engine
@@ -81,7 +83,7 @@ def run(trace_name: str, policy: str, context) -> dict:  # noqa: ANN001
     observed = simulate(trace, config, context, observe=observe)
     plain = simulate(trace, config, context)
     measured = set(observed.measured_job_ids)
-    rel, signed, abs_h, late, before_soonest, waited = [], [], [], 0, 0, []
+    rel, signed, abs_h, late, before_soonest, waited, naive = [], [], [], 0, 0, [], []
     for job in observed.jobs:
         if job.job_id not in measured or job.completion_s is None or job.job_id not in first:
             continue
@@ -94,12 +96,15 @@ def run(trace_name: str, policy: str, context) -> dict:  # noqa: ANN001
         late += job.completion_s > finish_s
         before_soonest += soonest_s is not None and job.completion_s < soonest_s - 1e-6
         waited.append(later)
+        if soonest_s is not None:  # the baseline: the job alone on its fastest type, the range's soonest bound
+            naive.append(abs(soonest_s - job.arrival_s - real_jct) / real_jct)
     jcts = [j.jct_s for j in observed.jobs if j.job_id in measured]
     plain_jcts = [j.jct_s for j in plain.jobs if j.job_id in measured]
     return {
         "trace": trace_name, "policy": policy, "jobs": len(rel),
         "median_rel_error": statistics.median(rel), "p90_rel_error": quantile(rel, 0.9),
         "median_signed_rel_error": statistics.median(signed),
+        "baseline_median_rel_error": statistics.median(naive), "baseline_p90_rel_error": quantile(naive, 0.9),
         "median_abs_error_h": statistics.median(abs_h), "p90_abs_error_h": quantile(abs_h, 0.9),
         "finished_later_than_eta": late, "finished_before_soonest": before_soonest,
         "boundaries_before_an_eta_median": statistics.median(waited),
@@ -124,7 +129,8 @@ def main() -> int:
         print(
             f"{r['trace']:<5} {r['policy']:<22} {r['jobs']} jobs  relative error median {r['median_rel_error']:.2f}, p90 {r['p90_rel_error']:.2f} "
             f"(signed median {r['median_signed_rel_error']:+.2f})  absolute median {r['median_abs_error_h']:.1f} h, "
-            f"p90 {r['p90_abs_error_h']:.1f} h  later than the ETA {r['finished_later_than_eta']}/{r['jobs']}  "
+            f"p90 {r['p90_abs_error_h']:.1f} h  [baseline, alone on its fastest type: median {r['baseline_median_rel_error']:.2f}, "
+            f"p90 {r['baseline_p90_rel_error']:.2f}]  later than the ETA {r['finished_later_than_eta']}/{r['jobs']}  "
             f"before the soonest bound {r['finished_before_soonest']}  boundaries before an ETA (median) "
             f"{r['boundaries_before_an_eta_median']:g}  avg JCT {r['avg_jct_h']:.2f} h "
             f"(without the hook {r['avg_jct_h_without_hook']:.2f} h)"
