@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from common.messages import ExtendLease, JobProgress, RunJobs
 
-STDERR_TAIL_CHARS = 2000  # of a crashed job's stderr, in its report (the codec bounds strings)
+OUTPUT_TAIL_CHARS = 2000  # of a crashed job's output (stdout and stderr), in its report (the codec bounds strings)
 CATALOG_MODULE = "worker_service.workloads"
 
 
@@ -212,7 +212,7 @@ class Observed:
 
     progress: Mapping[str, object] | None  # its progress file, or None
     exit_code: int | None  # None while it runs; negative: killed by that signal
-    stderr_tail: str = ""
+    output_tail: str = ""
     killed: bool = False  # we asked it to stop (KillJobs, a fence, its GPUs needed elsewhere)
 
 
@@ -266,7 +266,7 @@ def lease_report(
     if seen.killed:
         outcome, error = "killed", (f"stopped before its checkpoint (signal {-seen.exit_code})" if seen.exit_code < 0 else "")
     else:
-        outcome, error = "crashed", crash_reason(seen.exit_code, seen.stderr_tail)
+        outcome, error = "crashed", crash_reason(seen.exit_code, seen.output_tail)
     return JobProgress(
         job_id=job_id, worker_id=worker_id, lease_id=lease_id, round_id=round_id, steps_done=0, elapsed_s=elapsed_s,
         throughput_steps_per_s=0.0, outcome=outcome, exit_code=seen.exit_code, error=error,
@@ -274,11 +274,11 @@ def lease_report(
     )
 
 
-def crash_reason(exit_code: int, stderr_tail: str) -> str:
+def crash_reason(exit_code: int, output_tail: str) -> str:
     how = f"killed by signal {-exit_code}" if exit_code < 0 else f"exit code {exit_code}"
     if exit_code == 0:
         how = "exited (code 0) without reporting its lease's steps: does it use worker_service.training.LeaseIterator?"
-    tail = stderr_tail.strip()[-STDERR_TAIL_CHARS:]
+    tail = output_tail.strip()[-OUTPUT_TAIL_CHARS:]
     return f"{how}: {tail}" if tail else how
 
 

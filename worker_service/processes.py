@@ -5,8 +5,8 @@ parent-death signal; a training process under a shell sets its own, to the shell
 worker_service/training.py), so a worker that is SIGKILLed leaves nothing running on its GPUs, and
 the job's steps since its last checkpoint are lost, as the mechanism assumes. It runs in a session
 of its own (signals go to the whole group), so a Ctrl-C meant for the worker is not delivered to
-it twice. Its stdout and stderr are pipes the worker reads, so the worker keeps (and bounds) what
-it writes (worker_service/job_logs.py).
+it twice. Its stdout and stderr are one pipe the worker reads, so the worker keeps (and bounds)
+what it writes, in the order it wrote it (worker_service/job_logs.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PR_SET_PDEATHSIG = 1
 READ_BYTES = 64 * 1024
 OUTPUT_FLUSH_S = 0.5  # a partial line (a prompt, a progress bar without its end) is written after this much quiet
 OUTPUT_DRAIN_S = 2.0  # after its group is gone, how long its output may take to be read to the end
-STDERR_KEPT_BYTES = 8 * 1024
+TAIL_KEPT_BYTES = 8 * 1024
 
 Output = Callable[[bytes], None]  # where a process's output goes, whole lines at a time
 
@@ -45,15 +45,12 @@ class JobProcess:
     def __init__(self, launch: Launch, process: asyncio.subprocess.Process, output: Output | None = None) -> None:
         self.launch = launch
         self.process = process
-        self._stderr_tail = bytearray()  # its last STDERR_KEPT_BYTES: a crash report's tail
+        self._tail = bytearray()  # its last TAIL_KEPT_BYTES of output: a crash report's tail
         self._gone_at: float | None = None
-        self._readers = [
-            asyncio.get_running_loop().create_task(self._read(stream, output, is_stderr))
-            for stream, is_stderr in ((process.stdout, False), (process.stderr, True))
-            if stream is not None
-        ]
+        streams = [process.stdout] if process.stdout is not None else []
+        self._readers = [asyncio.get_running_loop().create_task(self._read(stream, output)) for stream in streams]
 
-    async def _read(self, stream: asyncio.StreamReader, output: Output | None, is_stderr: bool) -> None:
+    async def _read(self, stream: asyncio.StreamReader, output: Output | None) -> None:
         """Whole lines to ``output`` as they come (a partial line after OUTPUT_FLUSH_S of quiet)."""
         held = b""
         while True:
@@ -66,9 +63,9 @@ class JobProcess:
                 continue
             except (OSError, ValueError):
                 chunk = b""
-            if is_stderr and chunk:
-                self._stderr_tail += chunk
-                del self._stderr_tail[: max(0, len(self._stderr_tail) - STDERR_KEPT_BYTES)]
+            if chunk:
+                self._tail += chunk
+                del self._tail[: max(0, len(self._tail) - TAIL_KEPT_BYTES)]
             ready, held = complete_lines(held, chunk, final=not chunk)
             if ready and output is not None:
                 output(ready)
@@ -156,13 +153,14 @@ class JobProcess:
         except OSError:
             return None
 
-    def stderr_tail(self, chars: int) -> str:
-        return bytes(self._stderr_tail).decode("utf-8", "replace")[-chars:]
+    def output_tail(self, chars: int) -> str:
+        """The end of what it wrote (stdout and stderr: a traceback comes last)."""
+        return bytes(self._tail).decode("utf-8", "replace")[-chars:]
 
 
 async def start(launch: Launch, output: Output | None = None) -> JobProcess:
-    """Start ``launch``; its stdout and stderr go to ``output`` as whole lines (the job's log,
-    worker_service/job_logs.py). Raises OSError when it cannot start (no such command, working
+    """Start ``launch``; its stdout and stderr, one pipe (so they interleave as written), go to
+    ``output`` as whole lines (the job's log, worker_service/job_logs.py). Raises OSError when it cannot start (no such command, working
     directory missing)."""
     Path(launch.progress_file).parent.mkdir(parents=True, exist_ok=True)
     Path(launch.progress_file).unlink(missing_ok=True)  # a previous attempt's progress must not be read as ours
@@ -172,7 +170,7 @@ async def start(launch: Launch, output: Output | None = None) -> JobProcess:
         env=dict(launch.env),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=_die_with_parent,
     )

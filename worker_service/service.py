@@ -15,7 +15,7 @@ A lease, as the shell runs it (the decisions are worker_service/core.py's):
    to stop; it has checkpointed already, so it exits at once.
 4. ``kill``, a fence, or the worker's own shutdown: SIGTERM (checkpoint at the end of the step,
    exit), SIGKILL after ``kill_grace_s``.
-5. A process that fails is reported as crashed, with its exit code and the tail of its stderr,
+5. A process that fails is reported as crashed, with its exit code and the tail of its output,
    and its lease ends.
 """
 
@@ -467,7 +467,7 @@ class WorkerService:
         seen = Observed(
             progress=progress,
             exit_code=exit_code,
-            stderr_tail=culprit.stderr_tail(core.STDERR_TAIL_CHARS) if exit_code is not None else "",
+            output_tail=culprit.output_tail(core.OUTPUT_TAIL_CHARS) if exit_code is not None else "",
             killed=run.killed or (run.stopping and not failed),
         )
         report = core.lease_report(
