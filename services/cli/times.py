@@ -106,6 +106,7 @@ TIMES = frozenset({
     "lost_at_s", "cancelled_at_s", "last_heartbeat_s", "at_s",
 })
 DURATIONS = frozenset({"waiting_s", "jct_s", "silent_s", "lost_s_ago", "degraded_s"})
+DURATIONS_BY_TYPE = frozenset({"owed_s"})  # type -> a duration (`gavel job`'s why.owed_s)
 
 
 def readable(value: object, clock: ClockView, key: str = "") -> object:
@@ -116,6 +117,8 @@ def readable(value: object, clock: ClockView, key: str = "") -> object:
         for k, v in value.items():
             if k == "clock":
                 out[k] = describe_clock(clock)
+            elif k in DURATIONS_BY_TYPE and isinstance(v, dict):
+                out[k] = {w: duration(clock.wall_duration(float(d))) if isinstance(d, (int, float)) else d for w, d in v.items()}
             else:
                 out[k] = readable(v, clock, k)
         return out

@@ -41,6 +41,18 @@ def test_a_lockstep_clock_is_tied_to_no_wall_time():
     assert readable({"clock": {}, "eta_s": 10_800.0}, LOCKSTEP)["clock"].startswith("lockstep")  # type: ignore[index, union-attr]
 
 
+def test_a_job_report_reads_with_dates_and_wall_durations():
+    job = {"id": "j", "arrival_s": 36_000.0 - 360.0, "waiting_s": 360.0, "eta_s": 36_000.0 + 720.0, "steps_done": 5,
+           "eta_range_s": [36_000.0 + 360.0, None], "why": {"owed_s": {"v100": 180.0}}, "clock": {}}  # fmt: skip
+    shown = readable(job, SCALED)
+    assert shown == {
+        "id": "j", "arrival_s": local(WALL_NOW - 3.6, "%Y-%m-%d %H:%M:%S"), "waiting_s": "3.6 s",
+        "eta_s": f"{local(WALL_NOW + 7.2, '%Y-%m-%d %H:%M:%S')} (in 7.2 s)", "steps_done": 5,
+        "eta_range_s": f"{local(WALL_NOW + 3.6, '%Y-%m-%d %H:%M:%S')} to unbounded", "why": {"owed_s": {"v100": "1.8 s"}},
+        "clock": "scaled x100 (times shown in wall time)",
+    }
+
+
 def test_the_mechanism_says_which_clock_it_runs_on():
     assert clock_basis(WallClock(), lockstep=False, now_s=5.0, wall_s=5.0) == {"kind": "wall", "scale": 1.0, "now_s": 5.0, "wall_s": 5.0}
     assert clock_basis(ScaledClock(50.0), lockstep=False, now_s=9.0, wall_s=WALL_NOW)["scale"] == 50.0
