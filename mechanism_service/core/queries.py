@@ -40,10 +40,16 @@ def answer(
     if request.query == "job":
         body = status_core.job_report(memory.state, request.job_id, now_s, obs)
         if isinstance(body, dict) and "error" not in body:
-            body = with_reasons([body], memory, now_s)[0]
-            if body.get("state") not in ENDED_CODES:
+            # one job's code and ETA alone (with_reasons reads every job's: a `gavel jobs`)
+            detail = why.explain(memory, request.job_id, now_s, seed_s=seed_s)
+            state_name = str(body.get("state", ""))
+            code = ENDED_CODES.get(state_name) or (str(detail["code"]) if detail is not None else "")
+            body["reason_code"] = code
+            if not body.get("reason") and code in SHORT_REASONS:
+                body["reason"] = SHORT_REASONS[code]
+            if state_name not in ENDED_CODES:
                 body.update(job_eta(memory, request.job_id, now_s))
-            body["why"] = why.explain(memory, request.job_id, now_s, seed_s=seed_s) or {"code": body["reason_code"], "reason": body.get("reason", "")}
+            body["why"] = detail or {"code": code, "reason": body.get("reason", "")}
             body["throughputs"] = throughput_report(memory, request.job_id, estimates=estimates, rates=rates)
             body["clock"] = clock_block
         return body

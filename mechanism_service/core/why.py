@@ -71,7 +71,7 @@ def gather(memory: Memory) -> Round:
     if state is None:
         return Round({}, frozenset(), {}, frozenset(), {})
     running_on = {i: (entry, placement) for entry, placement in state.previous_assignment.items() for i in entry}
-    profiled = memory.running[1].profiled if memory.running is not None else frozenset()
+    profiled = getattr(memory.running[1], "profiled", frozenset()) if memory.running is not None else frozenset()
     shares: dict[int, dict[str, float]] = {}
     allocated: set[int] = set()
     for entry, fractions in state.allocation.items():
