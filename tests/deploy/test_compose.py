@@ -67,6 +67,8 @@ import pytest
 import yaml  # the dev extra's PyYAML (the Makefile checks it is there): never a skip of this module
 
 from common.messages import (
+    EVENT_KINDS,
+    ClusterEvent,
     AllocationComputed,
     AllocationFailed,
     AllocationRequested,
@@ -192,6 +194,7 @@ SERVICES: Mapping[str, ServiceSpec] = {
             key(RoundStarted),
             key(RoundEnded),
             key(StatusReported, reply_to=REPLY_TO),
+            *(key(ClusterEvent, kind=kind) for kind in EVENT_KINDS),
         ),
     ),
     # One queue for everything it learns from (common/topology.py): a job's progress follows its submission.
@@ -233,7 +236,8 @@ SERVICES: Mapping[str, ServiceSpec] = {
         "gavel-cli",
         "CLI_AMQP_PASSWORD",
         queues=(f"gavel.cli.{REPLY_TO}",),
-        bindings=(key(StatusReported, reply_to=REPLY_TO),),
+        # its replies, and the cluster's events (`gavel events --follow`, `gavel top`)
+        bindings=(key(StatusReported, reply_to=REPLY_TO), "event.*"),
         publishes=(key(JobSubmitted), key(SubmissionsSealed), key(CancelJob), key(StatusRequested)),
         gets=(DEAD_LETTERS,),
         exclusive=True,
