@@ -5,7 +5,8 @@ allocation, how far along, their ETA, why they wait) and the last events, redraw
 ``--interval-s`` wall seconds (1 by default: every round of a live cluster is seen). The frame is
 laid out for the terminal's size at each redraw (services/cli/top_layout.py). Drawn with rich,
 which writes plain ANSI: it works in any terminal, over SSH and in tmux. ``--once`` prints one
-frame and exits, without any escape codes when stdout is not a terminal (a pipe, a file).
+frame and exits; so does any `gavel top` whose stdout is not a terminal (a pipe, a file), without
+escape codes.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ async def run_top(args: argparse.Namespace, settings: Settings) -> int:
     bus = await open_bus(settings, args.amqp)
     try:
         async with Asker(bus) as asker:
-            if args.once:
+            if args.once or not tty:  # a pipe or a file takes one frame: a live view is for a terminal
                 s = await snapshot(asker, args.timeout_s)
                 size = shutil.get_terminal_size((100, 40))
                 lines = frame(s, size.columns, size.lines if tty else None, mark)
