@@ -7,6 +7,10 @@ the estimator's latest figures, refreshed at each solve); a packed entry counts 
 packed rate. That is the rate the policy planned for, and the rounds give each entry its share
 over time, so ``remaining / rate`` is when the job finishes if the allocation holds.
 
+The steps a job has done are known as of the last round boundary (its leases report at their
+end), so the ETA counts from there (``since_s``: the running round's start), never earlier than
+now: it stays put while a round runs instead of drifting a round later and jumping back.
+
 It does not hold when jobs keep arriving (each solve shares the GPUs among more jobs) or leave
 (fewer): so a range beside it, whose bounds are
 
@@ -59,34 +63,41 @@ def allocation_rates(state: MechanismState) -> dict[int, float]:
     return rates
 
 
-def finish_times(state: MechanismState | None, now_s: float) -> dict[str, float]:
+def finish_times(state: MechanismState | None, now_s: float, since_s: float | None = None) -> dict[str, float]:
     """Every admitted job the allocation gives a rate: job id -> when it should finish if the
     allocation holds (mechanism time). The cheap form, for `gavel jobs`."""
     if state is None:
         return {}
     rates = allocation_rates(state)
     jobs = state.jobs
-    return {jobs[i].job_id: now_s + max(0, jobs[i].steps_remaining) / rate for i, rate in rates.items() if i in jobs}
+    start_s = now_s if since_s is None else min(since_s, now_s)
+    return {
+        jobs[i].job_id: max(now_s, start_s + max(0, jobs[i].steps_remaining) / rate) for i, rate in rates.items() if i in jobs
+    }
 
 
-def job_eta(state: MechanismState, job: JobState, now_s: float, *, rate: float | None = None) -> Eta:
+def job_eta(
+    state: MechanismState, job: JobState, now_s: float, *, rate: float | None = None, since_s: float | None = None
+) -> Eta:
     """The job's ETA with its range and basis (``rate``: its allocation rate when the caller has
-    it from ``allocation_rates``)."""
+    it from ``allocation_rates``; ``since_s``: when its steps done were counted, the running
+    round's start; now when not given)."""
     remaining = max(0, job.steps_remaining)
     if rate is None:
         rate = allocation_rates(state).get(job.index, 0.0)
+    start_s = now_s if since_s is None else min(since_s, now_s)
     best = _best_rate(state, job.index)
-    soonest_s = now_s + remaining / best if best > 0 else None
+    soonest_s = max(now_s, start_s + remaining / best) if best > 0 else None
     if rate <= 0.0:
         has_share = any(job.index in e and any(f > 0.0 for f in fr.values()) for e, fr in state.allocation.items())
         why = "the mechanism knows no rate for it where its share is" if has_share else "the allocation in force gives it no share"
         return Eta(None, soonest_s, None, 0.0, f"no estimate: {why}")
-    finish_s = now_s + remaining / rate
-    elapsed_s = now_s - job.arrival_s
+    finish_s = max(now_s, start_s + remaining / rate)
+    elapsed_s = start_s - job.arrival_s
     latest_s: float | None = None
     if job.steps_done > 0 and elapsed_s > 0:
         so_far = job.steps_done / elapsed_s
-        latest_s = max(finish_s, now_s + remaining / so_far)
+        latest_s = max(finish_s, start_s + remaining / so_far)
     shares = {w: f for w, f in state.allocation.get((job.index,), {}).items() if f > 0.0}
     packed = any(len(e) == 2 and job.index in e and any(f > 0 for f in fr.values()) for e, fr in state.allocation.items())
     basis = (

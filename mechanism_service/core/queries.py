@@ -79,7 +79,7 @@ def with_reasons(rows: list[dict[str, object]], memory: Memory, now_s: float) ->
     (a held, failed, retrying, cancelled, rejected job keeps its own), and ``eta_s`` for the jobs
     the allocation gives a rate (mechanism time; None otherwise: core/eta.py)."""
     codes = why.reason_codes(memory)
-    finish = eta_core.finish_times(memory.state, now_s)
+    finish = eta_core.finish_times(memory.state, now_s, steps_counted_at(memory))
     out = []
     for row in rows:
         job_id = str(row["id"])
@@ -100,7 +100,13 @@ def job_eta(memory: Memory, job_id: str, now_s: float) -> dict[str, object]:
     index = state.jobs.index_of.get(job_id) if state is not None else None
     if state is None or index is None:
         return {"eta_s": None, "eta_range_s": [None, None], "eta_basis": "no estimate: it is not admitted yet (its arrival is ahead, or it is held)"}
-    return eta_core.as_fields(eta_core.job_eta(state, state.jobs[index], now_s))
+    return eta_core.as_fields(eta_core.job_eta(state, state.jobs[index], now_s, since_s=steps_counted_at(memory)))
+
+
+def steps_counted_at(memory: Memory) -> float | None:
+    """When the jobs' steps done were last counted: the running round's start (its leases report
+    at its end); None when no round runs (then they are as of now)."""
+    return memory.running[0] if memory.running is not None else None
 
 
 def throughput_report(memory: Memory, job_id: str, *, estimates: bool, rates: Rates) -> list[dict[str, object]]:

@@ -54,3 +54,15 @@ def test_no_share_no_estimate_and_why():
 def test_a_share_where_it_cannot_run_gives_no_estimate():
     s = state(k80=1, v100=1).job("nok80").allocate((0,), k80=1.0).build()
     assert eta.job_eta(s, s.jobs[0], 0.0).basis == "no estimate: the mechanism knows no rate for it where its share is"
+
+
+def test_the_eta_counts_from_when_the_steps_were_counted_so_it_stays_put_while_a_round_runs():
+    # the steps done are as of the round's start (t=1000): the same ETA at t=1100 and t=1300
+    s = state(v100=1).job("a", steps=10_000).done(0, 2000).allocate((0,), v100=1.0).build()
+    at_1100 = eta.job_eta(s, s.jobs[0], 1100.0, since_s=1000.0)
+    at_1300 = eta.job_eta(s, s.jobs[0], 1300.0, since_s=1000.0)
+    assert at_1100.finish_s == at_1300.finish_s == 1000.0 + 8000 / 4.0
+    assert at_1100.latest_s == 1000.0 + 8000 / (2000 / 1000.0)  # its pace until the steps were counted
+    assert eta.finish_times(s, 1300.0, since_s=1000.0) == {"j0": 3000.0}
+    # never in the past: a job whose last steps the running round does is due now
+    assert eta.job_eta(s, s.jobs[0], 3500.0, since_s=1000.0).finish_s == 3500.0
