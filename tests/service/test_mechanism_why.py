@@ -4,10 +4,11 @@ them, the why block, and the clock basis the command line reads its times with."
 
 from __future__ import annotations
 
-from common.messages import JobSpec
+from common.messages import JobSpec, ProfileCell, ProfilingRequest, ThroughputEstimated
+from mechanism_service.core import why
 from services.cli.status_cmd import ask_on
 from tests.support.waiting import eventually
-from tests.support.world import RESNET, world
+from tests.support.world import RESNET, simulated_world, world
 
 
 async def test_reason_codes_etas_and_the_why_of_a_running_a_waiting_and_a_held_job() -> None:
@@ -46,5 +47,27 @@ async def test_reason_codes_etas_and_the_why_of_a_running_a_waiting_and_a_held_j
     assert isinstance(held, dict) and held["why"]["code"] == "Held" and held["eta_s"] is None
     clock = await ask_on(w.bus, "clock")  # (`gavel jobs` and `gavel workers` ask for it apart: their answer is a list)
     assert isinstance(clock, dict) and (clock["kind"], clock["now_s"]) == ("virtual", w.clock.now_s())
+    await w.mechanism.stop()
+    await w.bus.close()
+
+
+async def test_a_job_the_estimator_asked_to_measure_on_the_k80_is_profiling_there() -> None:
+    """The real mechanism on estimates, the simulated fleet in virtual time: the estimator (here,
+    the test) asks to measure a job alone on the K80; while that lease runs, its code is
+    Profiling, and its why says so, whatever its share."""
+    w = await simulated_world("max_min_fairness_perf", fleet={"v100": 1, "k80": 1}, estimates=True)
+    await w.submit(JobSpec("p", RESNET, 10**6))
+    await w.run_until(lambda: bool(w.memory.state and w.memory.state.previous_assignment))
+    await w.bus.publish(ThroughputEstimated(profiling=(ProfilingRequest("p", (ProfileCell("k80"),)),), profiling_share=1.0))
+
+    def profiled() -> bool:
+        running = w.memory.running
+        return running is not None and bool(running[1].profiled) and why.reason_codes(w.memory) == {"p": why.PROFILING}
+
+    await w.run_until(profiled)
+    placement = next(iter(w.memory.state.previous_assignment.values()))  # type: ignore[union-attr]
+    assert placement.accelerator_type == "k80"
+    detail = why.explain(w.memory, "p", w.clock.now_s())
+    assert detail is not None and "to measure its speed for the estimator" in str(detail["reason"])
     await w.mechanism.stop()
     await w.bus.close()
