@@ -138,9 +138,16 @@ def reason_codes(memory: Memory) -> dict[str, str]:
 
 
 def pending_counts(memory: Memory) -> dict[str, int]:
-    """Jobs not running, per reason code (every code that is not Running, Profiling or Retrying
-    is one; a Retrying job holds no GPU either but its round is running out)."""
-    counts = collections.Counter(code for code in reason_codes(memory).values() if code not in (RUNNING, PROFILING))
+    """Jobs not running, per reason code: every job but those Running, Profiling, and Cancelling
+    while their last lease runs out. A Retrying job counts: its lease crashed, and it waits for
+    the next round to be tried again."""
+    codes = reason_codes(memory)
+    state = memory.state
+    running = {state.jobs[i].job_id for entry in state.previous_assignment for i in entry if i in state.jobs} if state else set()
+    counts = collections.Counter(
+        code for job_id, code in codes.items()
+        if code not in (RUNNING, PROFILING) and not (code == CANCELLING and job_id in running)
+    )
     return dict(counts)
 
 

@@ -106,14 +106,16 @@ def test_a_job_whose_last_attempt_crashed_is_retrying_with_its_failures_counted(
         start_attempt(memory.observations.attempts, "j0", round_id=round_id, now_s=0.0, accelerator_type="v100", workers=["w"])
         end_lease(memory.observations.attempts, "j0", "crashed (exit 1)", 0, None)
     assert why.reason_codes(memory) == {"j0": why.RETRYING}
+    assert why.pending_counts(memory) == {why.RETRYING: 1}  # its lease crashed: it waits for the next round
     detail = why.explain(memory, "j0", 0.0)
     assert detail is not None and detail["failed_attempts_in_a_row"] == 2
     assert "crashed" in str(detail["reason"]) and "2 attempts failed in a row" in str(detail["reason"])
 
 
 def test_a_cancelled_job_is_cancelling_until_the_boundary():
-    memory = Memory(state=state(v100=1).job("a").allocate((0,), v100=1.0).ran((0,), "v100", 0).build(), cancelling={"j0": "cancelled by ann"})
-    assert why.reason_codes(memory) == {"j0": why.CANCELLING}
+    memory = Memory(state=state(v100=1).jobs(2).allocate((0,), v100=1.0).ran((0,), "v100", 0).build(), cancelling={"j0": "cancelled by ann", "j1": "by ann"})
+    assert why.reason_codes(memory) == {"j0": why.CANCELLING, "j1": why.CANCELLING}
+    assert why.pending_counts(memory) == {why.CANCELLING: 1}  # j0's last lease still runs: not pending
     assert "cancelled by ann" in str(why.explain(memory, "j0", 0.0)["reason"])  # type: ignore[index]
 
 
