@@ -35,20 +35,29 @@ async def test_why_a_job_waits_and_when_it_finishes_on_a_running_cluster(cluster
 
     # one V100: a and b share it half and half, one of them runs; the gang of 4 is held
     await eventually(lambda: sorted(codes().values()) == ["Held", "Priority", "Running"], timeout_s=60, poll_s=0.5)
-    rows = {row["id"]: row for row in cluster.answer("jobs")}  # type: ignore[union-attr]
-    waiting = next(job_id for job_id in ("a", "b") if rows[job_id]["reason_code"] == "Priority")
-    running = "b" if waiting == "a" else "a"
 
-    table = cluster.run("jobs")
-    header = table.splitlines()[0].split()
-    assert "reason" in header and "eta" in header
-    line = next(line for line in table.splitlines() if line.split()[0] == waiting)
-    assert "Priority" in line and DATE.search(line) and "(in " in line  # its ETA: a local date, and how long from now
+    # a round lasts 3.6 wall seconds here, so a and b may swap between two commands: each check
+    # reads one answer, and is tried again until one round holds still for it
+    def table_says_why() -> bool:
+        table = cluster.run("jobs")
+        header = table.splitlines()[0].split()
+        line = next((line for line in table.splitlines() if " Priority " in line), "")
+        # the waiting job's ETA: a local date, and how long from now
+        return "reason" in header and "eta" in header and bool(DATE.search(line)) and "(in " in line
 
-    why = cluster.run("job", waiting, "--why")
-    assert why.splitlines()[0] == f"{waiting}: Priority"
-    assert "jobs ahead of it" in why and re.search(rf"^{running}\s+v100\s+1\s", why, re.MULTILINE)  # who holds the GPU
-    assert re.search(r"^eta: \d{4}-", why, re.MULTILINE) and "basis: " in why
+    await eventually(table_says_why, timeout_s=30, poll_s=0.2)
+
+    def why_names_the_holder() -> bool:
+        for waiting, running in (("a", "b"), ("b", "a")):
+            why = cluster.run("job", waiting, "--why")
+            if why.splitlines()[0] == f"{waiting}: Priority":
+                return (
+                    "jobs ahead of it" in why and re.search(rf"^{running}\s+v100\s+1\s", why, re.MULTILINE) is not None
+                    and re.search(r"^eta: \d{4}-", why, re.MULTILINE) is not None and "basis: " in why
+                )
+        return False
+
+    await eventually(why_names_the_holder, timeout_s=30, poll_s=0.2)
     held = cluster.run("job", "gang", "--why")
     assert held.splitlines()[0] == "gang: Held" and "waits for workers" in held
 
