@@ -13,18 +13,22 @@ two handlers, and read the service's memory without locks and without seeing hal
 from __future__ import annotations
 
 import asyncio
+import bisect
 import errno
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from common.errors import ConfigError
 
 log = structlog.get_logger("gavel.metrics")
+T = TypeVar("T", "Tally", "Spread")
 
 DEFAULT_HOST = "127.0.0.1"
 _REQUEST_LIMIT = 16 * 1024  # bytes of request head read at most: a scrape is one short GET
@@ -33,6 +37,7 @@ _READ_TIMEOUT_S = 10.0
 __all__ = [
     "CollectorRegistry", "Counter", "Gauge", "Histogram", "CounterMetricFamily", "GaugeMetricFamily", "Collector",
     "MetricsEndpoint", "build_info", "gavel_version", "registry_or_private", "FunctionCollector", "WorkerMetrics",
+    "LoopMetrics", "Tally", "Spread",
 ]
 
 
@@ -79,6 +84,71 @@ class FunctionCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._collect()
+
+
+class Tally:
+    """A counter family counted in plain numbers, per label values: a few tens of nanoseconds an
+    increment where prometheus_client's counter takes a lock (about 1 us, 2.5 with its label
+    look-up). Only for what is counted on the event loop's thread, which is also where the
+    endpoint reads it."""
+
+    __slots__ = ("name", "documentation", "labels", "values")
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = (), *, known: Iterable[tuple[str, ...]] = ()) -> None:
+        self.name = name  # without _total: the exposition adds it
+        self.documentation = documentation
+        self.labels = labels
+        self.values: dict[tuple[str, ...], float] = dict.fromkeys(known, 0.0)  # exported at 0 from the start
+
+    def inc(self, key: tuple[str, ...] = (), by: float = 1.0) -> None:
+        self.values[key] = self.values.get(key, 0.0) + by
+
+    def family(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, value in self.values.items():
+            family.add_metric(key, value)
+        return family
+
+
+class Spread:
+    """A histogram counted as a Tally is (the loop's thread only): the bucket an observation falls
+    in (bisect over the bounds), and the sum."""
+
+    __slots__ = ("name", "documentation", "bounds", "counts", "total")
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = sorted(b for b in buckets if b != float("inf"))
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.total += value
+
+    def family(self) -> HistogramMetricFamily:
+        cumulative, buckets = 0, []
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        return HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=self.total)
+
+
+class LoopMetrics(Collector):
+    """Tallies and spreads registered as one collector; ``add`` returns what it is given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._parts: list[Tally | Spread] = []
+        registry.register(self)
+
+    def add(self, part: T) -> T:
+        self._parts.append(part)
+        return part
+
+    def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        for part in self._parts:
+            yield part.family()
 
 
 class MetricsEndpoint:
@@ -163,16 +233,15 @@ class WorkerMetrics:
     ) -> None:
         r = registry_or_private(registry)
         build_info(r, service)
-        self.leases = Counter(
-            "gavel_worker_leases", "leases ended, per how: lease_end, finished, killed, crashed", ("worker_id", "outcome"),
-            registry=r,
+        self.leases = LoopMetrics(r).add(
+            Tally("gavel_worker_leases", "leases ended, per how: lease_end, finished, killed, crashed", ("worker_id", "outcome"))
         )
         self._running = running
         r.register(FunctionCollector(self._families))
 
     def lease_ended(self, worker_id: str, outcome: str) -> None:
         """A lease's report (JobProgress.outcome; "" is a lease that ran its time)."""
-        self.leases.labels(worker_id, outcome if outcome in LEASE_OUTCOMES else "lease_end").inc()
+        self.leases.inc((worker_id, outcome if outcome in LEASE_OUTCOMES else "lease_end"))
 
     def _families(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily("gavel_worker_jobs_running", "jobs running, per worker", labels=("worker_id",))

@@ -21,6 +21,7 @@ A snapshot of the model is written every ``SNAPSHOT_EVERY`` inputs, so a replay 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
@@ -39,7 +40,16 @@ from common.messages import (
     ThroughputEstimated,
 )
 from common.messages.base import Message
-from common.metrics import CollectorRegistry, Counter, Histogram, build_info, registry_or_private
+from common.metrics import (
+    CollectorRegistry,
+    FunctionCollector,
+    GaugeMetricFamily,
+    LoopMetrics,
+    Spread,
+    Tally,
+    build_info,
+    registry_or_private,
+)
 from common.topology import ESTIMATOR_INPUTS
 from estimator_service.core.oracle import OracleEstimator
 
@@ -55,15 +65,17 @@ class EstimatorMetrics:
     estimator last published for that job on that type, alone (what the mechanism scheduled on);
     the shell keeps those figures for the active jobs only."""
 
-    def __init__(self, registry: CollectorRegistry | None) -> None:
+    def __init__(self, registry: CollectorRegistry | None, core: Callable[[], object]) -> None:
         r = registry_or_private(registry)
         build_info(r, "estimator")
-        self.measurements = Counter("gavel_estimator_measurements", "lease reports taken in", registry=r)
-        self.error = Histogram(
-            "gavel_estimator_prediction_error_ratio", "abs(measured / predicted - 1) of a measurement alone",
-            buckets=ERROR_BUCKETS, registry=r,
-        )
-        self.profiling_requests = Counter("gavel_estimator_profiling_requests", "runs asked for", registry=r)
+        self._core = core  # the estimator's core as it is now (a restart replaces it with its snapshot)
+        r.register(FunctionCollector(self._speed))
+        m = LoopMetrics(r)  # counted on the loop's thread, one input at a time
+        self.measurements = m.add(Tally("gavel_estimator_measurements", "lease reports taken in"))
+        self.error = m.add(Spread(
+            "gavel_estimator_prediction_error_ratio", "abs(measured / predicted - 1) of a measurement alone", ERROR_BUCKETS
+        ))
+        self.profiling_requests = m.add(Tally("gavel_estimator_profiling_requests", "runs asked for"))
         self._published: dict[str, dict[str, float]] = {}  # job id -> type -> steps/s published
 
     def measured(self, report: JobProgress) -> None:
@@ -75,10 +87,20 @@ class EstimatorMetrics:
     def published(self, out: ThroughputEstimated) -> None:
         for job in out.jobs:
             self._published.setdefault(job.job_id, {}).update(job.throughputs_steps_per_s)
-        self.profiling_requests.inc(sum(1 for request in out.profiling if request.cells))
+        self.profiling_requests.inc((), sum(1 for request in out.profiling if request.cells))
 
     def ended(self, job_id: str) -> None:
         self._published.pop(job_id, None)
+
+    def _speed(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "gavel_estimator_worker_speed_ratio", "a worker's measured steps/s over its peers' prediction, its recent jobs",
+            labels=("worker_id",),
+        )
+        watch = getattr(self._core(), "stragglers", None)  # a learned estimator's (an oracle judges nobody)
+        for worker_id, ratio in sorted(watch.speed_ratios().items() if watch is not None else ()):
+            family.add_metric((worker_id,), ratio)
+        yield family
 
 
 class Core(Protocol):
@@ -97,7 +119,7 @@ class EstimatorService:
         self, *, core: Core, journal: Journal | None = None, mode: str = "learned", registry: CollectorRegistry | None = None,
     ) -> None:
         self.core = core
-        self.metrics = EstimatorMetrics(registry)
+        self.metrics = EstimatorMetrics(registry, lambda: self.core)
         self._journal = journal
         self._mode = mode
         self._bus: Bus | None = None

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable
 
 from common.metrics import (
     CollectorRegistry,
-    Counter,
     FunctionCollector,
     GaugeMetricFamily,
-    Histogram,
+    LoopMetrics,
+    Spread,
+    Tally,
     build_info,
     registry_or_private,
 )
@@ -30,7 +31,8 @@ from mechanism_service.core.rounds import RoundPlan
 LIFETIME_BUCKETS_S = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0, 604800.0, float("inf"))
 ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, float("inf"))
 RESTORE_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
-SUBMISSION_OUTCOMES = {"new": "accepted", "known": "duplicate", "conflict": "rejected", "refused": "rejected"}
+RUN, EXTEND, REJECTED = ("run",), ("extend",), ("rejected",)
+SUBMISSION_OUTCOMES = {"new": ("accepted",), "known": ("duplicate",), "conflict": REJECTED, "refused": REJECTED}
 
 
 class MechanismMetrics:
@@ -42,43 +44,45 @@ class MechanismMetrics:
         self.wall = wall
         self._wall_per_mechanism_s = wall_per_mechanism_s  # 1 / --time-scale: lags said in wall seconds
         build_info(r, "mechanism")
-        self.rounds = Counter("gavel_mechanism_rounds", "rounds started: leases went out", registry=r)
-        self.round_duration = Histogram(
+        # counted on the loop's thread in plain numbers (common/metrics.py: Tally, Spread), read
+        # there when scraped: what a boundary and a submission pay is a few dict updates
+        m = LoopMetrics(r)
+        self.rounds = m.add(Tally("gavel_mechanism_rounds", "rounds started: leases went out"))
+        self.round_duration = m.add(Spread(
             "gavel_mechanism_round_duration_seconds", "wall time of one boundary: settle, admit, solve if due, plan, send",
-            buckets=ROUND_BUCKETS_S, registry=r,
-        )
-        self.boundary_lag = Histogram(
+            ROUND_BUCKETS_S,
+        ))
+        self.boundary_lag = m.add(Spread(
             "gavel_mechanism_round_boundary_lag_seconds", "how late a boundary was handled after its round's end was due",
-            buckets=ROUND_BUCKETS_S, registry=r,
-        )
-        self.leases = Counter("gavel_mechanism_leases", "leases sent, per command", ("command",), registry=r)
-        self.submissions = Counter("gavel_mechanism_submissions", "submissions received, per outcome", ("outcome",), registry=r)
-        self.job_ends = Counter("gavel_mechanism_job_ends", "jobs that ended, per outcome", ("outcome",), registry=r)
-        self.completion = Histogram(
-            "gavel_mechanism_job_completion_seconds", "JCT of completed jobs (mechanism seconds)",
-            buckets=LIFETIME_BUCKETS_S, registry=r,
-        )
-        self.admission_wait = Histogram(
+            ROUND_BUCKETS_S,
+        ))
+        self.leases = m.add(Tally("gavel_mechanism_leases", "leases sent, per command", ("command",), known=[("run",), ("extend",)]))
+        self.submissions = m.add(Tally(
+            "gavel_mechanism_submissions", "submissions received, per outcome", ("outcome",),
+            known=[("accepted",), ("duplicate",), ("rejected",)],
+        ))
+        self.job_ends = m.add(Tally(
+            "gavel_mechanism_job_ends", "jobs that ended, per outcome", ("outcome",),
+            known=[("completed",), ("failed",), ("cancelled",), ("rejected",)],
+        ))
+        self.completion = m.add(Spread(
+            "gavel_mechanism_job_completion_seconds", "JCT of completed jobs (mechanism seconds)", LIFETIME_BUCKETS_S
+        ))
+        self.admission_wait = m.add(Spread(
             "gavel_mechanism_admission_wait_seconds", "from a job's arrival to its first run (mechanism seconds)",
-            buckets=LIFETIME_BUCKETS_S, registry=r,
-        )
-        self.restore = Histogram(
-            "gavel_mechanism_restore_seconds", "a job's restore from its checkpoint, as its worker measured it",
-            buckets=RESTORE_BUCKETS_S, registry=r,
-        )
-        self.worker_losses = Counter("gavel_mechanism_worker_losses", "workers declared lost", registry=r)
-        self.gpu_seconds = Counter(
-            "gavel_mechanism_gpu_seconds", "GPU time leased (mechanism seconds)", ("accelerator_type",), registry=r
-        )
-        self.profiling_gpu_seconds = Counter(
-            "gavel_mechanism_profiling_gpu_seconds", "GPU time leased to runs the estimator asked for", registry=r
-        )
+            LIFETIME_BUCKETS_S,
+        ))
+        self.restore = m.add(Spread(
+            "gavel_mechanism_restore_seconds", "a job's restore from its checkpoint, as its worker measured it", RESTORE_BUCKETS_S
+        ))
+        self.worker_losses = m.add(Tally("gavel_mechanism_worker_losses", "workers declared lost"))
+        self.gpu_seconds = m.add(Tally(
+            "gavel_mechanism_gpu_seconds", "GPU time leased (mechanism seconds)", ("accelerator_type",)
+        ))
+        self.profiling_gpu_seconds = m.add(Tally(
+            "gavel_mechanism_profiling_gpu_seconds", "GPU time leased to runs the estimator asked for"
+        ))
         self.journal_replay_s: float | None = None
-        for outcome in ("accepted", "duplicate", "rejected"):
-            self.submissions.labels(outcome)
-        for outcome in ("completed", "failed", "cancelled", "rejected"):
-            self.job_ends.labels(outcome)
-        self._run, self._extend = self.leases.labels("run"), self.leases.labels("extend")
 
     def watch(self, cell: MemoryCell, now_s: Callable[[], float]) -> None:
         """The state-like metrics, read from ``cell`` at scrape time."""
@@ -113,21 +117,21 @@ class MechanismMetrics:
                 if job is not None and job.first_run_s == now_s:
                     self.admission_wait.observe(max(now_s - job.arrival_s, 0.0))
         for w, gpu_s in per_type.items():
-            self.gpu_seconds.labels(w).inc(gpu_s)
+            self.gpu_seconds.inc((w,), gpu_s)
         if profiled_gpu_s:
-            self.profiling_gpu_seconds.inc(profiled_gpu_s)
-        self._extend.inc(extended)
-        self._run.inc(len(plan.assignment) - extended)
+            self.profiling_gpu_seconds.inc((), profiled_gpu_s)
+        self.leases.inc(EXTEND, extended)
+        self.leases.inc(RUN, len(plan.assignment) - extended)
 
     def submitted(self, outcome: str) -> None:
         """A submission's receipt (core/intake.py's outcome, or "forged": not accepted)."""
-        self.submissions.labels(SUBMISSION_OUTCOMES.get(outcome, "rejected")).inc()
+        self.submissions.inc(SUBMISSION_OUTCOMES.get(outcome, REJECTED))
 
     def ended(self, ending: Ending) -> None:
         """A job left (core/endings.py); a refusal on receipt is a rejected submission instead."""
         if ending.outcome == "refused":
             return
-        self.job_ends.labels(ending.outcome).inc()
+        self.job_ends.inc((ending.outcome,))
         if ending.outcome == "completed" and ending.job is not None:
             self.completion.observe(max(ending.at_s - ending.job.arrival_s, 0.0))
 

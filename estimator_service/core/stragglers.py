@@ -74,6 +74,11 @@ class StragglerWatch:
     def is_flagged(self, worker_id: str) -> bool:
         return worker_id in self.flagged
 
+    def speed_ratios(self) -> dict[str, float]:
+        """Every worker measured against a confident prediction: the median of its latest ratio
+        per job (measured / predicted), flagged or not (the metrics' per-worker speed)."""
+        return {worker_id: math.exp(statistics.median(recent.values())) for worker_id, recent in self.ratios.items() if recent}
+
 
 def predicted(
     view: EvidenceView, job: JobEvidence, accelerator_type: str, worker_id: str, flagged: Collection[str],

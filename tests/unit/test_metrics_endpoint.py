@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from common.errors import ConfigError
-from common.metrics import CollectorRegistry, MetricsEndpoint, WorkerMetrics, build_info
+from common.metrics import CollectorRegistry, LoopMetrics, MetricsEndpoint, Spread, Tally, WorkerMetrics, build_info
 from tests.support.scrape import ascrape, parse, total, value
 
 
@@ -63,3 +63,21 @@ def test_worker_leases_count_by_outcome_and_jobs_running_is_read_when_scraped() 
     assert value(s, "gavel_worker_jobs_running", worker_id="v100-0") == 2
     running["v100-0"] = 0
     assert total(parse(generate_latest(registry).decode()), "gavel_worker_jobs_running") == 0
+
+
+def test_tallies_and_spreads_expose_as_prometheus_counters_and_histograms() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    m = LoopMetrics(registry)
+    ends = m.add(Tally("gavel_test_ends", "ends", ("outcome",), known=[("completed",), ("failed",)]))
+    wait = m.add(Spread("gavel_test_wait_seconds", "wait", (1.0, 10.0, float("inf"))))
+    ends.inc(("completed",))
+    ends.inc(("completed",), 2.0)
+    for seconds in (0.5, 1.0, 3.0, 50.0):
+        wait.observe(seconds)
+    s = parse(generate_latest(registry).decode())
+    assert value(s, "gavel_test_ends_total", outcome="completed") == 3.0
+    assert value(s, "gavel_test_ends_total", outcome="failed") == 0.0  # known: there from the start
+    assert value(s, "gavel_test_wait_seconds_bucket", le="1.0") == 2  # le: at or below the bound
+    assert value(s, "gavel_test_wait_seconds_bucket", le="10.0") == 3
+    assert value(s, "gavel_test_wait_seconds_bucket", le="+Inf") == value(s, "gavel_test_wait_seconds_count") == 4
+    assert value(s, "gavel_test_wait_seconds_sum") == 54.5

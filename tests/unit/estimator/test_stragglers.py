@@ -21,3 +21,14 @@ def test_the_least_recently_measured_workers_are_forgotten_with_their_flags(monk
     watch.observe("e", "j", 10.0, 10.0)
     assert list(watch.ratios) == ["c", "d", "e"]
     assert not watch.is_flagged("slow") and watch.flagged == {}  # gone, with its flag
+
+
+def test_every_measured_worker_has_a_speed_ratio_flagged_or_not() -> None:
+    watch = StragglerWatch(threshold=0.7, jobs=3)
+    for job, measured in (("a", 5.0), ("b", 6.0), ("c", 4.0)):
+        watch.observe("slow", job, measured, 10.0)  # 0.5, 0.6, 0.4 of the prediction: flagged
+    watch.observe("fine", "a", 9.0, 10.0)  # one job: too few to judge, measured all the same
+    watch.observe("none", "a", 0.0, 10.0)  # nothing measured: no ratio
+    ratios = watch.speed_ratios()
+    assert set(ratios) == {"slow", "fine"} and watch.is_flagged("slow") and not watch.is_flagged("fine")
+    assert ratios["slow"] == pytest.approx(0.5) and ratios["fine"] == pytest.approx(0.9)
