@@ -20,9 +20,10 @@ from mechanism_service.core.memory import Memory
 
 
 class Outbox:
-    def __init__(self, log: structlog.stdlib.BoundLogger) -> None:
+    def __init__(self, log: structlog.stdlib.BoundLogger, *, events: bool = True) -> None:
         self.log = log  # rebound by the service (its epoch)
         self._bus: Bus | None = None
+        self.events_on = events  # the cluster's events are said (MechanismConfig.events)
         self.recent = EventRing()  # the cluster's recent events (core/events.py), for `gavel events`
 
     def attach(self, bus: Bus) -> None:
@@ -41,12 +42,16 @@ class Outbox:
     async def publish_events(self, events: list[ClusterEvent]) -> None:
         """The cluster's events (core/events.py): kept in the ring, and published for whoever
         watches (not mandatory: nobody may be); an event said already is not said again."""
+        if not self.events_on:
+            return
         for event in events:
             if self.recent.add(event):
                 await self.bus.publish(event, mandatory=False, message_id=event.event_id)
 
     async def publish_job_ended(self, memory: Memory, job_id: str, outcome: str, reason: str, now_s: float) -> None:
         """A job's end as one of the cluster's events (none for a refusal or a rejection)."""
+        if not self.events_on:
+            return
         event = events_core.job_ended(
             outcome, job_id, reason, now_s, events_core.current_round(memory.round_id),
             events_core.last_type(memory.observations.history, job_id),

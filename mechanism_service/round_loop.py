@@ -255,10 +255,9 @@ class RoundLoop:
         if plan.assignment:
             started = RoundStarted(out.round_id, now_s, settings.round_s, out.assignments)
             await self._outbox.publish(started, f"round-started:{out.round_id}")
-        # what this boundary changed, for people watching (core/events.py): against the last round
-        active = state.jobs.index_of
-        await self._outbox.publish_events(
-            events_core.round_events(out.round_id, now_s, self._last_assignments, out.assignments, active)
-        )
-        self._last_assignments = out.assignments
+        if self._outbox.events_on:  # what this boundary changed, for people watching: against the last round
+            await self._outbox.publish_events(
+                events_core.round_events(out.round_id, now_s, self._last_assignments, out.assignments, state.jobs.index_of)
+            )
+            self._last_assignments = out.assignments
 

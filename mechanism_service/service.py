@@ -102,7 +102,7 @@ class MechanismService:
         metrics.watch(self.cell, clock.now_s)
         self._wake = asyncio.Event()  # something arrived: a submission, a report, a seal
         self.journal = MechanismJournal(journal, source=self.name)
-        self.outbox = Outbox(self.log)
+        self.outbox = Outbox(self.log, events=config.events)
         self.status = StatusDesk(self.cell, config, clock, self.outbox)
         self.workers = WorkerPool(
             self.cell, settings, clock, clock_name=describe_clock(clock, lockstep=config.lockstep),

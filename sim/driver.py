@@ -176,6 +176,7 @@ def _mechanism(
         more_arrivals=lambda: not replayer.done,
         retention=SIM_RETENTION,
         archive=archive,
+        events=False,  # nobody watches a simulation: its results are its record
         **faults,
     )
     return MechanismService(mechanism_config, clock=clock, journal=journal)

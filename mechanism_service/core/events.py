@@ -35,14 +35,19 @@ def placements(assignments: Iterable[Assignment]) -> dict[str, Placed]:
     """Job id -> where it runs, from a round's assignments (a gang's lease has one per worker)."""
     by_lease: dict[str, list[Assignment]] = {}
     for a in assignments:
-        by_lease.setdefault(a.lease_id, []).append(a)
+        parts = by_lease.get(a.lease_id)
+        if parts is None:
+            by_lease[a.lease_id] = [a]
+        else:
+            parts.append(a)
     out: dict[str, Placed] = {}
     for parts in by_lease.values():
         first = parts[0]
-        placed = Placed(
-            first.job_ids, first.accelerator_type, tuple(dict.fromkeys(a.worker_id for a in parts)),
-            sum(len(a.gpu_ids) for a in parts), first.extended,
-        )
+        if len(parts) == 1:  # most leases: one worker
+            workers, gpus = (first.worker_id,), len(first.gpu_ids)
+        else:
+            workers, gpus = tuple(dict.fromkeys(a.worker_id for a in parts)), sum(len(a.gpu_ids) for a in parts)
+        placed = Placed(first.job_ids, first.accelerator_type, workers, gpus, first.extended)
         for job_id in first.job_ids:
             out[job_id] = placed
     return out

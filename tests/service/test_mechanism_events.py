@@ -5,10 +5,15 @@ they happened, on `event.<kind>` and in the answer to the status query `events`.
 
 from __future__ import annotations
 
-from common.messages import CancelJob, ClusterEvent, JobSpec, RunJobs
+import dataclasses
+
+from common.messages import CancelJob, ClusterEvent, JobSpec, RunJobs, WorkerRegistered
+from common.transport.memory import InMemoryBroker, InMemoryBus
+from mechanism_service.service import MechanismService
 from services.cli.status_cmd import ask_on
-from tests.support.waiting import Collector, until
-from tests.support.world import GRACE_S, RESNET, world
+from tests.support.clock import SteppedClock
+from tests.support.waiting import Collector, eventually, until
+from tests.support.world import GRACE_S, RESNET, live_mechanism, world
 
 
 async def test_a_rounds_events_come_out_in_the_order_they_happened_and_the_status_query_keeps_them() -> None:
@@ -87,3 +92,20 @@ async def test_a_cancel_before_admission_is_an_event_said_once() -> None:
     assert [(e["kind"], e["detail"]) for e in recent["events"]] == [("cancelled", "not needed")]
     assert [m.kind for m in heard.messages] == ["cancelled"]  # type: ignore[attr-defined]
     await w.mechanism.stop()
+
+
+async def test_a_mechanism_without_events_says_none() -> None:
+    """The simulator's (MechanismConfig.events=False): nobody watches, nothing is said or kept."""
+    clock = SteppedClock()
+    bus = InMemoryBus(InMemoryBroker(serialize=True), source="test")
+    await bus.start()
+    heard = Collector()
+    await bus.subscribe("test.cluster-events", ["event.*"], heard, durable=False)
+    config = dataclasses.replace(live_mechanism(None, clock).config, events=False)
+    mechanism = MechanismService(config, clock=clock)
+    await mechanism.start(bus)
+    await bus.publish(WorkerRegistered("a", "v100", 1, "a"))
+    await eventually(lambda: mechanism.workers.held("a") is not None)
+    recent = await ask_on(bus, "events", timeout_s=10)
+    assert recent["events"] == [] and heard.messages == []  # type: ignore[index]
+    await mechanism.stop()
