@@ -257,7 +257,10 @@ class RoundLoop:
             await self._outbox.publish(started, f"round-started:{out.round_id}")
         if self._outbox.events_on:  # what this boundary changed, for people watching: against the last round
             await self._outbox.publish_events(
-                events_core.round_events(out.round_id, now_s, self._last_assignments, out.assignments, state.jobs.index_of)
+                events_core.round_events(
+                    out.round_id, now_s, self._last_assignments, out.assignments, state.jobs.index_of,
+                    memory.observations.history,
+                )
             )
             self._last_assignments = out.assignments
 

@@ -12,7 +12,7 @@ after a restart it opens with ``mechanism_started`` (the journal and the logs ke
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from common.messages import Assignment, ClusterEvent
@@ -60,11 +60,13 @@ def _where(p: Placed) -> str:
 
 def round_events(
     round_id: int, now_s: float, previous: Sequence[Assignment], current: Sequence[Assignment], active: Container[str],
+    history: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
 ) -> list[ClusterEvent]:
     """A boundary's events: the round's start (when it runs anything), then each job that starts
-    or moves (``placed``: a new lease somewhere else than the last round's), then each job that ran
-    in the last round, is still active and does not run in this one (``preempted``). A job that
-    keeps its place (an extended lease, or a new one on the same workers) says nothing."""
+    or moves (``placed``: a new lease somewhere else than the last round's; "resumed" when its
+    placements in ``history``, core/status.py's, show it ran before), then each job that ran in the
+    last round, is still active and does not run in this one (``preempted``). A job that keeps its
+    place (an extended lease, or a new one on the same workers) says nothing."""
     before, now = placements(previous), placements(current)
     events: list[ClusterEvent] = []
     if current:
@@ -78,7 +80,11 @@ def round_events(
         if p.extended or (last is not None and (last.accelerator_type, last.workers) == (p.accelerator_type, p.workers)):
             continue
         packed = [j for j in p.job_ids if j != job_id]
-        detail = ("moved to " if last is not None else "started on ") + _where(p)
+        if last is not None:
+            detail = "moved to "
+        else:
+            detail = "resumed on " if _ran_before(history, job_id, round_id) else "started on "
+        detail += _where(p)
         if last is not None and last.accelerator_type != p.accelerator_type:
             detail += f", from {last.accelerator_type}"
         if packed:
@@ -94,6 +100,11 @@ def round_events(
                 accelerator_type=last.accelerator_type, detail=f"was on {_where(last)}; waits for a later round",
             ))
     return events
+
+
+def _ran_before(history: Mapping[str, Sequence[Mapping[str, object]]] | None, job_id: str, round_id: int) -> bool:
+    spans = history.get(job_id) if history is not None else None
+    return bool(spans) and int(spans[0]["first_round"]) < round_id  # type: ignore[call-overload, index]
 
 
 def round_ended(round_id: int, now_s: float, jobs_ended: int) -> ClusterEvent:

@@ -102,3 +102,13 @@ def test_the_ring_keeps_the_newest_each_once_and_answers_for_one_job() -> None:
         "id": "completed:d", "kind": "completed", "time_s": 3.0, "round_id": 0, "job_id": "d", "worker_id": None,
         "accelerator_type": None, "detail": "",
     }]
+
+
+def test_a_job_that_ran_before_and_waited_resumes() -> None:
+    history = {"a": [{"first_round": 3, "last_round": 4}, {"first_round": 9, "last_round": 9}], "b": [{"first_round": 9}]}
+    said = events.round_events(
+        9, 0.0, (), (lease(("a",), "w1", "v100", "9:0"), lease(("b",), "w2", "k80", "9:1")), active={"a", "b"}, history=history,
+    )
+    assert [(e.job_id, e.detail) for e in said[1:]] == [
+        ("a", "resumed on v100 on w1 (1 GPU)"), ("b", "started on k80 on w2 (1 GPU)"),
+    ]
