@@ -121,7 +121,8 @@ async def test_events_and_top_on_a_running_cluster(cluster: Cluster, tmp_path: P
     # `gavel top` in a real terminal, at 80x30 and 200x50
     tmux = Tmux(tmp_path)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.env.items() if k.startswith(("GAVEL_", "XDG_", "PATH", "LANG", "LC_")))
-    command = f"cd {shlex.quote(str(ROOT))} && env {env} {shlex.quote(sys.executable)} -m services.cli top"
+    # after it, the shell says how it exited, and the window stays to be read
+    command = f"cd {shlex.quote(str(ROOT))} && env {env} {shlex.quote(sys.executable)} -m services.cli top; echo top-exited=$?; sleep 600"
     try:
         for name, width, height in (("narrow", 80, 30), ("wide", 200, 50)):
             tmux.start(name, width, height, command)
@@ -144,6 +145,12 @@ async def test_events_and_top_on_a_running_cluster(cluster: Cluster, tmp_path: P
             assert job_rows == ["long"]  # the cluster's one job running or waiting
             gpu_rows = [line.split()[:2] for line in screen if line.startswith(("k80 ", "v100 "))]
             assert gpu_rows == [["k80", "2"], ["v100", "2"]]
+            # Ctrl-C: exit 0, the terminal's own screen back, no traceback
+            tmux.run("send-keys", "-t", name, "C-c")
+            await eventually(lambda name=name: any(line.startswith("top-exited=") for line in tmux.screen(name)), timeout_s=30)
+            after = tmux.screen(name)
+            assert "top-exited=0" in after and not any("Traceback" in line for line in after), "\n".join(after)
+            assert not any(line.startswith("gavel top") for line in after)  # the frame was on the alternate screen
     finally:
         tmux.kill()
 
