@@ -98,7 +98,9 @@ class Tally:
         self.name = name  # without _total: the exposition adds it
         self.documentation = documentation
         self.labels = labels
-        self.values: dict[tuple[str, ...], float] = dict.fromkeys(known, 0.0)  # exported at 0 from the start
+        # exported at 0 from the start (a counter without labels too): a series that appears only
+        # at its first increment has no increase() over that increment
+        self.values: dict[tuple[str, ...], float] = dict.fromkeys(known if labels else [()], 0.0)
 
     def inc(self, key: tuple[str, ...] = (), by: float = 1.0) -> None:
         self.values[key] = self.values.get(key, 0.0) + by

@@ -70,6 +70,9 @@ def test_tallies_and_spreads_expose_as_prometheus_counters_and_histograms() -> N
     m = LoopMetrics(registry)
     ends = m.add(Tally("gavel_test_ends", "ends", ("outcome",), known=[("completed",), ("failed",)]))
     wait = m.add(Spread("gavel_test_wait_seconds", "wait", (1.0, 10.0, float("inf"))))
+    losses = m.add(Tally("gavel_test_losses", "losses"))
+    assert value(parse(generate_latest(registry).decode()), "gavel_test_losses_total") == 0.0  # there before any
+    losses.inc()
     ends.inc(("completed",))
     ends.inc(("completed",), 2.0)
     for seconds in (0.5, 1.0, 3.0, 50.0):
@@ -81,3 +84,4 @@ def test_tallies_and_spreads_expose_as_prometheus_counters_and_histograms() -> N
     assert value(s, "gavel_test_wait_seconds_bucket", le="10.0") == 3
     assert value(s, "gavel_test_wait_seconds_bucket", le="+Inf") == value(s, "gavel_test_wait_seconds_count") == 4
     assert value(s, "gavel_test_wait_seconds_sum") == 54.5
+    assert value(s, "gavel_test_losses_total") == 1.0
