@@ -60,6 +60,7 @@ log = structlog.get_logger("gavel.worker")
 
 WATCH_EVERY_S = 0.05  # how often a job's progress file and process are looked at (a paused job waits this long at most)
 REPORTS_KEPT_ROUNDS = 3  # a command repeated within this many rounds gets its report again
+STOP_SIGNALS = (-15, -9)  # a process we stopped that died of these was killed, not crashed
 SEEN_LEASES_KEPT = 4096  # leases remembered as seen (repeats come within a round or two)
 
 
@@ -134,6 +135,8 @@ class WorkerService:
         self._now = now_unix_s
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._newest_epoch = 0
+        self._round_seen = -1  # the newest round started, and its jobs here (a lease of an earlier one is stale)
+        self._continuing: set[str] = set()
         self._runs: dict[str, JobRun] = {}  # job id -> run
         self._reports: dict[str, list[JobProgress]] = {}  # lease id -> reports sent
         self._seen_leases: dict[str, int] = {}  # lease id -> its round (a repeat is answered, not run)
@@ -319,6 +322,15 @@ class WorkerService:
                 resume_step=command.resume_steps[index] if index < len(command.resume_steps) else None,
             )
             run.task = self._spawn(self._watch(run))
+            # A restarted worker reads from its queue a lease of an earlier round and then the
+            # start of the next one, which does not continue it. That start may come while the
+            # processes start (its stop found none to stop) or before (it found no run): either
+            # way they stop now, or they would pause for ever, holding their GPUs.
+            if run.stopping:
+                run.write_terms()
+                self._spawn(self._stop_started(run))
+            elif command.round_id < self._round_seen and job_id not in self._continuing:
+                self._spawn(self._stop_run(run, f"not continued here in round {self._round_seen}"))
 
     @staticmethod
     def _output(attempt: AttemptLog, launch: Launch, gang: bool):  # noqa: ANN205
@@ -379,6 +391,8 @@ class WorkerService:
         continuing = {
             job_id for a in started.assignments if a.worker_id == self.config.worker_id for job_id in a.job_ids
         }
+        if started.round_id > self._round_seen:
+            self._round_seen, self._continuing = started.round_id, continuing
         for run in list(self._runs.values()):
             if run.terms.round_id < started.round_id and run.job_id not in continuing and not run.stopping:
                 self._spawn(self._stop_run(run, f"not continued here in round {started.round_id}"))
@@ -406,6 +420,9 @@ class WorkerService:
             self.crashed.set()
             return
         await self._announce()
+
+    async def _stop_started(self, run: JobRun) -> None:
+        await asyncio.gather(*(p.stop(self._kill_grace_s) for p in run.procs))
 
     async def _stop_run(self, run: JobRun, reason: str, *, killed: bool = False) -> None:
         if run.stopping:
@@ -468,7 +485,8 @@ class WorkerService:
             progress=progress,
             exit_code=exit_code,
             output_tail=culprit.output_tail(core.OUTPUT_TAIL_CHARS) if exit_code is not None else "",
-            killed=run.killed or (run.stopping and not failed),
+            # stopped by us, it died of our signal (before its handler, while it started): killed
+            killed=run.killed or (run.stopping and all(p.exit_code in STOP_SIGNALS for p in failed)),
         )
         report = core.lease_report(
             job_id=run.job_id, worker_id=self.config.worker_id, lease_id=run.lease_id, round_id=run.terms.round_id,

@@ -251,3 +251,16 @@ async def test_an_emulated_slower_accelerator_measures_slower(tmp_path: Path) ->
         finally:
             await rig.stop()
     assert rates[0.25] < 0.5 * rates[1.0], rates
+
+
+async def test_a_lease_stopped_while_its_process_starts_still_stops_and_frees_its_gpus(rig: Rig) -> None:
+    """A restarted worker reads from its queue a lease of an earlier round and the start of the
+    next round, which does not continue it: the stop can come while the process is starting. It
+    must stop (it paused for ever, and the next lease of its GPUs waited for it: an e2e run)."""
+    await rig.send(run("2:0", 2, duration_s=60.0))
+    await rig.send(RoundStarted(3, 0.0, 1.0, ()))
+    [stale] = await rig.report("2:0")
+    assert stale.outcome == "killed"  # stopped by the worker: not a failed attempt of the job
+    await rig.send(run("5:0", 5, max_steps=(5,), duration_s=60.0, resume=(0,)))
+    [report] = await rig.report("5:0")
+    assert report.outcome == "finished" and report.steps_done == 5
