@@ -6,14 +6,15 @@ they happened, on `event.<kind>` and in the answer to the status query `events`.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
-from common.messages import CancelJob, ClusterEvent, JobSpec, RunJobs, WorkerRegistered
+from common.messages import CancelJob, ClusterEvent, ExtendLease, JobSpec, RunJobs, WorkerRegistered
 from common.transport.memory import InMemoryBroker, InMemoryBus
 from mechanism_service.service import MechanismService
 from services.cli.status_cmd import ask_on
 from tests.support.clock import SteppedClock
 from tests.support.waiting import Collector, eventually, until
-from tests.support.world import GRACE_S, RESNET, live_mechanism, world
+from tests.support.world import GRACE_S, RESNET, kill, live_mechanism, world
 
 
 async def test_a_rounds_events_come_out_in_the_order_they_happened_and_the_status_query_keeps_them() -> None:
@@ -109,3 +110,24 @@ async def test_a_mechanism_without_events_says_none() -> None:
     recent = await ask_on(bus, "events", timeout_s=10)
     assert recent["events"] == [] and heard.messages == []  # type: ignore[index]
     await mechanism.stop()
+
+
+async def test_a_restart_on_the_journal_says_so_with_its_epoch_and_starts_its_events_afresh(tmp_path: pathlib.Path) -> None:
+    """A fail-over or a restart: the new incarnation's first event names its epoch and where it
+    took up the journal; the old incarnation's events are not kept (the ring is not snapshotted)."""
+    path = tmp_path / "mechanism.sqlite"
+    first = await world(path)
+    a = await first.worker("a", "v100")
+    await first.submit(JobSpec("j", RESNET, 10**6))
+    await a.report(await a.next(RunJobs), steps=100)  # type: ignore[arg-type]
+    await a.next(ExtendLease)  # round 1 runs
+    before = await ask_on(first.bus, "events", timeout_s=10)
+    assert [e["kind"] for e in before["events"]][:3] == ["mechanism_started", "worker_joined", "round_started"]  # type: ignore[index]
+    await kill(first)
+
+    again = await world(path)
+    recent = await ask_on(again.bus, "events", timeout_s=10)
+    assert [(e["kind"], e["detail"]) for e in recent["events"]] == [  # type: ignore[index]
+        ("mechanism_started", "epoch 2, started from its journal at round 1"),
+    ]
+    await kill(again)
