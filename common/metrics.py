@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import errno
+import functools
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -41,8 +42,9 @@ __all__ = [
 ]
 
 
+@functools.cache  # the package's metadata is read once a process: every service asks at its start
 def gavel_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - only when metrics are on
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - on first use
 
     try:
         return version("gavel-scheduler")
