@@ -88,28 +88,29 @@ async def _live(asker: Asker, args: argparse.Namespace, mark: str) -> None:
     from rich.live import Live
 
     from services.cli.common import CommandFailed
-    from services.cli.top_layout import Snapshot, frame
+    from services.cli.top_layout import frame
     from services.cli.watching import until_interrupted
 
     console = _console()
-    last = Snapshot()
+    last: Snapshot = await snapshot(asker, args.timeout_s)  # a mechanism that is not there: one line, exit 1
+
+    def draw(live: Live) -> None:
+        width, height = console.size  # at every frame: the terminal may have been resized
+        live.update(_text(frame(last, width, height - 1, mark)), refresh=True)
 
     async def refresh(live: Live) -> None:
         nonlocal last
         while True:
+            await asyncio.sleep(args.interval_s)
             try:
                 last = await snapshot(asker, args.timeout_s)
             except CommandFailed as e:
                 last = dataclasses.replace(last, error=str(e))
-            width, height = console.size
-            live.update(_text(frame(last, width, height - 1, mark)), refresh=True)
-            await asyncio.sleep(args.interval_s)
+            draw(live)
 
-    first = await snapshot(asker, args.timeout_s)  # a mechanism that is not there: one line, exit 1
-    last = first
+    # the terminal's alternate screen (as top and less use it): the shell's screen comes back after
     with Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
-        width, height = console.size
-        live.update(_text(frame(first, width, height - 1, mark)), refresh=True)
+        draw(live)
         await until_interrupted(refresh(live))
 
 
