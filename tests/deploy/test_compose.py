@@ -82,6 +82,8 @@ from common.messages import (
     JobRejected,
     JobSubmitted,
     KillJobs,
+    LogsReported,
+    LogsRequested,
     Message,
     RoundEnded,
     RoundStarted,
@@ -210,21 +212,26 @@ SERVICES: Mapping[str, ServiceSpec] = {
     "fleet": ServiceSpec(
         "gavel-fleet",
         "FLEET_AMQP_PASSWORD",
-        queues=("gavel.fleet.commands",),
-        bindings=("worker.cmd.v100-0.*", "worker.cmd.k80-3.*"),  # one binding per simulated server
-        publishes=(key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(WorkerIdInUse)),
+        # its commands, and `gavel logs` (a simulated job has no output: it says so)
+        queues=("gavel.fleet.commands", "gavel.fleet.logs"),
+        bindings=("worker.cmd.v100-0.*", "worker.cmd.k80-3.*", key(LogsRequested)),  # one per simulated server
+        publishes=(
+            key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(WorkerIdInUse),
+            key(LogsReported, reply_to=REPLY_TO),
+        ),
         claims=("gavel.claim.worker.v100-0", "gavel.claim.worker.k80-3"),  # one per simulated server
     ),
     # A real worker (worker_service/service.py): its own queue for its commands and round starts,
-    # and, as a gang's first worker, the rendezvous to each other worker of the gang.
+    # one for `gavel logs` (worker_service/log_desk.py), and, as a gang's first worker, the
+    # rendezvous to each other worker of the gang.
     "worker": ServiceSpec(
         "gavel-worker",
         "WORKER_AMQP_PASSWORD",
-        queues=("gavel.worker.v100-0",),
-        bindings=("worker.cmd.v100-0.*", key(RoundStarted)),
+        queues=("gavel.worker.v100-0", "gavel.worker.v100-0.logs"),
+        bindings=("worker.cmd.v100-0.*", key(RoundStarted), key(LogsRequested)),
         publishes=(
             key(WorkerRegistered), key(WorkerHeartbeat), key(JobProgress), key(GangRendezvous, worker_id="v100-1"),
-            key(WorkerIdInUse),
+            key(WorkerIdInUse), key(LogsReported, reply_to=REPLY_TO),
         ),
         claims=("gavel.claim.worker.v100-0",),  # its worker id: one process per id
     ),
@@ -236,9 +243,10 @@ SERVICES: Mapping[str, ServiceSpec] = {
         "gavel-cli",
         "CLI_AMQP_PASSWORD",
         queues=(f"gavel.cli.{REPLY_TO}",),
-        # its replies, and the cluster's events (`gavel events --follow`, `gavel top`)
-        bindings=(key(StatusReported, reply_to=REPLY_TO), "event.*"),
-        publishes=(key(JobSubmitted), key(SubmissionsSealed), key(CancelJob), key(StatusRequested)),
+        # its replies (the mechanism's, and the workers' output for `gavel logs`), and the
+        # cluster's events (`gavel events --follow`, `gavel top`)
+        bindings=(key(StatusReported, reply_to=REPLY_TO), key(LogsReported, reply_to=REPLY_TO), "event.*"),
+        publishes=(key(JobSubmitted), key(SubmissionsSealed), key(CancelJob), key(StatusRequested), key(LogsRequested)),
         gets=(DEAD_LETTERS,),
         exclusive=True,
     ),
@@ -832,7 +840,8 @@ def test_the_worker_user_has_exactly_least_privilege() -> None:
     write, read), the claim on its id gavel.claim.worker.<id> (configure: an exclusive queue,
     never bound or consumed), the exchanges and the dead-letter queue every service declares at
     start, none of the mechanism's queues; it publishes only registrations, heartbeats, progress,
-    gang rendezvous and a refused claim (worker.id_in_use), and binds only per-worker commands and round starts. (One user for every worker:
+    gang rendezvous, a refused claim (worker.id_in_use) and its answers to `gavel logs`, and binds
+    only per-worker commands, round starts and `gavel logs`'s question. (One user for every worker:
     a worker could bind another worker's commands. A multi-tenant cluster gives each worker a user
     of its own, pinned to its worker id: docs/deploy.md, section 5.)"""
     assert permissions_of("gavel-worker") == {
@@ -846,13 +855,16 @@ def test_the_worker_user_has_exactly_least_privilege() -> None:
         "user": "gavel-worker",
         "vhost": VHOST,
         "exchange": EXCHANGE,
-        "write": r"^(worker\.(registered|heartbeat|id_in_use)|job\.progress|worker\.cmd\.[^.*#]+\.rendezvous)$",
-        "read": r"^(worker\.cmd\.[^.*#]+\.[^.]+|round\.started)$",
+        "write": r"^(worker\.(registered|heartbeat|id_in_use)|job\.progress|worker\.cmd\.[^.*#]+\.rendezvous|logs\.reply\.[^.]+)$",
+        "read": r"^(worker\.cmd\.[^.*#]+\.[^.]+|round\.started|logs\.requested)$",
     }
     perms, topic = permissions_of("gavel-worker"), topic_permissions_of("gavel-worker")
     for queue in ("gavel.mechanism.submissions", "gavel.mechanism.progress", "gavel.mechanism.workers", DEAD_LETTERS):
         assert not rabbit_matches(perms["read"], queue), queue
-    for forged in ("worker.cmd.v1-1.run", "worker.cmd.v1-1.kill", "worker.cmd.v1-1.fenced", "job.completed", "round.started"):
+    for forged in (
+        "worker.cmd.v1-1.run", "worker.cmd.v1-1.kill", "worker.cmd.v1-1.fenced", "job.completed", "round.started",
+        "status.reply.3f9a1c2b7d4e", "logs.requested",
+    ):
         assert not rabbit_matches(topic["write"], forged), forged
     assert not any(rabbit_matches(topic["read"], k) for k in ("job.progress", "job.submitted", "round.*", "worker.heartbeat"))
 
