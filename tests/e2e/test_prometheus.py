@@ -83,7 +83,7 @@ async def test_every_panel_query_returns_series_from_the_services(cluster: Clust
         try:
             await eventually(all_up, timeout_s=60, poll_s=0.5)
         except TimeoutError:
-            raise AssertionError(f"targets: {prometheus.api('targets')}\n{cluster.logs()}") from None
+            raise AssertionError(f"targets: {prometheus.api('targets')}\n{prometheus.tail()}\n{cluster.logs()}") from None
 
         trace = tmp_path / "jobs.trace"
         trace.write_text("".join(TRACE_LINE.format(job_type=t, steps=s) for t, s in JOBS))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import socket
@@ -143,6 +142,8 @@ class Prometheus:
         return body["data"]
 
     def ready(self) -> bool:
+        """It answers /-/ready (an AssertionError, with its log, if it exited instead)."""
+        assert self.process.poll() is None, f"prometheus exited ({self.process.returncode}):\n{self.tail()}"
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
                 return response.status == 200
@@ -172,7 +173,7 @@ def running_prometheus(workdir: Path, targets: dict[str, list[str]], interval_s:
         f"--web.listen-address=127.0.0.1:{port}",
     ]
     with open(log, "wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=dict(os.environ))
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
     try:
         yield Prometheus(f"http://127.0.0.1:{port}", process, log)
     finally:
