@@ -38,6 +38,7 @@ class Column:
     max_width: int  # the widest it grows to
     priority: int  # lower: kept longer as the terminal narrows
     right: bool = False
+    keep_end: bool = False  # cut at the start: ids share their starts (a trace's), their ends tell them apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +55,14 @@ class Snapshot:
     error: str = ""  # the last refresh failed: why (the frame shows the last answers it had)
 
 
-def cut(text: str, width: int, mark: str = "…") -> str:
-    """``text`` in at most ``width`` characters, its end replaced by ``mark`` when it is cut."""
+def cut(text: str, width: int, mark: str = "…", *, keep_end: bool = False) -> str:
+    """``text`` in at most ``width`` characters, its end (its start, ``keep_end``) replaced by
+    ``mark`` when it is cut."""
     if len(text) <= width:
         return text
     if width <= len(mark):
-        return text[:width]
-    return text[: width - len(mark)] + mark
+        return text[-width:] if keep_end else text[:width]
+    return mark + text[len(text) - width + len(mark) :] if keep_end else text[: width - len(mark)] + mark
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int | None]:
@@ -100,7 +102,7 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, 
     def render(cells: Sequence[str]) -> str:
         parts = []
         for (column, w), text in zip(shown, cells, strict=True):
-            text = cut(text, w, mark)
+            text = cut(text, w, mark, keep_end=column.keep_end)
             parts.append(text.rjust(w) if column.right else text.ljust(w))
         return GAP.join(parts).rstrip()
 
@@ -118,17 +120,18 @@ GPU_COLUMNS = (
     Column("use", 10, 50, 3),
 )
 
-# Ids, states, types and times are never cut (their narrowest is their widest): a column of them
-# goes whole or not at all; the free text (the reason, the shares by type, the job type) is squeezed.
+# States and times are never cut (their narrowest is their widest): a column of them goes whole or
+# not at all; an id longer than 16 loses its start (a trace's ids share theirs); the free text (the
+# reason, the shares by type, the job type) is squeezed.
 JOB_COLUMNS = (
-    Column("id", 24, 24, 0),
+    Column("id", 16, 40, 0, keep_end=True),
     Column("state", 10, 10, 0),
     Column("on", 10, 10, 1),
     Column("share", 5, 5, 2, right=True),
     Column("ETA", 16, 16, 3),
     Column("done", 4, 4, 4, right=True),
-    Column("why", 24, 200, 5),  # before the columns after it: a reason cut at 10 says nothing
-    Column("share by type", 13, 36, 6),
+    Column("why", 18, 200, 5),  # before the columns after it: a reason cut at 10 says nothing
+    Column("share by type", 20, 36, 6),  # whole or not at all, nearly: "k80 0.25, v1…" says little
     Column("type", 10, 32, 7),
 )
 

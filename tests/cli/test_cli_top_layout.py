@@ -109,3 +109,16 @@ def test_a_frame_without_answers_says_so_and_no_workers_or_jobs() -> None:
     assert lines[0] == "gavel top · 0 running · 0 waiting"
     assert "(the last refresh failed: no answer from the mechanism within 5 s)" in lines
     assert {"no workers yet", "no job running or waiting", "none yet"} <= set(lines)
+
+
+def test_a_traces_long_ids_keep_their_ends_at_80_columns() -> None:
+    """A trace's ids (`static_n32_seed0-f69f66/12`) share their start: cut, they keep their end,
+    and the reason still has a column."""
+    s = snapshot()
+    jobs = [{**row, "id": f"static_n32_seed0-f69f66/{k}"} for k, row in enumerate(s.jobs)]
+    lines = [line.text for line in frame(Snapshot(cluster=s.cluster, jobs=jobs, clock=CLOCK), 80)]
+    assert max(map(len, lines)) <= 80
+    rows = [line for line in lines if line.startswith("…")]
+    assert all(r.split()[0].endswith(f"_seed0-f69f66/{k}") for k, r in enumerate(rows)) and len(rows) == 6
+    assert heading(lines).split()[-1] == "why" and "Priority: " in rows[-1]
+    assert cut("static_n32_seed0-f69f66/12", 16, keep_end=True) == "…seed0-f69f66/12"
