@@ -5,7 +5,10 @@ does line by line) in one process on the in-memory bus; the test plays the mecha
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -187,3 +190,20 @@ async def test_the_simulated_fleet_says_a_simulated_job_has_no_output(tmp_path: 
         await fleet.stop()
         for bus in (fleet_bus, cli, mechanism):
             await bus.close()
+
+
+async def test_following_prints_what_the_job_writes_as_it_comes_and_ctrl_c_ends_it_with_exit_0(rig: Rig) -> None:
+    """No mechanism answers here, so the job's end is unknown and only Ctrl-C ends following."""
+    await rig.mechanism.publish(run("0:0", 0, steps=100_000, step_s=0.05))
+    out = io.StringIO()
+    follow = asyncio.create_task(show_logs(rig.cli, "j1", follow=True, out=out, wait_s=0.5))
+    await eventually(lambda: "step 3\n" in out.getvalue(), 20)
+    first = out.getvalue()
+    await eventually(lambda: "step 40\n" in out.getvalue(), 30)  # printed as it came, not again
+    assert out.getvalue().startswith(first) and out.getvalue().count("step 3\n") == 1
+    os.kill(os.getpid(), signal.SIGINT)
+    assert await asyncio.wait_for(follow, 10) == 0
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("==> j1 on w1, attempt 1: started ") and shown[0].endswith(", running <==")
+    steps = [int(line.split()[1]) for line in shown if line.startswith("step ")]
+    assert steps == list(range(1, len(steps) + 1))
