@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from common.messages import LogsReported, LogsRequested, attempt_key
+from common.messages import LogsReported, LogsRequested
 from worker_service.core import safe_name
 
 PART_BYTES = 60_000  # of UTF-8 text per answer part: under the codec's 64 KiB limit on one string
@@ -291,7 +291,3 @@ def answer_parts(request: LogsRequested, worker_id: str, views: Sequence[Attempt
         LogsReported(request.request_id, request.reply_to, worker_id, request.job_id, part=k, parts=len(pieces), **p)  # type: ignore[arg-type]
         for k, p in enumerate(pieces)
     ]
-
-
-def view_key(worker_id: str, record: AttemptRecord) -> str:
-    return attempt_key(worker_id, record.attempt)
