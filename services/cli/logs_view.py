@@ -60,6 +60,7 @@ class LogsView:
         self._parts: dict[tuple[str, str], tuple[set[int], int]] = {}  # (request, worker) -> (parts here, of)
         self._in_answer: dict[tuple[str, str], set[str]] = {}  # (request, worker) -> attempts it spoke of
         self._at_line_start = True
+        self._last_printed = ""  # the attempt whose text was printed last
         self._tail_start = False  # the first text of an attempt may begin mid-stream on purpose (--tail)
 
     # -- answers in ----------------------------------------------------------------------------
@@ -138,12 +139,18 @@ class LogsView:
         out: list[str] = []
         for a in sorted(self.attempts.values(), key=_order):
             new = self._new_text(a)
-            if not a.header_printed and (new or a.ended or follow):
+            if not a.header_printed:
                 self._write(out, self._header(a, ending=bool(a.ended)))
+                self._last_printed = a.key
                 a.header_printed = True
                 a.end_printed = bool(a.ended)
             if new:
+                if self._last_printed not in ("", a.key):
+                    # following, attempts that overlap (a worker's last lines come after the next
+                    # one began): say whose lines these are again
+                    self._write(out, f"==> {self.job_id} on {a.worker_id}, attempt {a.attempt}, continued <==\n")
                 self._write(out, new)
+                self._last_printed = a.key
             if follow and a.ended and a.complete and not a.end_printed and a.header_printed:
                 self._write(out, f"==> {self.job_id} on {a.worker_id}, attempt {a.attempt}: ended {when(a.ended_unix_s)}: {a.ended} <==\n")
                 a.end_printed = True

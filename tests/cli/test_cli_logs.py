@@ -51,6 +51,23 @@ def test_following_prints_only_what_is_new_and_a_line_when_an_attempt_ends() -> 
     assert view.done() == ("w/1",) and view.offsets() == {}
 
 
+def test_following_attempts_that_overlap_says_whose_lines_come_again() -> None:
+    view = LogsView("j")
+    view.add(part("r1", "a", 1, "a1\n", 0, started=T0))
+    view.add(part("r1", "b", 1, "b1\n", 0, started=T0 + 1))
+    view.render(follow=True)
+    # the first worker's last lines come after the second began
+    view.add(part("r2", "a", 1, "a2\n", 3, started=T0, ended="stopped: the worker is shutting down"))
+    view.add(part("r2", "b", 1, "b2\n", 3, started=T0 + 1))
+    assert view.render(follow=True).splitlines() == [
+        "==> j on a, attempt 1, continued <==",
+        "a2",
+        f"==> j on a, attempt 1: ended {when(T0 + 5)}: stopped: the worker is shutting down <==",
+        "==> j on b, attempt 1, continued <==",
+        "b2",
+    ]
+
+
 def test_an_answer_in_parts_is_whole_only_with_every_part() -> None:
     view = LogsView("j")
     view.add(part("r", "w", 1, "a\n", 0, started=T0, ended="finished", k=1, of=2))
