@@ -26,12 +26,15 @@ TMUX = "/usr/bin/tmux"
 
 
 def follow(cluster: Cluster, out: Path, *args: str) -> subprocess.Popen[bytes]:
-    """`gavel events --follow ...` writing to ``out``, as a user leaves it running."""
+    """`gavel events --follow ...` writing to ``out``, as a user leaves it running (one of the
+    cluster's processes: stopped with them if the test ends early)."""
     with out.open("wb") as stdout, (out.with_suffix(".err")).open("wb") as stderr:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "events", "--follow", *args], cwd=ROOT, env=cluster.env,
             stdout=stdout, stderr=stderr,
         )
+    cluster.processes[f"events {out.name}"] = process
+    return process
 
 
 def json_lines(path: Path) -> list[dict[str, object]]:
