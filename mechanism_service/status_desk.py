@@ -39,6 +39,7 @@ class StatusDesk:
         if request.query == "events":  # the recent events (core/events.py), kept by the outbox
             body: object = events_core.events_report(
                 self._outbox.recent, self._clock.now_s(), events_core.current_round(memory.round_id), job_id=request.job_id,
+                limit=request.limit,
             )
         elif request.query == "shares":
             body = shares_report(memory.state)

@@ -9,9 +9,10 @@ from common.messages.base import Message, message
 @message("status.requested")
 class StatusRequested(Message):
     request_id: str
-    query: str  # jobs | job | workers | cluster
+    query: str  # jobs | job | workers | cluster | clock | events | shares
     reply_to: str  # the asker's id: the reply goes to status.reply.<reply_to>
-    job_id: str = ""  # for query "job"
+    job_id: str = ""  # for query "job" (and "events": that job's only)
+    limit: int = 0  # for query "events": the newest this many (0: all it keeps; `gavel top` wants a screenful)
 
 
 @message("status.reply.{reply_to}")

@@ -186,15 +186,17 @@ class EventRing:
             self.dropped += 1
         return True
 
-    def recent(self, *, job_id: str = "") -> list[ClusterEvent]:
+    def recent(self, *, job_id: str = "", limit: int = 0) -> list[ClusterEvent]:
+        """Oldest first; ``limit``: only the newest that many (0: all)."""
         events = self._events.values()
-        return [e for e in events if e.job_id == job_id] if job_id else list(events)
+        chosen = [e for e in events if e.job_id == job_id] if job_id else list(events)
+        return chosen[-limit:] if limit > 0 else chosen
 
 
-def events_report(ring: EventRing, now_s: float, round_id: int, *, job_id: str = "") -> dict[str, object]:
+def events_report(ring: EventRing, now_s: float, round_id: int, *, job_id: str = "", limit: int = 0) -> dict[str, object]:
     """The status query ``events``: the recent events (of one job), oldest first, with the
     mechanism's time, so a reader can say "N s ago" and filter by age on the same clock."""
     return {
         "now_s": now_s, "round_id": round_id, "kept": ring.size, "dropped": ring.dropped,
-        "events": [as_dict(e) for e in ring.recent(job_id=job_id)],
+        "events": [as_dict(e) for e in ring.recent(job_id=job_id, limit=limit)],
     }

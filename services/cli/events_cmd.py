@@ -68,7 +68,7 @@ async def run_events(args: argparse.Namespace, settings: Settings) -> int:
         subscription = await follow(bus, on_event) if args.follow else None
         try:
             async with Asker(bus) as asker:
-                answers = await asker.ask({"clock": ("clock", ""), "events": ("events", args.job)}, args.timeout_s)
+                answers = await asker.ask({"clock": ("clock", "", 0), "events": ("events", args.job, 0)}, args.timeout_s)
         except CommandFailed as e:
             if not args.follow:
                 raise

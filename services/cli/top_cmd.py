@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from services.cli.top_layout import Line, Snapshot
     from services.cli.watching import Asker
 
+EVENTS_SHOWN = 200  # the newest events asked for: more than a screen's worth, not the 1,000 kept
 QUERIES = {
-    "cluster": ("cluster", ""), "jobs": ("jobs", ""), "workers": ("workers", ""), "shares": ("shares", ""),
-    "events": ("events", ""), "clock": ("clock", ""),
+    "cluster": ("cluster", "", 0), "jobs": ("jobs", "", 0), "workers": ("workers", "", 0), "shares": ("shares", "", 0),
+    "events": ("events", "", EVENTS_SHOWN), "clock": ("clock", "", 0),
 }
 STYLES = {"title": "bold", "section": "bold underline", "heading": "bold", "dim": "dim"}
 

@@ -71,17 +71,17 @@ class Asker:
     async def __aexit__(self, *exc: object) -> None:
         await self._replies.__aexit__(*exc)
 
-    async def ask(self, queries: Mapping[str, tuple[str, str]], timeout_s: float) -> dict[str, object]:
-        """Every query at once (name -> (query, job id)), then every answer: name -> answer."""
+    async def ask(self, queries: Mapping[str, tuple[str, str, int]], timeout_s: float) -> dict[str, object]:
+        """Every query at once (name -> (query, job id, limit)), then every answer: name -> answer."""
         from common.errors import UnroutableError
         from common.messages import StatusRequested
 
         ids = {}
-        for name, (query, job_id) in queries.items():
+        for name, (query, job_id, limit) in queries.items():
             self._asked += 1
             ids[name] = f"{self._replies.key}-{self._asked}"
             try:
-                await self._bus.publish(StatusRequested(ids[name], query, self._replies.key, job_id))
+                await self._bus.publish(StatusRequested(ids[name], query, self._replies.key, job_id, limit))
             except UnroutableError:
                 raise CommandFailed("the mechanism is not running (nothing receives status requests)") from None
         try:

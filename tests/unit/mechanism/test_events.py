@@ -112,3 +112,12 @@ def test_a_job_that_ran_before_and_waited_resumes() -> None:
     assert [(e.job_id, e.detail) for e in said[1:]] == [
         ("a", "resumed on v100 on w1 (1 GPU)"), ("b", "started on k80 on w2 (1 GPU)"),
     ]
+
+
+def test_the_ring_answers_the_newest_few_when_asked() -> None:
+    ring = events.EventRing()
+    for t, j in enumerate("abcde"):
+        ring.add(events.job_ended("completed", j, "", float(t), 0))  # type: ignore[arg-type]
+    assert [e.job_id for e in ring.recent(limit=2)] == ["d", "e"]
+    assert [e["job_id"] for e in events.events_report(ring, 9.0, 0, limit=3)["events"]] == ["c", "d", "e"]  # type: ignore[index, union-attr]
+    assert len(ring.recent(limit=0)) == 5
