@@ -25,6 +25,7 @@ from worker_service.logbook import AttemptRecord, AttemptView, KeptAttempt, LogL
 from worker_service.training import write_json_atomic
 
 log = structlog.get_logger("gavel.worker.logs")
+PRUNE_EVERY_S = 60.0  # the worker-wide bound is checked at most this often (it lists every attempt kept)
 
 
 class AttemptLog:
@@ -75,6 +76,7 @@ class LogStore:
         self.worker_id = worker_id
         self.limits = limits
         self._now = now_unix_s
+        self._pruned_at_s = float("-inf")
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -97,11 +99,14 @@ class LogStore:
         return AttemptLog(self, directory, record)
 
     def end(self, attempt: AttemptLog, ended: str) -> None:
+        """The attempt ended (``ended`` says how); the worker-wide bound, if it is due. Lists and
+        reads files: the worker calls it in a thread."""
         attempt.close()
         attempt.record = replace(attempt.record, ended=ended, ended_unix_s=self._now())
         try:
             write_json_atomic(attempt._dir / logbook.record_name(attempt.record.attempt), attempt.record.as_json())  # noqa: SLF001
-            self.prune()
+            if self._now() - self._pruned_at_s >= PRUNE_EVERY_S:
+                self.prune()
         except OSError as e:
             log.warning("job_output_record_failed", job_id=attempt.record.job_id, error=str(e))
 
@@ -113,6 +118,7 @@ class LogStore:
 
     def prune(self) -> None:
         """The worker-wide bound: old and, past the total, the oldest ended attempts go."""
+        self._pruned_at_s = self._now()
         kept = []
         for directory, record in self._records():
             size = sum(s.size for s in self._segments(directory) if s.attempt == record.attempt)

@@ -313,7 +313,7 @@ class WorkerService:
                 for p in run.procs:
                     await p.stop(0.0)
                 self._runs.pop(job_id, None)
-                self._logs.end(run.output, f"could not start: {e}")
+                await asyncio.to_thread(self._logs.end, run.output, f"could not start: {e}")
                 await self._report_failure(command, received_unix_s, f"could not start {core.describe_argv(job_launches[0].argv)!r}: {e}", only=job_id)
                 continue
             self._log.info(
@@ -472,7 +472,7 @@ class WorkerService:
             if run.output is not None:
                 await asyncio.gather(*(p.drained() for p in run.procs))
                 ended = logbook.ending(outcome=run.outcome, exit_codes=[p.exit_code for p in run.procs], stop_reason=run.stop_reason)
-                self._logs.end(run.output, ended)
+                await asyncio.to_thread(self._logs.end, run.output, ended)
 
     async def _maybe_report(
         self, run: JobRun, progress: Mapping[str, object], failed: list[JobProcess], *, all_exited: bool

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common.messages import LogsRequested
 from worker_service import logbook
-from worker_service.job_logs import LogStore
+from worker_service.job_logs import PRUNE_EVERY_S, LogStore
 from worker_service.logbook import AttemptRecord, AttemptView, KeptAttempt, LogLimits, Segment
 
 
@@ -161,7 +161,7 @@ def test_ended_attempts_go_after_their_time_and_beyond_the_total(tmp_path: Path)
     old = logs.begin("old", ranks=[0], lease_id="", started_unix_s=now[0])
     old.write(b"x" * 10)
     logs.end(old, "finished")
-    now[0] += 50
+    now[0] += PRUNE_EVERY_S  # the bound is checked at an end at most once a minute
     newer = logs.begin("newer", ranks=[0], lease_id="", started_unix_s=now[0])
     newer.write(b"y" * 20)
     logs.end(newer, "finished")  # 30 bytes kept > 25: the oldest ended goes
