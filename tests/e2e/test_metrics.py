@@ -113,4 +113,8 @@ async def test_every_endpoint_parses_and_the_counters_agree_with_the_journal(clu
     for name in SERVICES:  # the host's own, in every process: nothing dead-lettered, its queues read
         refused = [v for (n, _), v in s[name].items() if n == "gavel_messages_dead_lettered_total"]
         assert refused == [0.0], name  # one series: the service (a policy replica under its own name)
-    assert value(m, "gavel_queue_messages", queue="mechanism.submissions") == 0
+    # read from the broker every 5 s: a read during the trace's burst says what waited then
+    await eventually(
+        lambda: value(scrape(urls["mechanism"]), "gavel_queue_messages", queue="mechanism.submissions") == 0,
+        timeout_s=30, poll_s=0.5,
+    )
