@@ -11,6 +11,7 @@ its full width. The terminal's height bounds the job rows and the events (the re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -157,9 +158,10 @@ def gpu_rows(cluster: Mapping[str, object], workers: Sequence[Mapping[str, objec
 def job_rows(
     jobs: Sequence[Mapping[str, object]], shares: Mapping[str, Mapping[str, float]], clock: ClockView | None,
 ) -> list[list[str]]:
-    """The jobs running, then those waiting (in WAITING's order), each by id."""
+    """The jobs running, then those waiting (in WAITING's order), each by id (its numbers as
+    numbers: a trace's ``.../2`` before ``.../10``)."""
     order = {state: k for k, state in enumerate(RUNNING + WAITING)}
-    active = sorted((j for j in jobs if j.get("state") in order), key=lambda j: (order[str(j["state"])], str(j["id"])))
+    active = sorted((j for j in jobs if j.get("state") in order), key=lambda j: (order[str(j["state"])], _natural(str(j["id"]))))
     rows = []
     for job in active:
         mine = shares.get(str(job["id"]), {})
@@ -177,6 +179,10 @@ def job_rows(
             str(job.get("type") or "-"),
         ])  # in JOB_COLUMNS' order
     return rows
+
+
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def _eta(eta_s: object, clock: ClockView | None) -> str:
@@ -197,8 +203,8 @@ def header(s: Snapshot, counts: Mapping[str, int]) -> list[str]:
     pieces = ["gavel top"]
     if "time_s" in cluster:
         pieces.append(stamp(float(cluster["time_s"]), s.clock, short=True))  # type: ignore[arg-type]
-    if "rounds" in cluster:
-        pieces.append(f"round {cluster['rounds']}")
+    if cluster.get("rounds"):  # how many were dispatched: the one running is the last
+        pieces.append(f"round {int(cluster['rounds']) - 1}")  # type: ignore[call-overload]
     pieces += [f"{counts['running']} running", f"{counts['waiting']} waiting"]
     if "policy" in cluster:
         pieces.append(f"policy {cluster['policy']}")

@@ -6,7 +6,7 @@ the rows with a count of the rest."""
 from __future__ import annotations
 
 from services.cli.times import ClockView
-from services.cli.top_layout import JOB_COLUMNS, Column, Snapshot, cut, fit, frame
+from services.cli.top_layout import JOB_COLUMNS, Column, Snapshot, cut, fit, frame, job_rows
 
 NOW_S = 1_800_000_000.0
 CLOCK = ClockView("wall", 1.0, NOW_S, NOW_S)
@@ -54,7 +54,7 @@ def heading(lines: list[str]) -> str:
 def test_at_80_columns_no_line_is_wider_and_the_least_needed_columns_go() -> None:
     lines = texts(80)
     assert max(map(len, lines)) <= 80
-    assert lines[0].startswith("gavel top · ") and "round 42" in lines[0] and "3 running · 3 waiting" in lines[0]
+    assert lines[0].startswith("gavel top · ") and "round 41" in lines[0] and "3 running · 3 waiting" in lines[0]
     assert {"GPUs", "Jobs: 3 running, 3 waiting", "Events"} <= set(lines)
     columns = heading(lines).split()
     assert columns == ["id", "state", "on", "share", "ETA", "done", "why"]
@@ -119,6 +119,12 @@ def test_a_traces_long_ids_keep_their_ends_at_80_columns() -> None:
     lines = [line.text for line in frame(Snapshot(cluster=s.cluster, jobs=jobs, clock=CLOCK), 80)]
     assert max(map(len, lines)) <= 80
     rows = [line for line in lines if line.startswith("…")]
+    # by their numbers (/0 ... /5 among the running, then the waiting), cut at their start
     assert all(r.split()[0].endswith(f"_seed0-f69f66/{k}") for k, r in enumerate(rows)) and len(rows) == 6
     assert heading(lines).split()[-1] == "why" and "Priority: " in rows[-1]
     assert cut("static_n32_seed0-f69f66/12", 16, keep_end=True) == "…seed0-f69f66/12"
+
+
+def test_jobs_are_listed_running_first_then_by_their_numbers() -> None:
+    jobs = [job(0, "queued", id="t/10"), job(0, "held", id="t/2"), job(0, "queued", id="t/9"), job(0, "running", id="t/11")]
+    assert [row[0] for row in job_rows(jobs, {}, CLOCK)] == ["t/11", "t/9", "t/10", "t/2"]  # running, queued, held
