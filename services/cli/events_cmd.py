@@ -59,6 +59,8 @@ async def run_events(args: argparse.Namespace, settings: Settings) -> int:
         if args.job and event.job_id != args.job:
             return
         if recent_said:
+            if event.kind == "mechanism_started":
+                seen.forget()
             say(event_dict(event))
         else:
             live.append(event)

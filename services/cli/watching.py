@@ -101,6 +101,11 @@ class Seen:
         self._ids: OrderedDict[str, None] = OrderedDict()
         self._size = size
 
+    def forget(self) -> None:
+        """A new incarnation of the mechanism: its events are new whatever their ids (one without a
+        journal numbers its rounds and epochs from the start again)."""
+        self._ids.clear()
+
     def first_time(self, event_id: str) -> bool:
         if event_id in self._ids:
             return False

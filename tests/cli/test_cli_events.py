@@ -69,3 +69,5 @@ def test_since_counts_wall_seconds_on_a_scaled_clock() -> None:
 def test_each_event_is_said_once() -> None:
     seen = Seen(size=2)
     assert [seen.first_time(i) for i in ("a", "b", "a", "c", "a")] == [True, True, False, True, True]  # "a" forgotten
+    seen.forget()  # a mechanism started again: ids may repeat (round_started:0 of one without a journal)
+    assert seen.first_time("c")

@@ -1,6 +1,6 @@
 """`gavel events` and `gavel top` on a running cluster of service processes over RabbitMQ (issue 25,
-items 3 and 5): the recent events and the stream (`--follow`, each event once, Ctrl-C ends it
-with exit 0), a job's own events, one frame of `gavel top` without escape codes, and `gavel top`
+items 3 and 5): the recent events and the stream (`--follow`, each event once, a restarted
+mechanism's too, Ctrl-C ends it with exit 0), a job's own events, one frame of `gavel top` without escape codes, and `gavel top`
 drawn in a real terminal (tmux) at 80x30 and 200x50, where no line wraps and the rows are the
 cluster's jobs. One cluster: the policy, the mechanism and a fleet of 2 V100s and 2 K80s in one
 `gavel up` process, on a scaled clock (--time-scale 120: a 360 s round lasts 3 wall seconds)."""
@@ -68,13 +68,14 @@ class Tmux:
         subprocess.run([TMUX, "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
-@pytest.mark.slow  # ~15 s: a cluster of services in one process, jobs over a few 3 s rounds, two terminals
+@pytest.mark.slow  # ~20 s: a cluster of services in one process (started twice), jobs over a few 3 s rounds, two terminals
 async def test_events_and_top_on_a_running_cluster(cluster: Cluster, tmp_path: Path) -> None:
     health = tmp_path / "up.health"
-    cluster.start(
-        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--cluster", "v100=2,k80=2",
+    up_args = (
+        "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--cluster", "v100=2,k80=2",
         "--time-scale", "120", "--no-journal", "--solving", "inline", "--health-file", str(health),
     )
+    cluster.start("up", *up_args)
     await eventually(lambda: cluster.gavel("health", str(health)).returncode == 0, timeout_s=60, poll_s=0.3)
     everything = follow(cluster, tmp_path / "all.jsonl", "--json")
     only_long = follow(cluster, tmp_path / "long.txt", "--job", "long")
@@ -156,6 +157,19 @@ async def test_events_and_top_on_a_running_cluster(cluster: Cluster, tmp_path: P
             assert not any(line.startswith("gavel top") for line in after)  # the frame was on the alternate screen
     finally:
         tmux.kill()
+
+    # the mechanism again, without a journal (its rounds and epoch numbered from the start again):
+    # the stream says its new start and its events, though their ids repeat the first one's
+    cluster.stop("up")
+    health.unlink()
+    cluster.start("up", *up_args)
+
+    def started_again() -> bool:
+        events = json_lines(tmp_path / "all.jsonl")
+        starts = [k for k, e in enumerate(events) if e["kind"] == "mechanism_started"]
+        return len(starts) == 2 and sum(e["kind"] == "worker_joined" for e in events[starts[1]:]) == 4
+
+    await eventually(started_again, timeout_s=60, poll_s=0.3)
 
     # Ctrl-C: exit 0, no traceback
     for process, err in ((everything, tmp_path / "all.err"), (only_long, tmp_path / "long.err")):
