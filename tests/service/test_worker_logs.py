@@ -160,10 +160,9 @@ async def test_a_gangs_lines_say_their_rank(rig: Rig) -> None:
     [part] = await rig.ask(LogsRequested("gang-all", "gang", "asker"))
     assert part.ranks == (0, 1)
     for rank in (0, 1):
-        assert [line.removeprefix(f"[rank {rank}] ") for line in lines(part.text) if line.startswith(f"[rank {rank}] step")] == [
-            "step 1", "step 2", "step 3"
-        ]
-    assert all(line.startswith(("[rank 0] ", "[rank 1] ")) for line in lines(part.text))
+        steps = [line.removeprefix(f"[rank {rank}] ") for line in lines(part.text) if line.startswith(f"[rank {rank}] step")]
+        assert steps == ["step 1", "step 2", "step 3"], part.text
+    assert all(line.startswith(("[rank 0] ", "[rank 1] ")) for line in lines(part.text)), part.text
     assert "ranks 0-1" in lines(await rig.logs("gang"))[0]
 
 
