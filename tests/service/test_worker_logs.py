@@ -1,7 +1,7 @@
 """A job's output, kept by the real worker and served to `gavel logs` (issue 25, item 6): the worker
 with real job processes (tests/support/jobs/talker.py: standard library only, it says what it
 does line by line) in one process on the in-memory bus; the test plays the mechanism, and asks as
-`gavel logs` does (services/cli/logs_cmd.py's show_logs, on the same broker). About 7 s."""
+`gavel logs` does (services/cli/logs_cmd.py's show_logs, on the same broker). About 10 s."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class Rig:
         """The worker's whole answer (every part of it)."""
         await self.cli.publish(request, mandatory=False)
         mine = lambda: [m for m in self.answers.messages if m.request_id == request.request_id]  # noqa: E731
-        await self.answers.wait_until(lambda: bool(mine()) and len(mine()) == mine()[0].parts, 10)
+        await self.answers.wait_until(lambda: bool(mine()) and len(mine()) == mine()[0].parts, 30)
         return sorted(mine(), key=lambda m: m.part)
 
     async def logs(self, job_id: str, **kwargs: object) -> str:
@@ -103,7 +103,7 @@ async def test_a_finished_jobs_stdout_and_stderr_are_served_as_written(rig: Rig)
     # the attempt ends when the process is gone and its output read to the end
     async def ended() -> bool:
         return (await rig.ask(LogsRequested(f"r{len(rig.answers.messages)}", "j1", "asker")))[0].ended != ""
-    await until(ended, 10)
+    await until(ended, 30)
     [part] = await rig.ask(LogsRequested("whole", "j1", "asker"))
     assert (part.worker_id, part.attempt, part.ended, part.offset, part.kept_from) == ("w1", 1, "finished", 0, 0)
     assert lines(part.text) == ["hello j1", *(f"step {n}" for n in range(1, 6)), "checkpoint 5", "bye 5"]
@@ -156,7 +156,7 @@ async def test_a_gangs_lines_say_their_rank(rig: Rig) -> None:
     async def both_said_bye() -> bool:
         [part] = await rig.ask(LogsRequested(f"g{len(rig.answers.messages)}", "gang", "asker"))
         return all(f"[rank {r}] bye" in part.text for r in (0, 1))
-    await until(both_said_bye, 10)
+    await until(both_said_bye, 30)
     [part] = await rig.ask(LogsRequested("gang-all", "gang", "asker"))
     assert part.ranks == (0, 1)
     for rank in (0, 1):
