@@ -39,10 +39,11 @@ class AttemptLog:
         self._segment_size = 0
         self._file: BinaryIO | None = None
         self._broken = False
+        self._closed = False
 
     def write(self, data: bytes) -> None:
         """Append ``data`` (whole lines); a disk that refuses is logged once, and the job runs on."""
-        if not data or self._broken:
+        if not data or self._broken or self._closed:  # closed: a process outside its group wrote late
             return
         try:
             if self._file is None or (self._segment_size and self._segment_size + len(data) > self._store.limits.segment_bytes):
@@ -65,6 +66,7 @@ class AttemptLog:
         self._store.bound_job(self._dir)
 
     def close(self) -> None:
+        self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None

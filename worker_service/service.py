@@ -472,6 +472,7 @@ class WorkerService:
             if run.output is not None:
                 await asyncio.gather(*(p.drained() for p in run.procs))
                 ended = logbook.ending(outcome=run.outcome, exit_codes=[p.exit_code for p in run.procs], stop_reason=run.stop_reason)
+                run.output.close()  # here, where its writes happen; the rest in a thread
                 await asyncio.to_thread(self._logs.end, run.output, ended)
 
     async def _maybe_report(
