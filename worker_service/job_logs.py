@@ -51,7 +51,7 @@ class AttemptLog:
             assert self._file is not None
             self._file.write(data)
             self._file.flush()
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: closed meanwhile
             self._broken = True
             log.warning("job_output_not_kept", job_id=self.record.job_id, attempt=self.record.attempt, error=str(e))
             return
