@@ -201,7 +201,7 @@ class SimulatedFleet:
         request = d.message
         if not isinstance(request, LogsRequested) or request.job_id not in self._ran or self._bus is None:
             return
-        note = "it ran on the simulated fleet, which runs no process: a simulated job has no output"
+        note = "it ran on the simulated fleet, which runs no process"
         reply = LogsReported(request.request_id, request.reply_to, self._ran[request.job_id], request.job_id, note=note)
         await self._bus.publish(reply, mandatory=False)
 

@@ -87,7 +87,7 @@ async def show_logs(bus: Bus, job_id: str, *, follow: bool, tail: int = 0, wait_
         await answers.ask(job_id, tail=tail, wait_s=wait_s)
         if view.notes and not view.attempts:
             worker, note = next(iter(view.notes.items()))
-            raise CommandFailed(f"job {job_id!r} has no output: {note} ({worker})")
+            raise CommandFailed(f"job {job_id!r} has no output: {note} (its server {worker})")
         if not view.attempts and not (follow and await job_state(bus, status, job_id) not in (None, *ENDED_STATES)):
             raise CommandFailed(NO_OUTPUT.format(job=job_id))
         if tail:

@@ -182,7 +182,7 @@ async def test_the_simulated_fleet_says_a_simulated_job_has_no_output(tmp_path: 
     try:
         await mechanism.publish(RunJobs("v100-0", 0, "0:0", 1, ("sim",), (0,), 60.0, (10,), ("A3C",)))
         await reports.wait_until(lambda: bool(reports.messages), 10)
-        with pytest.raises(CommandFailed, match="job 'sim' has no output: it ran on the simulated fleet") as failed:
+        with pytest.raises(CommandFailed, match=r"^job 'sim' has no output: it ran on the simulated fleet, which runs no process \(its server v100-0\)$") as failed:
             await show_logs(cli, "sim", follow=False, out=io.StringIO(), wait_s=1.0)
         assert failed.value.exit_code == 1
     finally:
