@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -83,7 +84,8 @@ async def show_logs(bus: Bus, job_id: str, *, follow: bool, tail: int = 0, wait_
 
     out = out or sys.stdout
     view = LogsView(job_id)
-    async with Answers(bus, view) as answers, Replies(bus) as status:
+    # the mechanism is asked only when following (has the job ended?): one private queue less
+    async with Answers(bus, view) as answers, (Replies(bus) if follow else contextlib.nullcontext()) as status:
         await answers.ask(job_id, tail=tail, wait_s=wait_s)
         if view.notes and not view.attempts:
             worker, note = next(iter(view.notes.items()))
