@@ -85,54 +85,64 @@ async def show_logs(bus: Bus, job_id: str, *, follow: bool, tail: int = 0, wait_
     out = out or sys.stdout
     view = LogsView(job_id)
     # the mechanism is asked only when following (has the job ended?): one private queue less
+    stop = asyncio.Event()  # Ctrl-C while following: exit 0, no traceback
     async with Answers(bus, view) as answers, (Replies(bus) if follow else contextlib.nullcontext()) as status:
-        await answers.ask(job_id, tail=tail, wait_s=wait_s)
-        if view.notes and not view.attempts:
-            worker, note = next(iter(view.notes.items()))
-            raise CommandFailed(f"job {job_id!r} has no output: {note} (its server {worker})")
-        if not view.attempts and not (follow and await job_state(bus, status, job_id) not in (None, *ENDED_STATES)):
-            raise CommandFailed(NO_OUTPUT.format(job=job_id))
-        if tail:
-            view.keep_last_lines(tail)
-        _write(out, view.render(follow=follow))
-        if not follow:
-            return 0
-        return await _follow(bus, answers, status, view, job_id, wait_s, out)
+        with _ctrl_c_sets(stop) if follow else contextlib.nullcontext():
+            return await _show(bus, answers, status, view, job_id, follow=follow, tail=tail, wait_s=wait_s, out=out, stop=stop)
 
 
-async def _follow(bus: Bus, answers: Answers, status: Replies, view: LogsView, job_id: str, wait_s: float, out) -> int:  # noqa: ANN001
-    stop = asyncio.Event()
+async def _show(bus: Bus, answers: Answers, status: Replies | None, view: LogsView, job_id: str, *, follow: bool, tail: int, wait_s: float, out, stop: asyncio.Event) -> int:  # noqa: ANN001, PLR0913
+    await answers.ask(job_id, tail=tail, wait_s=wait_s)
+    if view.notes and not view.attempts:
+        worker, note = next(iter(view.notes.items()))
+        raise CommandFailed(f"job {job_id!r} has no output: {note} (its server {worker})")
+    if not view.attempts and not (follow and await job_state(bus, status, job_id) not in (None, *ENDED_STATES)):
+        raise CommandFailed(NO_OUTPUT.format(job=job_id))
+    if tail:
+        view.keep_last_lines(tail)
+    _write(out, view.render(follow=follow))
+    if not follow or stop.is_set():
+        return 0
+    return await _follow(bus, answers, status, view, job_id, wait_s, out, stop)
+
+
+@contextlib.contextmanager
+def _ctrl_c_sets(stop: asyncio.Event):  # noqa: ANN202
     loop = asyncio.get_running_loop()
     try:
-        loop.add_signal_handler(signal.SIGINT, stop.set)  # Ctrl-C ends following: exit 0, no traceback
-    except (NotImplementedError, RuntimeError):  # not the main thread (tests call this directly)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    except (NotImplementedError, RuntimeError):  # not the main thread
         pass
-    said_waiting = False
     try:
-        while not stop.is_set():
-            state = await job_state(bus, status, job_id)
-            ended = state is None or state in ENDED_STATES  # None: the mechanism does not know it (any more)
-            silent = await answers.ask(job_id, wait_s=wait_s, expect=view.running_on())
-            _write(out, view.render(follow=True))
-            if not view.attempts and not view.notes:
-                if ended:
-                    raise CommandFailed(NO_OUTPUT.format(job=job_id))
-                if not said_waiting:
-                    print(f"gavel: job {job_id!r} has no output yet ({state}); waiting for it", file=sys.stderr)
-                    said_waiting = True
-            # ended: everything printed to its end, or its worker no longer answers (gone)
-            if ended and all(a.complete or a.worker_id in silent for a in view.attempts.values()):
-                return 0
-            try:
-                await asyncio.wait_for(stop.wait(), FOLLOW_EVERY_S)
-            except asyncio.TimeoutError:
-                pass
-        return 0
+        yield
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
+
+
+async def _follow(bus: Bus, answers: Answers, status: Replies, view: LogsView, job_id: str, wait_s: float, out, stop: asyncio.Event) -> int:  # noqa: ANN001, PLR0913
+    said_waiting = False
+    while not stop.is_set():
+        state = await job_state(bus, status, job_id)
+        ended = state is None or state in ENDED_STATES  # None: the mechanism does not know it (any more)
+        silent = await answers.ask(job_id, wait_s=wait_s, expect=view.running_on())
+        _write(out, view.render(follow=True))
+        if not view.attempts and not view.notes:
+            if ended:
+                raise CommandFailed(NO_OUTPUT.format(job=job_id))
+            if not said_waiting:
+                print(f"gavel: job {job_id!r} has no output yet ({state}); waiting for it", file=sys.stderr)
+                said_waiting = True
+        # ended: everything printed to its end, or its worker no longer answers (gone)
+        if ended and all(a.complete or a.worker_id in silent for a in view.attempts.values()):
+            return 0
+        try:
+            await asyncio.wait_for(stop.wait(), FOLLOW_EVERY_S)
+        except asyncio.TimeoutError:
+            pass
+    return 0
 
 
 async def job_state(bus: Bus, status: Replies, job_id: str) -> str | None:
