@@ -44,7 +44,10 @@ def configure_logging(settings: LogSettings = LogSettings(), *, stream: TextIO |
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        # Plain tracebacks: with rich installed (`gavel top` draws with it) structlog would draw
+        # each one with rich, local variables and all: seconds per exception, and a secret held
+        # in a local (a broker URL with its password) printed to the log.
+        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty(), exception_formatter=structlog.dev.plain_traceback)
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),

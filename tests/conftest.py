@@ -12,6 +12,9 @@ import structlog
 from common.transport.probe import amqp_problem
 from tests.support.broker import amqp_url, broker_required
 from tests.support.harness import BusHarness
+from tests.support.logs import plain_tracebacks
+
+plain_tracebacks()  # before any test saves structlog's configuration (tests/support/logs.py says why)
 
 # One thread per process for torch's and the BLAS's thread pools, set before anything imports
 # them (nothing above does; subprocesses inherit it). The suite runs small CPU models beside

@@ -6,9 +6,9 @@ occupancy and the dead letters (docs/reliability.md). A failing seed says the co
 replays it.
 
 The trace (tests/data/faults/short300.trace) is Gavel's job mix, 30 arrivals an hour, steps cut
-to a fortieth and gangs to 2 GPUs, so a run is ~170 rounds and ~1.5 s: the seeds vary the faults,
+to a fortieth and gangs to 2 GPUs, so a run is ~170 rounds and ~1 s: the seeds vary the faults,
 not the length of the jobs. Gangs of 4 and 8 GPUs wait 40+ rounds under max-min fairness with no
-fault at all, which would leave I5 nothing to say. ~1.5 s a seed; the seeds run on both cores.
+fault at all, which would leave I5 nothing to say. ~1 s a seed; the seeds run on both cores.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.faults import COUNTED_KINDS, parse_spec, replay_command
 from sim.traces import read_trace
+from tests.support.logs import plain_tracebacks
 
 TRACE_FILE = "tests/data/faults/short300.trace"
 POLICY = "max_min_fairness_perf"
@@ -75,13 +76,15 @@ def run_seed(seed: int) -> list[str]:
     return [*problems, f"replay: {replay_command(MIX, seed, REPLAY_FLAGS)}"] if problems else []
 
 
-@pytest.mark.slow  # ~75 s on 2 idle cores, minutes on busy ones: 100 seeded runs
+@pytest.mark.slow  # ~45 s on 2 idle cores (~0.9 s of CPU a seed), more on busy ones: 100 seeded runs
 @pytest.mark.timeout(900)  # beside the other xdist worker and others' work: 300 s was seen to run out
 def test_every_invariant_holds_under_100_seeded_mixes_of_every_fault() -> None:
     """The seeds on both cores (a pool of two processes, beside the suite's other xdist worker):
-    ~75 s on 2 idle cores."""
+    ~45 s on 2 idle cores."""
     workers = min(2, os.cpu_count() or 1)
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=plain_tracebacks
+    ) as pool:
         failed = {seed: problems for seed, problems in zip(SEEDS, pool.map(run_seed, SEEDS)) if problems}
     assert not failed, "\n".join(f"seed {seed}:\n  " + "\n  ".join(problems) for seed, problems in failed.items())
 
