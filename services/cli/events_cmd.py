@@ -80,8 +80,12 @@ async def run_events(args: argparse.Namespace, settings: Settings) -> int:
         report = answers.get("events")
         if isinstance(report, dict) and "error" in report:
             raise CommandFailed(str(report["error"]))
-        for event in _recent(report, args.since, clock):
+        recent = _recent(report, args.since, clock)
+        for event in recent:
             say(event)
+        if not recent and not args.follow:  # say so, rather than print nothing at all
+            which = f" of job {args.job!r}" if args.job else ""
+            print_lines([f"gavel: no events{which} among the mechanism's recent ones (it keeps the last 1,000)"], sys.stderr)
         recent_said = True
         for event in live:
             say(event_dict(event))

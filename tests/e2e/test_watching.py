@@ -111,6 +111,8 @@ async def test_events_and_top_on_a_running_cluster(cluster: Cluster, tmp_path: P
     assert lines and all(" short" in line for line in lines)
     assert " placed " in lines[0] and "started on" in lines[0] and " completed " in lines[-1]
     assert all(line[:4].isdigit() and line[4] == "-" for line in lines)  # a local date first: the clock is tied to the wall
+    none = cluster.gavel("events", "--job", "no-such-job")  # nothing to show is said, not silence
+    assert (none.returncode, none.stdout) == (0, "") and "no events of job 'no-such-job'" in none.stderr
 
     # one frame, for a pipe: no escape codes, the cluster's types and jobs
     frame = cluster.run("top", "--once")
