@@ -14,7 +14,7 @@ import pytest
 
 from common.journal import read_events
 from mechanism_service.core import audit
-from tests.support.processes import Cluster, logged
+from tests.support.processes import Cluster, logged, run_jobs
 from tests.support.scrape import Samples, scrape, total, value
 from tests.support.waiting import eventually
 
@@ -25,7 +25,6 @@ JOBS = [
     ("ResNet-18 (batch size 64)", 3000), ("Transformer (batch size 16)", 1500), ("A3C", 2000),
     ("ResNet-18 (batch size 64)", 1000), ("Recommendation (batch size 2048)", 1500),
 ]  # fmt: skip
-TRACE_LINE = "{job_type}\tpython3 run.py\tdir\t--num_steps\t1\t{steps}\t1\t1\t-1.000000\t0.000000\n"
 
 
 def journal_counts(journal: Path) -> dict[str, int]:
@@ -71,18 +70,7 @@ async def test_every_endpoint_parses_and_the_counters_agree_with_the_journal(clu
         raise AssertionError(cluster.logs()) from None
     urls = {name: str(logged(tmp_path / f"{name}.log", "metrics_serving")[0]["url"]) for name in SERVICES}
 
-    trace = tmp_path / "jobs.trace"
-    trace.write_text("".join(TRACE_LINE.format(job_type=t, steps=s) for t, s in JOBS))
-    await asyncio.to_thread(cluster.run, "submit", "--trace", str(trace), "--id-prefix", "m", "--no-wait")
-
-    def completed() -> bool:
-        rows = cluster.answer("jobs")
-        return sum(r["state"] == "completed" for r in rows) == len(JOBS)  # type: ignore[union-attr]
-
-    try:
-        await eventually(completed, timeout_s=180, poll_s=0.5)
-    except TimeoutError:
-        raise AssertionError(f"jobs: {cluster.answer('jobs')}\n{cluster.logs()}") from None
+    await run_jobs(cluster, tmp_path / "jobs.trace", JOBS, "m")
 
     # every job's end is journaled before its counter moves, and the last round's boundary record
     # before the round is counted: compare once both say every job completed

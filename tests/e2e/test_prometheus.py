@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.processes import Cluster
+from tests.support.processes import Cluster, run_jobs
 from tests.support.prometheus import dashboard_queries, free_port, metric_names, running_prometheus
 from tests.support.waiting import eventually
 
@@ -36,7 +36,6 @@ JOBS = [
     ("Recommendation (batch size 2048)", 7500), ("ResNet-18 (batch size 64)", 10000),
     ("Transformer (batch size 16)", 4000), ("Recommendation (batch size 2048)", 5000),
 ]  # fmt: skip
-TRACE_LINE = "{job_type}\tpython3 run.py\tdir\t--num_steps\t1\t{steps}\t1\t1\t-1.000000\t0.000000\n"
 
 
 def concrete(expr: str) -> str:
@@ -85,18 +84,7 @@ async def test_every_panel_query_returns_series_from_the_services(cluster: Clust
         except TimeoutError:
             raise AssertionError(f"targets: {prometheus.api('targets')}\n{prometheus.tail()}\n{cluster.logs()}") from None
 
-        trace = tmp_path / "jobs.trace"
-        trace.write_text("".join(TRACE_LINE.format(job_type=t, steps=s) for t, s in JOBS))
-        cluster.run("submit", "--trace", str(trace), "--id-prefix", "p", "--no-wait")
-
-        def completed() -> bool:
-            rows = cluster.answer("jobs")
-            return sum(r["state"] == "completed" for r in rows) == len(JOBS)  # type: ignore[union-attr]
-
-        try:
-            await eventually(completed, timeout_s=180, poll_s=0.5)
-        except TimeoutError:
-            raise AssertionError(f"jobs: {cluster.answer('jobs')}\n{cluster.logs()}") from None
+        await run_jobs(cluster, tmp_path / "jobs.trace", JOBS, "p")
         done = time.time()
 
         def scraped_since_done() -> bool:  # the last state (every job completed) is in Prometheus

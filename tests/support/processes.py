@@ -100,3 +100,26 @@ def the_line(stderr: str) -> str:
     lines = [line for line in stderr.strip().splitlines() if not line.startswith("{")]
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+TRACE_LINE = "{job_type}\tpython3 run.py\tdir\t--num_steps\t1\t{steps}\t1\t1\t-1.000000\t0.000000\n"  # Gavel's 10 columns
+
+
+async def run_jobs(cluster: Cluster, trace: Path, jobs: list[tuple[str, int]], prefix: str, *, timeout_s: float = 180) -> None:
+    """Write ``jobs`` (job type, steps) as a Gavel trace, submit it under ``prefix`` and wait until
+    every one has completed (the jobs and the services' logs if not)."""
+    import asyncio  # noqa: PLC0415 - only the async tests need it
+
+    from tests.support.waiting import eventually  # noqa: PLC0415
+
+    trace.write_text("".join(TRACE_LINE.format(job_type=t, steps=s) for t, s in jobs))
+    await asyncio.to_thread(cluster.run, "submit", "--trace", str(trace), "--id-prefix", prefix, "--no-wait")
+
+    def completed() -> bool:
+        rows = cluster.answer("jobs")
+        return sum(r["state"] == "completed" for r in rows) == len(jobs)  # type: ignore[union-attr]
+
+    try:
+        await eventually(completed, timeout_s=timeout_s, poll_s=0.5)
+    except TimeoutError:
+        raise AssertionError(f"jobs: {cluster.answer('jobs')}\n{cluster.logs()}") from None
