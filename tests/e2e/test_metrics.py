@@ -7,7 +7,6 @@ leases the mechanism sent are the leases the fleet reported)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
