@@ -20,10 +20,12 @@ import shlex
 
 import pytest
 
+from mechanism_service.core.why import ACTIVE_CODES, ENDED_CODES
 from tests.support.processes import ROOT, Cluster
 from tests.support.waiting import eventually
 
 SCALE = "100000"
+CODES = {*ACTIVE_CODES, *ENDED_CODES}
 
 
 def services_block() -> list[list[str]]:
@@ -113,8 +115,15 @@ async def test_every_job_the_readme_submits_completes_on_the_fake_fleet(cluster:
             submitted += submitted_ids(argv, done.stdout)
             if "--job-type" in argv:
                 by_type[argv[argv.index("--job-type") + 1]] = submitted[-1]
-        if argv[:2] == ["job", "resnet-1"]:
+        if argv == ["job", "resnet-1"]:
             assert "type:" in done.stdout and "ResNet-50 (batch size 64)" in done.stdout, done.stdout
+        if argv == ["job", "resnet-1", "--why"]:  # a reason code and its sentence, whatever the moment
+            first, sentence = done.stdout.splitlines()[:2]
+            name, code = first.split(": ", 1)
+            assert name == "resnet-1" and code in CODES, done.stdout
+            assert sentence.strip(), done.stdout
+        if argv == ["top"]:  # not a terminal: one plain frame
+            assert "\x1b" not in done.stdout and "GPUs" in done.stdout, done.stdout
     assert len(submitted) == 34 and len(set(submitted)) == 34, submitted
 
     def all_completed() -> bool:
