@@ -67,6 +67,11 @@ async def test_why_a_job_waits_and_when_it_finishes_on_a_running_cluster(cluster
         heard = re.search(r"(\d+(?:\.\d)?) s ago", cluster.run("workers").splitlines()[-1])
         return float(heard.group(1)) if heard is not None else None
 
-    seen: list[float] = []
-    await eventually(lambda: seen.append(heard_s()) or seen[-1] is not None, timeout_s=30, poll_s=0.5)  # type: ignore[func-returns-value]
-    assert seen[-1] < 15, seen  # type: ignore[operator]
+    seen: list[float | None] = []
+
+    def heard() -> bool:
+        seen.append(heard_s())
+        return seen[-1] is not None
+
+    await eventually(heard, timeout_s=30, poll_s=0.5)
+    assert seen[-1] is not None and seen[-1] < 15, seen
