@@ -36,7 +36,7 @@ demo: install
 broker:
 	@scripts/ensure-broker
 
-# The `prometheus` binary tests/deploy/test_prometheus.py runs against the services (installed from
+# The `prometheus` binary tests/e2e/test_prometheus.py runs against the services (installed from
 # Debian's package when missing; under `make test` its absence fails that test, never skips it).
 prometheus:
 	@scripts/ensure-prometheus
