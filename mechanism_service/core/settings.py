@@ -24,6 +24,7 @@ AGNOSTIC_POLICIES = frozenset(
         "finish_time_fairness",
         "min_total_duration",
         "max_min_fairness_water_filling",
+        "srtf",  # not one of Gavel's: agnostic all the same
     }
 )
 # Policies that schedule packed pairs (Gavel: "Packing" in the class name).

@@ -1,6 +1,7 @@
 """Every policy, registered under Gavel's names (utils.get_available_policies at commit c4fa400,
-plus ``proportional``). Each name binds parameters of a family constructor; ``make_policy``
-accepts overrides (``make_policy("max_min_fairness_perf", solver="ECOS", grouping=False)``).
+plus ``proportional``), and schedulers of other papers (``srtf``, ``srtf_perf``). Each name
+binds parameters of a family constructor; ``make_policy`` accepts overrides
+(``make_policy("max_min_fairness_perf", solver="ECOS", grouping=False)``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from policy_service.core.gandiva import gandiva
 from policy_service.core.isolated import isolated, proportional
 from policy_service.core.makespan import min_total_duration
 from policy_service.core.registry import Policy, Registry
+from policy_service.core.srtf import srtf
 from policy_service.core.throughput import max_sum_throughput
 from policy_service.core.waterfilling import water_filling
 
@@ -49,6 +51,8 @@ def default_registry() -> Registry:
     add("proportional", proportional, summary="equal share of every type's time, scaled to fit")
     add("gandiva", gandiva, summary="Gandiva: random packing when oversubscribed, equal shares")
     add("allox", allox, summary="AlloX: minimum sum of completion times by assignment")
+    add("srtf", srtf, heterogeneity_aware=False, summary="shortest remaining time first, heterogeneity-agnostic")
+    add("srtf_perf", srtf, summary="shortest remaining time first, heterogeneity-aware")
     return registry
 
 

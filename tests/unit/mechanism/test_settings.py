@@ -23,6 +23,8 @@ from mechanism_service.core.settings import MechanismSettings, default_preset, g
         ("max_sum_throughput_perf", False, False, False),
         ("gandiva", True, False, False),  # Gandiva_Packing
         ("allox", False, False, False),  # AlloX_Perf
+        ("srtf", False, False, True),  # not Gavel's: agnostic, as its agnostic policies
+        ("srtf_perf", False, False, False),
     ],
 )
 def test_the_policy_name_sets_packing_fifos_rule_and_the_shuffle(
