@@ -16,7 +16,7 @@ deduplicated (or refused as a conflict); afterwards the id is unknown, and free 
 are.
 
 ``KEEP_ALL`` is a MechanismService's default (tests and benches that read its memory); `gavel
-serve mechanism` keeps ``LIVE`` unless its flags say otherwise (services/cli/serve_cmd.py turns
+serve mechanism` keeps ``LIVE`` unless its flags say otherwise (services/cli/serve_build.py turns
 their wall seconds into the mechanism's); the simulator forgets everything that is over into an
 archive its results read (sim.driver.SIM_RETENTION, sim/archive.py).
 """
