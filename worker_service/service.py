@@ -17,6 +17,11 @@ A lease, as the shell runs it (the decisions are worker_service/core.py's):
    exit), SIGKILL after ``kill_grace_s``.
 5. A process that fails is reported as crashed, with its exit code and the tail of its output,
    and its lease ends.
+
+The lease bookkeeping (a run's record, each lease reported once, a repeated command answered with
+its reports) is worker_service/leases.py's, a gang's rendezvous worker_service/rendezvous.py's and
+serving job logs worker_service/log_desk.py's; this shell owns the bus, the commands and the job
+processes.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -38,7 +42,6 @@ from common.metrics import CollectorRegistry, WorkerMetrics
 from common.messages import (
     ExtendLease,
     GangRendezvous,
-    JobProgress,
     KillJobs,
     RoundStarted,
     RunJobs,
@@ -49,56 +52,17 @@ from common.messages import (
     WorkerRegistered,
 )
 from worker_service import core, logbook, processes
-from worker_service.core import Launch, LeaseTerms, Observed, Rendezvous, WorkerConfig
+from worker_service.core import Launch, LeaseTerms, Rendezvous, WorkerConfig
 from worker_service.job_logs import AttemptLog, LogStore
+from worker_service.leases import JobRun, LeaseReports
 from worker_service.log_desk import LogDesk
 from worker_service.logbook import LogLimits
-from worker_service.processes import JobProcess
-from worker_service.training import read_json, write_json_atomic
+from worker_service.rendezvous import GangMeeting
+from worker_service.training import write_json_atomic
 
 log = structlog.get_logger("gavel.worker")
 
 WATCH_EVERY_S = 0.05  # how often a job's progress file and process are looked at (a paused job waits this long at most)
-REPORTS_KEPT_ROUNDS = 3  # a command repeated within this many rounds gets its report again
-STOP_SIGNALS = (-15, -9)  # a process we stopped that died of these was killed, not crashed
-SEEN_LEASES_KEPT = 4096  # leases remembered as seen (repeats come within a round or two)
-
-
-@dataclass
-class JobRun:
-    """One job on this worker: its processes (one per local rank) and the lease they run under."""
-
-    job_id: str
-    job_type: str
-    gpu_ids: tuple[int, ...]
-    procs: list[JobProcess]
-    terms: LeaseTerms
-    received_unix_s: float
-    reports: bool  # rank 0 is here: this worker reports the job's leases
-    packed_with: tuple[str, ...] = ()  # the other job on the same GPUs under the current lease
-    killed: bool = False
-    stopping: bool = False
-    reported: set[str] = field(default_factory=set)  # lease ids
-    task: asyncio.Task[None] | None = None
-    output: AttemptLog | None = None  # this attempt's output (gavel logs)
-    outcome: str = ""  # its last lease's, as reported
-    stop_reason: str = ""  # why the worker stopped it, if it did
-
-    @property
-    def lease_id(self) -> str:
-        return self.terms.lease_id
-
-    @property
-    def lead(self) -> JobProcess:
-        """The process whose progress is the job's (rank 0 when it is here)."""
-        return next((p for p in self.procs if p.launch.reports), self.procs[0])
-
-    def progress(self) -> Mapping[str, object]:
-        return read_json(Path(self.lead.launch.progress_file)) or {}
-
-    def write_terms(self) -> None:
-        for p in self.procs:
-            write_json_atomic(Path(p.launch.lease_file), self.terms.as_json())
 
 
 class WorkerService:
@@ -131,25 +95,22 @@ class WorkerService:
         self._heartbeat_s = heartbeat_s
         self._kill_grace_s = kill_grace_s
         self._hold_s = hold_s
-        self._rendezvous_timeout_s = rendezvous_timeout_s
         self._now = now_unix_s
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._newest_epoch = 0
         self._round_seen = -1  # the newest round started, and its jobs here (a lease of an earlier one is stale)
         self._continuing: set[str] = set()
         self._runs: dict[str, JobRun] = {}  # job id -> run
-        self._reports: dict[str, list[JobProgress]] = {}  # lease id -> reports sent
-        self._seen_leases: dict[str, int] = {}  # lease id -> its round (a repeat is answered, not run)
-        self._rendezvous: dict[str, Rendezvous] = {}
-        self._rendezvous_waiters: dict[str, asyncio.Future[Rendezvous]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._bus: Bus | None = None
         self._log = log.bind(worker_id=config.worker_id, accelerator_type=config.accelerator_type)
+        self._leases = LeaseReports(config, self.metrics, now_unix_s, self._log)
+        self._gang = GangMeeting(config, rendezvous_timeout_s)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, bus: Bus) -> None:
-        self._bus = bus
+        self._bus = self._leases.bus = self._gang.bus = bus
         for directory in (self.config.run_dir, self.config.checkpoint_dir, self.config.work_dir):
             Path(directory).mkdir(parents=True, exist_ok=True)
         await self._claim_id(bus)
@@ -227,7 +188,7 @@ class WorkerService:
             await self._on_round_started(message)
             return
         if isinstance(message, GangRendezvous):
-            self._on_rendezvous(message)
+            self._gang.heard(message)
             return
         epoch = getattr(message, "epoch", 0)
         if core.stale_epoch(epoch, self._newest_epoch):
@@ -247,17 +208,8 @@ class WorkerService:
             await self._on_lease(message)
 
     async def _on_lease(self, command: RunJobs | ExtendLease) -> None:
-        if command.lease_id in self._seen_leases:
-            # Seen before (redelivered, or republished by a restarted mechanism): its report again.
-            assert self._bus is not None
-            for report in self._reports.get(command.lease_id, []):
-                await self._bus.publish(report, mandatory=False)
-            return
-        self._seen_leases[command.lease_id] = command.round_id
-        if len(self._seen_leases) > SEEN_LEASES_KEPT:  # a long-lived worker: forget the oldest
-            oldest = sorted(self._seen_leases, key=self._seen_leases.__getitem__)[: SEEN_LEASES_KEPT // 2]
-            for lease_id in oldest:
-                del self._seen_leases[lease_id]
+        if await self._leases.seen_before(command):
+            return  # seen before (redelivered, or republished by a restarted mechanism): its reports went again
         received_unix_s = self._now()
         if isinstance(command, ExtendLease):
             running = [self._runs.get(j) for j in command.job_ids]
@@ -265,7 +217,7 @@ class WorkerService:
                 for index, run in enumerate(running):
                     assert run is not None
                     # the lease before, if its pause was not reported yet (the process runs: no exit)
-                    await self._maybe_report(run, run.progress(), [], all_exited=False)
+                    await self._leases.maybe_report(run, run.progress(), [], all_exited=False)
                     run.terms = core.lease_terms(command, index, received_unix_s)
                     run.packed_with = core.packed_with(command, run.job_id)
                     run.received_unix_s = received_unix_s
@@ -284,10 +236,10 @@ class WorkerService:
         rendezvous: Rendezvous | None = None
         try:
             if core.needs_rendezvous(command):
-                rendezvous = await self._gang_rendezvous(command)
+                rendezvous = await self._gang.meet(command)
             launches = core.launches(self.config, command, received_unix_s, rendezvous, self._base_env)
         except Exception as e:  # noqa: BLE001 - reported as the lease's failure
-            await self._report_failure(command, received_unix_s, f"could not start: {e}")
+            await self._leases.failure(command, received_unix_s, f"could not start: {e}")
             return
         by_job: dict[str, list[Launch]] = {}
         for launch in launches:
@@ -314,7 +266,7 @@ class WorkerService:
                     await p.stop(0.0)
                 self._runs.pop(job_id, None)
                 await asyncio.to_thread(self._logs.end, run.output, f"could not start: {e}")
-                await self._report_failure(command, received_unix_s, f"could not start {core.describe_argv(job_launches[0].argv)!r}: {e}", only=job_id)
+                await self._leases.failure(command, received_unix_s, f"could not start {core.describe_argv(job_launches[0].argv)!r}: {e}", only=job_id)
                 continue
             self._log.info(
                 "job_started", job_id=job_id, lease_id=command.lease_id, round_id=command.round_id, gpu_ids=list(gpu_ids),
@@ -336,54 +288,6 @@ class WorkerService:
     def _output(attempt: AttemptLog, launch: Launch, gang: bool):  # noqa: ANN205
         rank = launch.rank if gang else None  # a gang's lines say their rank
         return lambda data: attempt.write(logbook.mark_lines(data, rank))
-
-    async def _report_failure(self, command: RunJobs | ExtendLease, received_unix_s: float, error: str, only: str = "") -> None:
-        self._log.error("job_start_failed", lease_id=command.lease_id, error=error)
-        leader = core.is_gang_leader(command, self.config.worker_id)
-        for job_id in command.job_ids:
-            if only and job_id != only:
-                continue
-            if leader:
-                await self._publish_report(JobProgress(
-                    job_id=job_id, worker_id=self.config.worker_id, lease_id=command.lease_id, round_id=command.round_id,
-                    steps_done=0, elapsed_s=self._now() - received_unix_s, throughput_steps_per_s=0.0,
-                    outcome="crashed", exit_code=None, error=error,
-                    accelerator_type=self.config.accelerator_type, packed_with=core.packed_with(command, job_id),
-                ))
-
-    async def _gang_rendezvous(self, command: RunJobs | ExtendLease) -> Rendezvous:
-        """The gang's first worker picks a port and tells the others; they wait for it."""
-        if core.is_gang_leader(command, self.config.worker_id):
-            rendezvous = Rendezvous(self.config.advertise_host, free_port())
-            assert self._bus is not None
-            for peer in command.gang_workers[1:]:
-                await self._bus.publish(GangRendezvous(
-                    peer, command.lease_id, command.round_id, command.epoch, rendezvous.master_addr,
-                    rendezvous.master_port, from_worker=self.config.worker_id,
-                ))
-            return rendezvous
-        known = self._rendezvous.pop(command.lease_id, None)
-        if known is not None:
-            return known
-        waiter = self._rendezvous_waiters.setdefault(command.lease_id, asyncio.get_running_loop().create_future())
-        try:
-            return await asyncio.wait_for(waiter, self._rendezvous_timeout_s)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"no rendezvous from {command.gang_workers[0]} within {self._rendezvous_timeout_s:g} s"
-            ) from None
-        finally:
-            self._rendezvous_waiters.pop(command.lease_id, None)
-
-    def _on_rendezvous(self, message: GangRendezvous) -> None:
-        rendezvous = Rendezvous(message.master_addr, message.master_port)
-        waiter = self._rendezvous_waiters.get(message.lease_id)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(rendezvous)
-        else:
-            self._rendezvous[message.lease_id] = rendezvous
-            if len(self._rendezvous) > 1024:  # never claimed: forget the oldest
-                self._rendezvous.pop(next(iter(self._rendezvous)))
 
     async def _on_round_started(self, started: RoundStarted) -> None:
         """A job paused here that the new round does not continue here is told to stop (it has
@@ -455,7 +359,7 @@ class WorkerService:
                     # A rank failed: the others would wait for it in a collective for ever.
                     self._spawn(self._stop_run(run, f"rank {failed[0].launch.rank} failed"))
                 progress = run.progress()  # read once per look: the report and the hold both use it
-                await self._maybe_report(run, progress, failed, all_exited=len(exited) == len(run.procs))
+                await self._leases.maybe_report(run, progress, failed, all_exited=len(exited) == len(run.procs))
                 if len(exited) == len(run.procs):
                     break
                 if progress.get("state") == "paused" and progress.get("lease_id") == run.lease_id:
@@ -474,52 +378,3 @@ class WorkerService:
                 ended = logbook.ending(outcome=run.outcome, exit_codes=[p.exit_code for p in run.procs], stop_reason=run.stop_reason)
                 run.output.close()  # here, where its writes happen; the rest in a thread
                 await asyncio.to_thread(self._logs.end, run.output, ended)
-
-    async def _maybe_report(
-        self, run: JobRun, progress: Mapping[str, object], failed: list[JobProcess], *, all_exited: bool
-    ) -> None:
-        if run.lease_id in run.reported:
-            return
-        culprit = failed[0] if failed and not run.killed else run.lead
-        exit_code = culprit.exit_code if (failed or all_exited) else None
-        seen = Observed(
-            progress=progress,
-            exit_code=exit_code,
-            output_tail=culprit.output_tail(core.OUTPUT_TAIL_CHARS) if exit_code is not None else "",
-            # stopped by us, it died of our signal (before its handler, while it started): killed
-            killed=run.killed or (run.stopping and all(p.exit_code in STOP_SIGNALS for p in failed)),
-        )
-        report = core.lease_report(
-            job_id=run.job_id, worker_id=self.config.worker_id, lease_id=run.lease_id, round_id=run.terms.round_id,
-            seen=seen, elapsed_s=self._now() - run.received_unix_s,
-            accelerator_type=self.config.accelerator_type, packed_with=run.packed_with,
-        )
-        if report is None:
-            return
-        run.reported.add(run.lease_id)
-        run.outcome = report.outcome
-        if report.outcome == "crashed":
-            self._log.error("job_crashed", job_id=run.job_id, lease_id=run.lease_id, exit_code=report.exit_code, error=core.last_line(report.error))
-        if run.reports:
-            await self._publish_report(report)
-
-    async def _publish_report(self, report: JobProgress) -> None:
-        assert self._bus is not None
-        self._reports.setdefault(report.lease_id, []).append(report)
-        # Forget reports of leases older than a few rounds: no mechanism repeats those commands.
-        stale = [lid for lid, rs in self._reports.items() if rs and rs[0].round_id < report.round_id - REPORTS_KEPT_ROUNDS]
-        for lease_id in stale:
-            del self._reports[lease_id]
-        await self._bus.publish(report)
-        self.metrics.lease_ended(report.worker_id, report.outcome)
-        self._log.info(
-            "lease_reported", job_id=report.job_id, lease_id=report.lease_id, steps=report.steps_done,
-            outcome=report.outcome, steps_per_s=round(report.throughput_steps_per_s, 3), startup_s=round(report.startup_s, 2),
-        )
-
-
-def free_port() -> int:
-    """A TCP port free now (the gang's rank 0 binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
