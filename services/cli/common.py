@@ -9,10 +9,14 @@ import pathlib
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from common.errors import CommandFailed, ProblemError
 from common.throughputs import ThroughputTable, throughput_table_from_json
+
+if TYPE_CHECKING:
+    from common.bus import Bus
+    from common.config import Settings
 
 # -- flag types: refused at parse time, naming the flag (argparse puts the flag before the message)
 
@@ -109,3 +113,19 @@ def load_table(path: str | None, flag: str = "--throughputs") -> ThroughputTable
         raise CommandFailed(f"{flag}: {path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})", exit_code=2) from None
     except ProblemError as e:
         raise CommandFailed(f"{flag}: {path}: {e}", exit_code=2) from None
+
+
+async def open_bus(settings: Settings, amqp: str | None) -> Bus:
+    """The broker the cluster runs on (GAVEL_AMQP_URL, or ``--amqp``), connected: what every
+    command that talks to a running cluster asks it over."""
+    import dataclasses  # noqa: PLC0415
+
+    from common.config import BusSettings  # noqa: PLC0415 - the bus stack only when asking (see services/cli/__init__.py)
+    from common.transport import make_bus  # noqa: PLC0415
+
+    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
+    if amqp:
+        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
+    bus = make_bus(bus_settings, source="gavel-cli")
+    await bus.start()
+    return bus

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 import uuid
 from typing import TYPE_CHECKING
 
-from services.cli.common import CommandFailed, positive_int, positive_number
+from services.cli.common import CommandFailed, open_bus, positive_int, positive_number
 
 if TYPE_CHECKING:
     from common.bus import Bus, Delivery
@@ -57,20 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run_logs(args: argparse.Namespace, settings: Settings) -> int:
-    from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
     from common.errors import JobFieldError
     from common.job_checks import check_name
-    from common.transport import make_bus
 
     try:
         check_name(args.job_id, "JOB")
     except JobFieldError as e:
         raise CommandFailed(str(e), exit_code=2) from None
-    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
-    if args.amqp:
-        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": args.amqp}).amqp_url)
-    bus = make_bus(bus_settings, source="gavel-cli")
-    await bus.start()
+    bus = await open_bus(settings, args.amqp)
     try:
         return await show_logs(bus, args.job_id, follow=args.follow, tail=args.tail or 0, wait_s=args.wait_s)
     finally:

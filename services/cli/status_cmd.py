@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from services.cli.common import CommandFailed, positive_number, print_json, print_lines, print_table
+from services.cli.common import CommandFailed, open_bus, positive_number, print_json, print_lines, print_table
 from services.cli.times import ClockView, duration, readable
 
 if TYPE_CHECKING:
@@ -43,18 +43,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def ask(settings: Settings, query: str, *, job_id: str = "", amqp: str | None = None, timeout_s: float = 5.0) -> object:
-    from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
-    from common.transport import make_bus
-
-    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
-    if amqp:
-        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
-    bus = make_bus(bus_settings, source="gavel-cli")
-    await bus.start()
+    bus = await open_bus(settings, amqp)
     try:
         return await ask_on(bus, query, job_id=job_id, timeout_s=timeout_s)
     finally:
         await bus.close()
+
+
+async def ask_with_clock(settings: Settings, query: str, *, amqp: str | None, timeout_s: float) -> tuple[object, object]:
+    """A list answer (jobs, workers: no room for the clock in it) and the mechanism's clock, asked
+    together over one connection and one reply queue."""
+    from services.cli.watching import Asker
+
+    bus = await open_bus(settings, amqp)
+    try:
+        async with Asker(bus) as asker:
+            answers = await asker.ask({"answer": (query, "", 0), "clock": ("clock", "", 0)}, timeout_s)
+    finally:
+        await bus.close()
+    return answers["answer"], answers["clock"]
 
 
 async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5.0) -> object:
@@ -78,19 +85,20 @@ async def ask_on(bus: Bus, query: str, *, job_id: str = "", timeout_s: float = 5
 
 
 async def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    answer = await ask(settings, args.query, job_id=getattr(args, "job_id", ""), amqp=args.amqp, timeout_s=args.timeout_s)
+    # the mechanism's clock, to show its times as dates and wall durations: in a dict answer, else
+    # asked for beside it (a list has no room for it); None from an older mechanism: its seconds
+    # as they come
+    clock_block: object = None
+    if args.query in ("jobs", "workers") and not args.json:
+        answer, clock_block = await ask_with_clock(settings, args.query, amqp=args.amqp, timeout_s=args.timeout_s)
+    else:
+        answer = await ask(settings, args.query, job_id=getattr(args, "job_id", ""), amqp=args.amqp, timeout_s=args.timeout_s)
     if isinstance(answer, dict) and "error" in answer:
         raise CommandFailed(str(answer["error"]))
     if args.json:
         print_json(answer)
         return 0
-    # the mechanism's clock, to show its times as dates and wall durations: in a dict answer, else
-    # asked for apart (a list has no room for it); None from an older mechanism: its seconds as
-    # they come
-    if isinstance(answer, dict):
-        clock = ClockView.of(answer.get("clock"))
-    else:
-        clock = ClockView.of(await ask(settings, "clock", amqp=args.amqp, timeout_s=args.timeout_s)) if answer else None
+    clock = ClockView.of(answer.get("clock") if isinstance(answer, dict) else clock_block)
     if args.query == "jobs":
         assert isinstance(answer, list)
         print_jobs(answer, clock)

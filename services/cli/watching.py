@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import re
 import signal
@@ -21,11 +20,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
-from services.cli.common import CommandFailed
+from services.cli.common import CommandFailed, open_bus  # noqa: F401 - open_bus: what events and top connect with
 
 if TYPE_CHECKING:
     from common.bus import Bus, Subscription
-    from common.config import Settings
     from common.messages import ClusterEvent
     from services.cli.times import ClockView
 
@@ -39,19 +37,6 @@ def since_seconds(raw: str) -> float:
     if found is None:
         raise argparse.ArgumentTypeError(f"must be a duration like 90s, 10m, 2h or 1d, got {raw!r}")
     return float(found.group(1)) * _UNIT_S[found.group(2)]
-
-
-async def open_bus(settings: Settings, amqp: str | None) -> Bus:
-    """The broker the cluster runs on (GAVEL_AMQP_URL, or ``--amqp``), connected."""
-    from common.config import BusSettings  # the bus stack only when asking (see services/cli/__init__.py)
-    from common.transport import make_bus
-
-    bus_settings = dataclasses.replace(settings.bus, kind="amqp")
-    if amqp:
-        bus_settings = dataclasses.replace(bus_settings, amqp_url=BusSettings.from_env({"GAVEL_AMQP_URL": amqp}).amqp_url)
-    bus = make_bus(bus_settings, source="gavel-cli")
-    await bus.start()
-    return bus
 
 
 class Asker:
