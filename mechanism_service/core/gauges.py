@@ -47,10 +47,10 @@ def read(memory: Memory, now_s: float) -> Gauges:
     jobs["cancelled"] = len(obs.cancelled)
     allocated: dict[str, float] = {}
     busy: dict[str, int] = {}
+    codes = why.reason_codes(memory)  # once: the states below and the pending reasons read it
     if state is not None:
         for job in state.completed:
             jobs["completed" if job.steps_remaining <= 0 else "failed"] += 1
-        codes = why.reason_codes(memory)
         for job in state.jobs.values():
             code = codes.get(job.job_id)
             if code == why.CANCELLING:
@@ -79,7 +79,7 @@ def read(memory: Memory, now_s: float) -> Gauges:
     solved_at_s = obs.allocation_solved_at_s
     return Gauges(
         jobs=jobs,
-        pending=why.pending_counts(memory),
+        pending=why.pending_counts(memory, codes),
         gpus=gpus,
         allocated_gpus=allocated,
         allocation_age_s=None if solved_at_s is None else max(now_s - solved_at_s, 0.0),

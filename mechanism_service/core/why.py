@@ -137,11 +137,11 @@ def reason_codes(memory: Memory) -> dict[str, str]:
     return codes
 
 
-def pending_counts(memory: Memory) -> dict[str, int]:
+def pending_counts(memory: Memory, codes: Mapping[str, str] | None = None) -> dict[str, int]:
     """Jobs not running, per reason code: every job but those Running, Profiling, and Cancelling
     while their last lease runs out. A Retrying job counts: its lease crashed, and it waits for
-    the next round to be tried again."""
-    codes = reason_codes(memory)
+    the next round to be tried again. ``codes``: reason_codes(memory), when the caller has them."""
+    codes = reason_codes(memory) if codes is None else codes
     state = memory.state
     running = {state.jobs[i].job_id for entry in state.previous_assignment for i in entry if i in state.jobs} if state else set()
     counts = collections.Counter(
