@@ -29,6 +29,9 @@
     │                          file, line and column (or field)
     ├── JournalError           the mechanism's journal cannot be opened (a directory, not SQLite,
     │                          another application's database, a directory that cannot be made)
+    ├── PluginError            a plug-in (policy, placement, admission) that cannot be loaded or
+    │                          used: unknown name, import error, missing attribute, wrong
+    │                          signature, or one that raised; names the kind and the plug-in
     ├── ServiceError           a service cannot start or keeps failing; names the service
     └── WorkloadError          (worker_service.workloads, also a ValueError) a catalog workload
         ├── UnknownWorkloadError  a job type the catalog has no workload for; lists the families
@@ -213,6 +216,20 @@ class TraceError(GavelError):
 
 class JournalError(GavelError):
     """The mechanism's journal cannot be opened or is not a journal. The message names the file."""
+
+
+class PluginError(GavelError):
+    """A plug-in that cannot be loaded or used (common/plugins.py). ``str(e)`` reads
+    ``<kind> plug-in '<spec>': <reason>``, one line; the parts are kept as attributes."""
+
+    def __init__(self, kind: str, spec: str, reason: str) -> None:
+        super().__init__(f"{kind} plug-in {spec!r}: {reason}")
+        self.kind = kind
+        self.spec = spec
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses process boundaries (sweep workers)
+        return (type(self), (self.kind, self.spec, self.reason))
 
 
 class ServiceError(GavelError):
