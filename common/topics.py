@@ -36,6 +36,9 @@ from common.messages import (
     StatusReported,
     StatusRequested,
     SubmissionsSealed,
+    SweepCellFinished,
+    SweepCellRequested,
+    SweepCellStarted,
     ThroughputEstimated,
     WorkerFenced,
     WorkerRefused,
@@ -74,6 +77,9 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     ClusterEvent,
     LogsRequested,
     LogsReported,
+    SweepCellRequested,
+    SweepCellStarted,
+    SweepCellFinished,
 )
 
 #: The policy replicas' shared request queue (below the exchange). Named here because the

@@ -29,6 +29,7 @@ from common.messages.leases import ExtendLease, GangRendezvous, KillJobs, RunJob
 from common.messages.logs import LogsReported, LogsRequested, attempt_key
 from common.messages.rounds import Assignment, RoundEnded, RoundStarted
 from common.messages.status import StatusReported, StatusRequested
+from common.messages.sweep import SweepCellFinished, SweepCellRequested, SweepCellStarted
 from common.messages.throughput import (
     ColocationEstimate,
     JobThroughput,
@@ -80,6 +81,9 @@ __all__ = [
     "StatusRequested",
     "StragglerFlag",
     "SubmissionsSealed",
+    "SweepCellFinished",
+    "SweepCellRequested",
+    "SweepCellStarted",
     "ThroughputEstimated",
     "WorkerFenced",
     "WorkerRefused",
