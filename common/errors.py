@@ -29,6 +29,8 @@
     │                          file, line and column (or field)
     ├── JournalError           the mechanism's journal cannot be opened (a directory, not SQLite,
     │                          another application's database, a directory that cannot be made)
+    │   └── ReplayError        a journal that cannot be replayed (`gavel whatif`): no finished
+    │                          job, no worker, nothing after --from; says which
     ├── PluginError            a plug-in (policy, placement, admission) that cannot be loaded or
     │                          used: unknown name, import error, missing attribute, wrong
     │                          signature, or one that raised; names the kind and the plug-in
@@ -216,6 +218,11 @@ class TraceError(GavelError):
 
 class JournalError(GavelError):
     """The mechanism's journal cannot be opened or is not a journal. The message names the file."""
+
+
+class ReplayError(JournalError):
+    """A journal that is readable but cannot be replayed through the simulator (sim/whatif): the
+    message says what it lacks (a finished job, a worker, a job after ``--from``)."""
 
 
 class PluginError(GavelError):
