@@ -117,9 +117,9 @@ def _load_entry_point(kind: str, spec: str, point: EntryPoint) -> object:
     try:
         return point.load()
     except AttributeError as error:
-        raise PluginError(kind, spec, f"entry point {point.value!r}: {_one_line(error)}") from None
+        raise PluginError(kind, spec, f"entry point {point.value!r}: {one_line(error)}") from None
     except Exception as error:  # noqa: BLE001 - any exception at import is the plug-in's fault, named
-        raise PluginError(kind, spec, f"entry point {point.value!r} does not import: {_one_line(error)}") from None
+        raise PluginError(kind, spec, f"entry point {point.value!r} does not import: {one_line(error)}") from None
 
 
 def _load_reference(kind: str, spec: str) -> object:
@@ -129,7 +129,7 @@ def _load_reference(kind: str, spec: str) -> object:
     try:
         target: object = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - a module's import may raise anything; say what
-        raise PluginError(kind, spec, f"module {module_name!r} does not import: {_one_line(error)}") from None
+        raise PluginError(kind, spec, f"module {module_name!r} does not import: {one_line(error)}") from None
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise PluginError(kind, spec, f"module {module_name!r} has no attribute {attribute!r}")
@@ -137,6 +137,7 @@ def _load_reference(kind: str, spec: str) -> object:
     return target
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and the first line of its text."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

@@ -42,8 +42,10 @@ from policy_service.core import (
 from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
+from policy_service.core.registry import instantiate
 from policy_service.core.formulation import solver_unavailable
 from policy_service.core.admitted import AdmittedJobs
+from policy_service.plugins import allocate, is_builtin, make_plugin, policy_entry
 
 # Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
 # numbers: per-job (and per-job-pair) variables solved with ECOS, makespan by bisection, Gavel's
@@ -71,6 +73,10 @@ class SolveContext:
 
     table: ThroughputTable | None = None
     prices_per_hour: Mapping[str, float] | None = None
+    # Policy plug-ins (module:Name specs) this replica was started with, besides the built-ins and
+    # the installed entry points (policy_service/plugins.py): specs, not objects, so a context
+    # sent to a worker process resolves them there.
+    plugins: tuple[str, ...] = ()
 
 
 def problem_from_message(
@@ -142,28 +148,29 @@ def _admitted_jobs(jobs: tuple[PolicyJob, ...]) -> AdmittedJobs | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _accepted_parameters(name: str) -> frozenset[str]:
-    return frozenset(inspect.signature(REGISTRY.entry(name).factory).parameters)
+def _accepted_parameters(name: str, served: tuple[str, ...] = ()) -> frozenset[str]:
+    return frozenset(inspect.signature(policy_entry(name, served).factory).parameters)
 
 
-def policy_for(request: AllocationRequested) -> Policy:
-    """The registered policy with the request's preset, solver and seed applied."""
+def policy_for(request: AllocationRequested, served: tuple[str, ...] = ()) -> Policy:
+    """The policy the request names (a built-in, an installed plug-in or one of ``served``:
+    policy_service/plugins.py) with the request's preset, solver and seed applied."""
     if request.preset not in PRESET_PARAMETERS:
         raise ProblemError(f"preset: unknown preset {request.preset!r} (known: {', '.join(PRESET_PARAMETERS)})")
-    REGISTRY.entry(request.policy)  # UnknownPolicyError lists the known names
-    accepted = _accepted_parameters(request.policy)
+    policy_entry(request.policy, served)  # UnknownPolicyError lists the known names; PluginError
+    accepted = _accepted_parameters(request.policy, served)
     if request.seed is not None and ("rng" in accepted or "seed" in accepted):
-        return _new_policy(request.policy, request.preset, request.solver, request.seed)
-    return _shared_policy(request.policy, request.preset, request.solver)
+        return _new_policy(request.policy, request.preset, request.solver, request.seed, served)
+    return _shared_policy(request.policy, request.preset, request.solver, served)
 
 
 @functools.lru_cache(maxsize=256)
-def _shared_policy(name: str, preset: str, solver: str | None) -> Policy:
+def _shared_policy(name: str, preset: str, solver: str | None, served: tuple[str, ...] = ()) -> Policy:
     """One policy object per (name, preset, solver) for the policies that draw no random numbers.
     Policies are pure (policy_service/core/registry.py): the same problem gets the same answer
     from any object, so a new one per request only repeated the constructor's checks of its
     parameters against the family's signature (0.2 ms of a 4.7 ms answer: bench/answer_path.py)."""
-    return _new_policy(name, preset, solver, None)
+    return _new_policy(name, preset, solver, None, served)
 
 
 @functools.lru_cache(maxsize=256)
@@ -178,9 +185,9 @@ def reads_previous(name: str, preset: str = "default", solver: str | None = None
     return bool(getattr(policy, "reads_previous", True))
 
 
-def _new_policy(name: str, preset: str, solver: str | None, seed: int | None) -> Policy:
-    entry = REGISTRY.entry(name)
-    accepted = _accepted_parameters(name)
+def _new_policy(name: str, preset: str, solver: str | None, seed: int | None, served: tuple[str, ...] = ()) -> Policy:
+    entry = policy_entry(name, served)
+    accepted = _accepted_parameters(name, served)
     overrides: dict[str, object] = {
         k: v for k, v in PRESET_PARAMETERS[preset].items() if k in accepted and k not in entry.bound
     }
@@ -190,7 +197,7 @@ def _new_policy(name: str, preset: str, solver: str | None, seed: int | None) ->
         overrides["rng"] = np.random.default_rng(seed)
     if seed is not None and "seed" in accepted:
         overrides["seed"] = seed
-    return REGISTRY.create(name, **overrides)
+    return instantiate(entry, **overrides) if is_builtin(name) else make_plugin(entry, overrides)
 
 
 def solver_unavailable_for(name: str, preset: str, solver: str | None = None) -> str | None:
@@ -198,8 +205,9 @@ def solver_unavailable_for(name: str, preset: str, solver: str | None = None) ->
     it would use is not installed (preset "gavel" solves with ECOS, an optional package), with
     what to install; None when it can, or when it takes no solver. Asked before a run starts: a
     missing solver otherwise fails every solve, and a simulation ends saying its jobs can never
-    be scheduled. Never loads cvxpy for the default solver."""
-    if "solver" not in _accepted_parameters(name):
+    be scheduled. Never loads cvxpy for the default solver. A plug-in's solver is its own
+    business: None."""
+    if not is_builtin(name) or "solver" not in _accepted_parameters(name):
         return None
     # as _new_policy chooses: the request's solver, else the one the name binds, else the preset's
     bound = REGISTRY.entry(name).bound
@@ -269,9 +277,9 @@ def answer(
     path), whose jobs passed the same field checks at admission; the service, which reads
     requests off the bus, never sets it (validation.build_problem)."""
     try:
-        policy = policy_for(request)
+        policy = policy_for(request, context.plugins)
         problem = problem_from_message(request.problem, context, request.policy_state, admitted=admitted)
-        allocation = policy.allocate(problem)
+        allocation = allocate(policy, problem, request.policy)
         return computed_message(
             request.request_id, allocation,
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
@@ -316,7 +324,7 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
     """answer(admitted=True) for an AdmittedRequest: the same problem (build_problem with the
     arguments problem_from_message passes for such a request), policy and allocation."""
     try:
-        policy = policy_for(request)  # type: ignore[arg-type]  # reads policy, preset, solver, seed
+        policy = policy_for(request, context.plugins)  # type: ignore[arg-type]  # reads policy, preset, solver, seed
         problem = build_problem(
             request.worker_types,
             request.jobs,
@@ -330,7 +338,7 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
             policy_state=request.policy_state or None,
             admitted=True,
         )
-        allocation = policy.allocate(problem)
+        allocation = allocate(policy, problem, request.policy)
         return AdmittedAnswer(
             fractions=dict(entry_fractions(allocation)),
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),

@@ -47,10 +47,10 @@ class PolicyMetrics:
     """docs/metrics.md, "Policy". A request's policy is a label only when it is a policy this
     service knows: a request is any publisher's, and a label set must stay bounded."""
 
-    def __init__(self, registry: CollectorRegistry | None) -> None:
+    def __init__(self, registry: CollectorRegistry | None, plugins: tuple[str, ...] = ()) -> None:
         r = registry_or_private(registry)
         build_info(r, "policy")  # "policy" whatever the replica's name: one series per kind of service
-        self._known = frozenset(policy_names())
+        self._known = frozenset(policy_names()) | frozenset(plugins)  # the plug-ins it was started with
         self.solve_duration = Histogram(
             "gavel_policy_solve_duration_seconds", "wall time of a solve", ("policy",), buckets=SOLVE_BUCKETS_S, registry=r
         )
@@ -95,9 +95,9 @@ class PolicyService:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.name = name
-        self.metrics = PolicyMetrics(registry)
-        self._clock = clock
         self._context = context if context is not None else shipped_context()
+        self.metrics = PolicyMetrics(registry, self._context.plugins)
+        self._clock = clock
         self._solving = solving
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._bus: Bus | None = None

@@ -64,14 +64,7 @@ class Registry:
     def create(self, name: str, **params: object) -> Policy:
         """The policy registered as ``name``; ``params`` override or extend the bound ones
         (e.g. ``solver="ECOS"``, ``grouping=False``, ``rng=np.random.default_rng(0)``)."""
-        entry = self.entry(name)
-        arguments = {**entry.bound, **params}
-        _check_parameters(name, entry.factory, arguments)
-        try:
-            policy = entry.factory(**arguments)
-        except (TypeError, ValueError) as error:
-            raise PolicyParameterError(f"policy {name!r}: {error}") from None
-        return _named(policy, name)
+        return instantiate(self.entry(name), **params)
 
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._entries))
@@ -81,6 +74,18 @@ class Registry:
 
     def __iter__(self) -> Iterator[RegistryEntry]:
         return iter(self._entries[name] for name in self.names())
+
+
+def instantiate(entry: RegistryEntry, **params: object) -> Policy:
+    """The policy ``entry`` makes, ``params`` over its bound ones: a built-in's, or a plug-in's
+    (policy_service/plugins.py makes entries for those), named as it was asked for."""
+    arguments = {**entry.bound, **params}
+    _check_parameters(entry.name, entry.factory, arguments)
+    try:
+        policy = entry.factory(**arguments)
+    except (TypeError, ValueError) as error:
+        raise PolicyParameterError(f"policy {entry.name!r}: {error}") from None
+    return _named(policy, entry.name)
 
 
 def _check_parameters(name: str, factory: PolicyFactory, arguments: Mapping[str, object]) -> None:
