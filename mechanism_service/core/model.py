@@ -192,6 +192,10 @@ class MechanismState:
     # restore, seconds summed, and how many moves).
     stretch_rounds: dict[Entry, int] = field(default_factory=dict)
     move_costs_by_job_type: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # The seams (core/seams/), kept only when a non-default choice runs: each job's last lease
+    # (a placement strategy's "where it ran last"), and when a job left the admission queue.
+    last_placements: dict[int, Placement] = field(default_factory=dict)
+    admitted_at_s: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, JobTable):

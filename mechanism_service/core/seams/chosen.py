@@ -1,0 +1,26 @@
+"""The seams' choices a mechanism runs with, resolved once at start (mechanism_service/plugins.py
+builds them from MechanismSettings' names). ``None`` for a seam means its built-in default,
+which the round runs as its own code rather than through a call: the default schedule stays the
+same to the bit and pays nothing for the seam."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mechanism_service.core.seams.admission import AdmissionPolicy
+from mechanism_service.core.seams.launch import LaunchStrategy
+from mechanism_service.core.seams.placement import PlacementStrategy
+
+
+@dataclass(frozen=True)
+class Chosen:
+    admission: AdmissionPolicy | None = None  # None: accept_all
+    placement: PlacementStrategy | None = None  # None: consolidated (core/planning/placement.py)
+    launch: LaunchStrategy | None = None  # None: priority (the pick as it is)
+    # the specs as given (for the error lines that name a plug-in that failed)
+    admission_name: str = "accept_all"
+    placement_name: str = "consolidated"
+    launch_name: str = "priority"
+
+
+DEFAULTS = Chosen()
