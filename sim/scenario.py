@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import CommandFailed, ProblemError, TraceError
+from common.errors import CommandFailed, PluginError, ProblemError, TraceError
+from common.plugins import installed
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import preset
 from policy_service.answer import SolveContext, solver_unavailable_for
 from policy_service.core.catalog import policy_names
+from policy_service.plugins import is_builtin, load_policy
 from policy_service.service import shipped_context
 from sim.fastpath import Progress, RunConfig, simulate
 from sim.faults import FaultSpec
@@ -119,16 +121,31 @@ def parse_policies(single: str | None, several: str | None) -> tuple[str, ...] |
 
 
 def check_policies(flag: str, names: Sequence[str]) -> tuple[str, ...]:
+    """Each name a built-in, an installed plug-in or a package.module:Name, loaded here: a plug-in
+    that does not load is refused before the run, in one line naming it (docs/extending.md)."""
     known = policy_names()
     for name in names:
         if not name:
             raise bad_input(flag, "an empty policy name (known: " + ", ".join(sorted(known)) + ")")
         if name not in known:
-            raise bad_input(flag, f"unknown policy {name!r} (known: {', '.join(sorted(known))})")
+            _check_plugin(flag, name, known)
     repeated = [n for n, k in collections.Counter(names).items() if k > 1]
     if repeated:
         raise bad_input(flag, f"{repeated[0]} is listed twice")
     return tuple(names)
+
+
+def _check_plugin(flag: str, name: str, known: Sequence[str]) -> None:
+    try:
+        load_policy(name)
+    except PluginError as e:
+        if ":" in name or not e.reason.startswith("unknown"):
+            raise bad_input(flag, str(e)) from None
+        plugins = ", ".join(sorted(installed("policy"))) or "none"
+        raise bad_input(
+            flag, f"unknown policy {name!r} (known: {', '.join(sorted(known))}; installed plug-ins: {plugins}; "
+            "or package.module:Name)",
+        ) from None
 
 
 def check_solvers(policies: Sequence[str], preset: str) -> None:
@@ -226,10 +243,13 @@ def load_trace(path: str) -> tuple[TraceJob, ...]:
 
 
 def generated_trace(
-    num_jobs: int, jobs_per_hour: float | None, multi_gpu: bool, seed: int, table: ThroughputTable
+    num_jobs: int, jobs_per_hour: float | None, multi_gpu: bool, seed: int, table: ThroughputTable,
+    **options: object,
 ) -> tuple[TraceJob, ...]:
     """Gavel's job distribution with Gavel's random streams for the seed (the trace Gavel's
-    simulator generates with that seed); ``jobs_per_hour`` None: every job at t = 0."""
+    simulator generates with that seed); ``jobs_per_hour`` None: every job at t = 0. ``options``:
+    TraceSpec's other fields (priority_weights, slos, fixed_run_time_s, steady_state_gpus), checked
+    by the caller."""
     if num_jobs < 1:
         raise bad_input("--jobs", f"expected a whole number >= 1, got {num_jobs}")
     if jobs_per_hour is not None and not 0 < jobs_per_hour < math.inf:
@@ -241,6 +261,7 @@ def generated_trace(
         jobs_per_hour=jobs_per_hour,
         multi_gpu=multi_gpu,
         reference_accelerator_type=REFERENCE_ACCELERATOR_TYPE,
+        **options,  # type: ignore[arg-type]
     )
     return generate_trace(spec, table, TraceStreams.gavel(seed))
 
@@ -396,7 +417,11 @@ def _fault_journal(scenario: Scenario, policy: str):  # noqa: ANN202 - a common.
 def run_policy(
     policy: str, scenario: Scenario, context: SolveContext, progress: Progress | None = None
 ) -> tuple[SimulationResult, Summary]:
-    """Simulate one policy on the scenario's engine and summarise the run."""
+    """Simulate one policy on the scenario's engine and summarise the run. A plug-in ``policy``
+    is served by this run's policy (policy_service/plugins.py): the spec travels (a sweep's worker
+    process gets the name) and is resolved where it runs."""
+    if not is_builtin(policy) and policy not in context.plugins:
+        context = dataclasses.replace(context, plugins=(*context.plugins, policy))
     config = scenario.config(policy)
     if scenario.engine == "services":
         import asyncio  # the services engine's runtime: the fast path (the default) never loads it

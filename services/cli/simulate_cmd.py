@@ -44,9 +44,12 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     add_cluster_flags,
     add_estimator_flags,
     add_fault_flags,
+    add_job_option_flags,
     add_plots_flag,
     add_policy_flags,
     check_trace_flags,
+    given_job_options,
+    job_options,
     missing_flags,
     replay_flags,
     resolve_faults,
@@ -97,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument(
         "--trace-seed", type=int, metavar="S", help="generated: the trace Gavel generates with seed S (default: --seed)"
     )
+    add_job_option_flags(source)
     add_policy_flags(p)
     add_cluster_flags(p, required=False)
     p.add_argument("--catch-up-ratio", type=or_none(above_one_number), default=PRESET_VALUE, metavar="R|none", help=CATCH_UP_HELP)
@@ -163,7 +167,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     if missing:
         raise CommandFailed("missing " + "; ".join(missing), exit_code=2)
     assert policies is not None and cluster is not None
-    trace, source, label = _trace(args, context, loaded)
+    trace, source, label = _trace(args, context, loaded, cluster)
     check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
     window = parse_window(args.window, len(trace))
     estimation = parse_estimation(args, context.table, trace)
@@ -245,20 +249,21 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
 
 
 def _trace(
-    args: argparse.Namespace, context: SolveContext, loaded: tuple[TraceJob, ...] | None
+    args: argparse.Namespace, context: SolveContext, loaded: tuple[TraceJob, ...] | None, cluster: dict[str, int]
 ) -> tuple[tuple[TraceJob, ...], str, str]:
     """(jobs, where they come from for messages, a label for the default output directory);
-    ``loaded``: the --trace file's jobs, read already."""
+    ``loaded``: the --trace file's jobs, read already; ``cluster``: what --steady-state fills."""
     from sim.scenario import generated_trace
 
     if loaded is not None:
         return loaded, args.trace, pathlib.Path(args.trace).stem
     seed = args.seed if args.trace_seed is None else args.trace_seed
     rate = None if args.static else args.jobs_per_hour
-    trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table)
+    trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table, **job_options(args, cluster))
     arrivals = "static" if rate is None else per_hour(rate)
     multi_gpu = ", multi-GPU" if args.multi_gpu else ""
-    source = f"generated, {arrivals}{multi_gpu}, trace seed {seed}"
+    options = "".join(f", {flag.lstrip('-')}" for flag in given_job_options(args))
+    source = f"generated, {arrivals}{multi_gpu}{options}, trace seed {seed}"
     label = "-".join(
         [f"n{args.jobs}", "static" if rate is None else f"r{rate:g}", *(["multigpu"] if args.multi_gpu else []), f"s{seed}"]
     )

@@ -110,6 +110,51 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, required: bool = True) -> N
     )
 
 
+JOB_OPTION_FLAGS = ("--priority-weights", "--slos", "--fixed-run-time-s", "--steady-state")
+
+
+def add_job_option_flags(group: argparse._ArgumentGroup) -> None:
+    """The generated jobs' options beyond their arrivals (Gavel's generated-jobs driver's)."""
+    group.add_argument(
+        "--priority-weights", action="store_true",
+        help="generated: 20%% of the jobs get priority weight 5 (Gavel's --generate-multi-priority-jobs)",
+    )
+    group.add_argument(
+        "--slos", action="store_true",
+        help="generated: each job an SLO of 1.2, 2 or 10 x its run time on a V100, a third each (Gavel's SLOs)",
+    )
+    group.add_argument(
+        "--fixed-run-time-s", type=float, metavar="S",
+        help="generated: every job runs S seconds on a V100 (Gavel's --fixed-job-duration)",
+    )
+    group.add_argument(
+        "--steady-state", action="store_true",
+        help="generated: first as many jobs as the cluster has GPUs, at t = 0, then the arrivals "
+        "(Gavel's --simulate-steady-state): the cluster starts full",
+    )
+
+
+def given_job_options(args: argparse.Namespace) -> list[str]:
+    """The job options given, as flags (a replay's, a label's)."""
+    given = [flag for flag, on in (("--priority-weights", args.priority_weights), ("--slos", args.slos)) if on]
+    if args.fixed_run_time_s is not None:
+        given.append(f"--fixed-run-time-s {args.fixed_run_time_s:g}")
+    if args.steady_state:
+        given.append("--steady-state")
+    return given
+
+
+def job_options(args: argparse.Namespace, cluster: dict[str, int]) -> dict[str, object]:
+    """The generator's options (TraceSpec's fields) from the flags; the steady state fills
+    ``cluster``'s GPUs, type by type in sorted order as Gavel does."""
+    return {
+        "priority_weights": args.priority_weights,
+        "slos": args.slos,
+        "fixed_run_time_s": args.fixed_run_time_s,
+        "steady_state_gpus": tuple(cluster[w] for w in sorted(cluster)) if args.steady_state else (),
+    }
+
+
 def check_trace_flags(args: argparse.Namespace) -> bool:
     """Refuse trace flags that contradict each other or are out of range, before anything is
     read or generated; True when the flags ask for a generated trace."""
@@ -117,14 +162,16 @@ def check_trace_flags(args: argparse.Namespace) -> bool:
 
     generating = (
         args.jobs is not None or args.jobs_per_hour is not None or args.static or args.multi_gpu
-        or args.trace_seed is not None
+        or args.trace_seed is not None or any(given_job_options(args))
     )
     if args.trace is not None and generating:
         raise bad_input(
             "--trace",
-            "a trace file and generation options (--jobs, --jobs-per-hour, --static, --multi-gpu, --trace-seed) "
-            "exclude each other",
+            "a trace file and generation options (--jobs, --jobs-per-hour, --static, --multi-gpu, --trace-seed, "
+            f"{', '.join(JOB_OPTION_FLAGS)}) exclude each other",
         )
+    if args.fixed_run_time_s is not None and not 0 < args.fixed_run_time_s < math.inf:
+        raise bad_input("--fixed-run-time-s", f"expected a number of seconds > 0, got {args.fixed_run_time_s:g}")
     if args.static and args.jobs_per_hour is not None:
         raise bad_input(
             "--jobs-per-hour", "cannot go with --static (Poisson arrivals at R per hour, or every job at t = 0: one of them)"
@@ -167,6 +214,7 @@ def replay_flags(args: argparse.Namespace) -> str:
             parts.append("--multi-gpu")
         if args.trace_seed is not None:
             parts.append(f"--trace-seed {args.trace_seed}")
+        parts += given_job_options(args)
     parts.append(f"--cluster {args.cluster}")
     if args.policy:
         parts.append(f"--policy {args.policy}")

@@ -14,7 +14,14 @@ import numpy as np
 
 from common.config import Settings
 from common.errors import TraceError
-from services.cli.common import CommandFailed, load_table, per_hour, print_json, print_table
+from common.throughputs import ThroughputTable
+from services.cli.common import (
+    CommandFailed,
+    load_table,
+    per_hour,
+    print_json,
+    print_table,
+)
 from sim.traces import (
     TraceFormat,
     TraceJob,
@@ -32,7 +39,9 @@ from sim.traces import (
 )
 
 REFERENCE_ACCELERATOR_TYPE = "v100"  # run times, steps and GPU-hours are sized on it (as in Gavel)
-_FLAG_OF_FIELD = {"num_jobs": "--jobs", "jobs_per_hour": "--jobs-per-hour", "seed": "--seed"}
+_FLAG_OF_FIELD = {
+    "num_jobs": "--jobs", "jobs_per_hour": "--jobs-per-hour", "seed": "--seed", "fixed_run_time_s": "--fixed-run-time-s",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
     gen.add_argument("--priority-weights", action="store_true", help="20%% of the jobs get priority weight 5")
     gen.add_argument("--slos", action="store_true", help="SLO = run time x 1.2, 2 or 10 (a third each)")
+    gen.add_argument(
+        "--fixed-run-time-s", type=float, metavar="S", help="every job runs S seconds on a V100 (Gavel's --fixed-job-duration)"
+    )
+    gen.add_argument(
+        "--steady-state", metavar="CLUSTER",
+        help="first as many jobs as CLUSTER (v100=4,p100=4,k80=4 or 4:4:4) has GPUs, at t = 0, then the arrivals "
+        "(Gavel's --simulate-steady-state)",
+    )
     gen.add_argument("--seed", type=int, default=0, help="default 0")
     gen.add_argument(
         "--rng",
@@ -89,6 +106,8 @@ def _read(path: str) -> tuple[tuple[TraceJob, ...], TraceFormat | None]:
 
 def run_generate(args: argparse.Namespace, settings: Settings) -> int:
     output_format(args.output)  # a bad extension fails before any work
+    table = load_table(args.throughputs)
+    steady_state_gpus = _steady_state_gpus(args.steady_state, table)
     try:
         spec = TraceSpec(
             num_jobs=args.jobs,
@@ -97,6 +116,8 @@ def run_generate(args: argparse.Namespace, settings: Settings) -> int:
             priority_weights=args.priority_weights,
             slos=args.slos,
             reference_accelerator_type=REFERENCE_ACCELERATOR_TYPE,
+            fixed_run_time_s=args.fixed_run_time_s,
+            steady_state_gpus=steady_state_gpus,
         )
         if args.rng == "gavel":
             streams = TraceStreams.gavel(args.seed)
@@ -104,7 +125,6 @@ def run_generate(args: argparse.Namespace, settings: Settings) -> int:
             streams = TraceStreams.split(np.random.default_rng(args.seed))
     except TraceError as e:
         raise CommandFailed(f"{_FLAG_OF_FIELD.get(e.column or '', e.column)}: {e.reason}", exit_code=2) from None
-    table = load_table(args.throughputs)
     jobs = generate_trace(spec, table, streams)
     written = write_trace(jobs, args.output)
     arrivals = "static" if spec.jobs_per_hour is None else per_hour(spec.jobs_per_hour)
@@ -114,6 +134,19 @@ def run_generate(args: argparse.Namespace, settings: Settings) -> int:
         f"{gpu_hours:,.1f} GPU-hours on {REFERENCE_ACCELERATOR_TYPE}"
     )
     return 0
+
+
+def _steady_state_gpus(text: str | None, table: ThroughputTable) -> tuple[int, ...]:
+    """--steady-state's cluster as GPUs per type in sorted type order (the order Gavel fills)."""
+    if text is None:
+        return ()
+    from sim.scenario import parse_cluster
+
+    try:
+        cluster = parse_cluster(text, table)
+    except CommandFailed as e:  # its line names --cluster: this command's flag is --steady-state
+        raise CommandFailed(str(e).replace("--cluster", "--steady-state", 1), exit_code=2) from None
+    return tuple(cluster[w] for w in sorted(cluster))
 
 
 def run_convert(args: argparse.Namespace, settings: Settings) -> int:

@@ -17,11 +17,20 @@ Per job, from the job stream, in this order:
    reference type) (Gavel truncates when it writes ``%d``);
 5. with priority weights on: weight 5 with probability 0.2, else 1.
 
+With a fixed run time (Gavel's ``--fixed-job-duration``), step 2 draws nothing and every job
+runs that long on the reference type: the later draws then come earlier in the stream, as in Gavel.
+
 From the SLO stream (with SLOs on): a factor 1.2 / 2 / 10 with probability 0.33 / 0.34 / 0.33; the
 SLO is factor x run time, in seconds after arrival (Gavel: deadline = arrival + factor x duration).
 From the arrival stream: the first job at t = 0, then exponential gaps of mean 3600 / rate s
 (Poisson arrivals), or every job at t = 0 for a static trace (no draws). Arrival times are kept to
 the microsecond, the resolution of Gavel's trace files.
+
+A steady-state start (Gavel's ``--simulate-steady-state``) puts, before those, as many jobs as the
+cluster has GPUs at t = 0: for each accelerator type in Gavel's (sorted) order, jobs are drawn
+until their scale factors add up to at least its GPUs. They take no arrival draw, count among
+``num_jobs`` and take the first ids, so the cluster starts full instead of empty and a window of
+later jobs measures a loaded cluster from its first arrival.
 
 Three streams, not one: turning SLOs on or changing the rate leaves the jobs themselves unchanged,
 so runs at several rates compare the same jobs. ``TraceStreams.gavel(seed)`` builds them as Gavel
@@ -73,6 +82,8 @@ class TraceSpec:
     slos: bool = False
     reference_accelerator_type: str = "v100"
     mix: JobMix = GAVEL_MIX
+    fixed_run_time_s: float | None = None  # every job's run time on the reference type (None: drawn)
+    steady_state_gpus: tuple[int, ...] = ()  # GPUs per type, in sorted type order: jobs at t = 0 to fill them
 
     def __post_init__(self) -> None:
         if isinstance(self.num_jobs, bool) or not isinstance(self.num_jobs, int) or self.num_jobs < 1:
@@ -80,6 +91,11 @@ class TraceSpec:
         rate = self.jobs_per_hour
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf):
             raise TraceError(f"expected a finite number > 0 (or none for a static trace), got {rate!r}", column="jobs_per_hour")
+        fixed = self.fixed_run_time_s
+        if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, (int, float)) or not 0 < fixed < math.inf):
+            raise TraceError(f"expected a finite number of seconds > 0, got {fixed!r}", column="fixed_run_time_s")
+        if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.steady_state_gpus):
+            raise TraceError(f"expected GPU counts >= 0, got {self.steady_state_gpus!r}", column="steady_state_gpus")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,15 +204,20 @@ def generate_trace(
     draws = streams.jobs
     jobs = []
     arrival_s = 0.0
+    steady = _SteadyStart(list(spec.steady_state_gpus))
+    first_arrival = 0  # the position of the first job of the arrival process
     for i in range(spec.num_jobs):
-        if i > 0 and mean_interarrival_s is not None:
+        if i > first_arrival and mean_interarrival_s is not None:
             arrival_s = -math.log(1.0 - streams.arrivals.random()) / (1.0 / mean_interarrival_s) + arrival_s
         scale_factor = int(_pick(mix.scale_factor_weights, draws.uniform(0, 1)))
         if not spec.multi_gpu:
             scale_factor = 1
-        short = draws.random() < mix.short_job_probability
-        low, high = mix.short_run_time_log10_min if short else mix.long_run_time_log10_min
-        run_time_s = 60 * (10 ** draws.uniform(low, high))
+        if spec.fixed_run_time_s is not None:
+            run_time_s = float(spec.fixed_run_time_s)
+        else:
+            short = draws.random() < mix.short_job_probability
+            low, high = mix.short_run_time_log10_min if short else mix.long_run_time_log10_min
+            run_time_s = 60 * (10 ** draws.uniform(low, high))
         while True:
             template = catalog.templates[_uniform_index(draws, len(catalog.templates))]
             if (template.job_type, scale_factor) in catalog.steps_per_s:
@@ -222,4 +243,23 @@ def generate_trace(
                 needs_data_dir=template.needs_data_dir,
             )
         )
+        if steady.filling:  # a steady-state job: at t = 0, and the arrival process starts after it
+            steady.take(scale_factor)
+            first_arrival = i + 1
     return tuple(jobs)
+
+
+@dataclass(slots=True)
+class _SteadyStart:
+    """Gavel's steady-state fill: per type, in order, jobs until their GPUs reach its count."""
+
+    remaining_gpus: list[int]
+
+    @property
+    def filling(self) -> bool:
+        while self.remaining_gpus and self.remaining_gpus[0] <= 0:
+            self.remaining_gpus.pop(0)
+        return bool(self.remaining_gpus)
+
+    def take(self, scale_factor: int) -> None:
+        self.remaining_gpus[0] -= scale_factor
