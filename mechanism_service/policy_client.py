@@ -73,7 +73,7 @@ class PolicyClient:
             if isinstance(reply, AllocationComputed) and reply.status in (SolveStatus.OPTIMAL, SolveStatus.OPTIMAL_INACCURATE):
                 apply_allocation(
                     state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, config.settings,
-                    reply.policy_state,
+                    reply.policy_state, reply.valid_for_s,
                 )
                 memory.solve_times_s.append(reply.solve_time_s)
                 memory.observations.last_solve_s = reply.solve_time_s

@@ -100,6 +100,9 @@ def problem_from_message(
                 entity=j.entity,
                 isolated_time_s=j.isolated_time_s,
                 colocation_class=j.colocation_class,
+                attained_service_gpu_s=j.attained_service_gpu_s,
+                time_since_last_run_s=j.time_since_last_run_s,
+                last_run_s=j.last_run_s,
             )
             for j in problem.jobs
         ]
@@ -133,7 +136,7 @@ def problem_from_message(
 
 _JOB_FIELDS = operator.attrgetter(
     "job_id", "job_type", "scale_factor", "priority_weight", "steps_remaining", "time_since_arrival_s", "slo_s",
-    "isolated_time_s",
+    "isolated_time_s", "attained_service_gpu_s", "time_since_last_run_s", "last_run_s",
 )
 
 
@@ -143,7 +146,7 @@ def _admitted_jobs(jobs: tuple[PolicyJob, ...]) -> AdmittedJobs | None:
     if any(j.throughputs_steps_per_s is not None or j.entity is not None or j.colocation_class != "" for j in jobs):
         return None
     if not jobs:
-        return AdmittedJobs((), (), (), (), (), (), (), ())
+        return AdmittedJobs((), (), (), (), (), (), (), (), (), (), ())
     return AdmittedJobs(*zip(*map(_JOB_FIELDS, jobs)))
 
 
@@ -183,6 +186,18 @@ def reads_previous(name: str, preset: str = "default", solver: str | None = None
     except (GavelError, KeyError, TypeError, ValueError):
         return True
     return bool(getattr(policy, "reads_previous", True))
+
+
+@functools.lru_cache(maxsize=256)
+def reads_service(name: str, preset: str = "default", solver: str | None = None) -> bool:
+    """Whether the policy reads what each job has run (``Problem.attained_service_gpu_s`` and
+    the two beside it): only a policy that says so (a ``reads_service`` of True, Tiresias);
+    a caller in this process may leave them out for the others (zeros)."""
+    try:
+        policy = _new_policy(name, preset, solver, None)
+    except (GavelError, KeyError, TypeError, ValueError):
+        return True
+    return bool(getattr(policy, "reads_service", False))
 
 
 def _new_policy(name: str, preset: str, solver: str | None, seed: int | None, served: tuple[str, ...] = ()) -> Policy:
@@ -242,6 +257,7 @@ def computed_message(request_id: str, allocation: Allocation, **fields: object) 
         entries=tuple(entries),
         reason=allocation.reason or "",
         refused_job_ids=allocation.refused_job_ids,
+        valid_for_s=allocation.valid_for_s,
         **fields,  # type: ignore[arg-type]
     )
 
@@ -318,6 +334,7 @@ class AdmittedAnswer:
     isolated_throughputs_steps_per_s: dict[str, float]
     policy_state: str
     solve_time_s: float
+    valid_for_s: float | None = None  # AllocationComputed's
 
 
 def answer_admitted(request: AdmittedRequest, context: SolveContext) -> AdmittedAnswer | AllocationFailed:
@@ -344,6 +361,7 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
             policy_state=allocation.policy_state or "",
             solve_time_s=float(allocation.solve_time_s),
+            valid_for_s=allocation.valid_for_s,
         )
     except GavelError as e:
         return AllocationFailed(request.request_id, request.policy, str(e), refused_job_ids=getattr(e, "job_ids", ()))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import structlog
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
@@ -32,6 +33,7 @@ from mechanism_service.core.rounds import (
     RoundPlan,
     RoundReport,
     admit_arrivals,
+    admit_through,
     begin_reset,
     close_round,
     force_reset_when_idle,
@@ -39,8 +41,12 @@ from mechanism_service.core.rounds import (
     open_round,
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
+from mechanism_service.core.seams.chosen import failure_fields
 from mechanism_service.core.settings import MechanismSettings
-from policy_service.answer import AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted, reads_previous
+from mechanism_service.plugins import choose
+from policy_service.answer import (
+    AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted, reads_previous, reads_service,
+)
 from policy_service.core.admitted import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
@@ -49,6 +55,7 @@ from sim.results import JobOutcome, RoundRecord, SimulationResult
 from sim.traces import TraceJob
 
 Progress = Callable[[float, int, int], None]  # (simulated time s, jobs done, jobs total)
+log = structlog.get_logger("gavel.sim")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,8 @@ def simulate(
     measured = measured_ids(trace, config.window)
     waiting_for = set(measured)
     shuffle = type_shuffler(config)
+    chosen = choose(settings)  # the seams' plug-ins (core/seams/): None where the default runs
+    queued: list[NewJob] = []  # the admission queue (only with an admission policy)
     learning = InLoopEstimator(config.estimation, table, config.seed) if config.estimation.learned else None
     rates: Rates = (
         EstimatedRates(learning.book, config.estimation.reference_table(table), config.estimation.user_estimates)
@@ -118,7 +127,7 @@ def simulate(
         if config.window is not None:
             if not waiting_for:
                 break
-        elif not arrivals and not state.jobs:
+        elif not arrivals and not state.jobs and not queued:
             break
         if not arrivals and not running:
             force_reset_when_idle(state)
@@ -145,7 +154,14 @@ def simulate(
             learning.ended(j.job_id for j in finished)
             learning.take(state, heard, rates)
         # 4. admit
-        for job, _ in admit_arrivals(state, [new_job(j) for j in arrived_jobs], settings, rates):
+        if chosen.admission is None:
+            refused = admit_arrivals(state, [new_job(j) for j in arrived_jobs], settings, rates)
+        else:
+            through = admit_through(state, chosen.admission, queued, map(new_job, arrived_jobs), settings, rates, now_s)
+            refused, queued = through.others, [job for job, _ in through.queued]
+            if through.error:
+                log.error("plugin_failed", **failure_fields(chosen, "admission", through.error), t_s=now_s)
+        for job, _ in refused:
             rejected.append(job.job_id)
             waiting_for.discard(job.job_id)
             if learning is not None:
@@ -156,7 +172,9 @@ def simulate(
             solve_s, solve_failed = _reallocate(state, now_s, config, context, rates, learning)
             solve_times.append(solve_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
-        plan = open_round(state, now_s, settings, shuffle, profiling)
+        plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
+        for seam, error in plan.seam_errors:
+            log.error("plugin_failed", **failure_fields(chosen, seam, error), t_s=now_s)
         if observe is not None:
             observe(state, now_s)
         # 6. dispatch
@@ -168,6 +186,11 @@ def simulate(
         elif not arrivals:
             idle_passes += 1
             if idle_passes > 2:
+                if queued and not state.jobs:  # the admission policy admits none of them
+                    raise SimulationStalled(
+                        f"t={now_s:.1f} s: {len(queued)} jobs wait in the admission queue of {chosen.admission_name} "
+                        f"with nothing scheduled (first: {queued[0].job_id})"
+                    )
                 stuck = ", ".join(j.job_id for j in list(state.jobs.values())[:5])
                 if solve_failed:  # not the cluster's fault: say what the policy said
                     raise SimulationStalled(f"t={now_s:.1f} s: jobs {stuck} were never scheduled: the policy failed: {solve_failed}")
@@ -213,7 +236,8 @@ def _reallocate(
     seed = config.seed if settings.preset == "gavel" else config.seed + state.resets
     snapshot = (
         admitted_snapshot(
-            state, now_s, rates=rates, with_previous=reads_previous(config.policy, settings.preset, config.solver)
+            state, now_s, rates=rates, with_previous=reads_previous(config.policy, settings.preset, config.solver),
+            with_service=reads_service(config.policy, settings.preset, config.solver),
         )
         if learning is None else None
     )
@@ -234,7 +258,8 @@ def _reallocate(
             state.needs_allocation = False
             return 0.0, admitted.reason
         apply_allocation(
-            state, admitted.fractions, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state
+            state, admitted.fractions, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state,
+            admitted.valid_for_s,
         )
         return admitted.solve_time_s, ""
     request = allocation_request(
@@ -259,7 +284,8 @@ def _reallocate(
         state.needs_allocation = False
         return 0.0, reply.reason
     apply_allocation(
-        state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, settings, reply.policy_state
+        state, allocation_fractions(reply), reply.isolated_throughputs_steps_per_s or {}, settings, reply.policy_state,
+        reply.valid_for_s,
     )
     return reply.solve_time_s, ""
 
@@ -363,6 +389,7 @@ def outcomes(state: MechanismState, ended: Sequence[JobState] | None = None) -> 
             steps_done=j.steps_done,
             gpu_seconds_by_type=dict(j.gpu_seconds_by_type),
             dropped=j.index in retired and j.steps_remaining > 0,
+            admitted_s=state.admitted_at_s.get(j.index),
         )
         for j in jobs
     )

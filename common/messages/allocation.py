@@ -28,6 +28,11 @@ class PolicyJob:
     isolated_time_s: float = 0.0  # finish-time fairness: time the job would have had alone so far
     # Its row in PolicyProblem.colocations ("": not packed by colocation classes)
     colocation_class: str = ""
+    # What the job has run, for least-attained-service policies (Tiresias): GPU-seconds in all,
+    # seconds since its last run ended (since arrival if it never ran), its last run's length
+    attained_service_gpu_s: float = 0.0
+    time_since_last_run_s: float = 0.0
+    last_run_s: float = 0.0
 
 
 @value
@@ -119,6 +124,9 @@ class AllocationComputed(Message):
     # With status infeasible: the jobs it is infeasible because of, alone (a deadline that no
     # allocation can meet). The caller may set them aside and ask again.
     refused_job_ids: tuple[str, ...] = ()
+    # Seconds after which this answer may change though no job arrived or left (a job crossing
+    # a priority threshold of Tiresias as it runs): the caller solves again then. None: never.
+    valid_for_s: float | None = None
 
 
 @message("allocation.failed")

@@ -59,9 +59,12 @@ def apply_allocation(
     isolated_throughputs: Mapping[str, float],
     settings: MechanismSettings,
     policy_state: str = "",
+    valid_for_s: float | None = None,
 ) -> None:
     """Install a new allocation (job-id tuples -> type -> fraction) and remember the isolated
-    baseline it came with (see policy_input.advance_isolated_time)."""
+    baseline it came with (see policy_input.advance_isolated_time). ``valid_for_s``: the policy
+    said its answer may change that long after this solve (at ``last_reset_s``) though no job
+    arrives or leaves; begin_reset solves again then."""
     jobs = state.jobs
     allocation = _answer_entries(fractions, jobs.index_of)  # (a state's jobs are always a JobTable)
     columns = allocation_columns(state, allocation)  # read by the re-lay and the install alike
@@ -87,6 +90,7 @@ def apply_allocation(
     state.allocation = _install(state, allocation, columns)
     state.policy_state = policy_state
     state.needs_allocation = False
+    state.resolve_at_s = None if valid_for_s is None else state.last_reset_s + valid_for_s
     if isolated_throughputs:
         for job, baseline in zip(jobs.values(), map(isolated_throughputs.get, map(_JOB_ID, jobs.values()))):
             job.isolated_throughput_at_last_solve = baseline

@@ -63,6 +63,7 @@ def withdraw_job(state: MechanismState, index: int) -> JobState:
     """The job leaves the cluster without completing or failing (cancelled, or set aside because
     the policy refuses to solve with it): its entries go, the allocation is recomputed."""
     record = state.jobs.pop(index)
+    state.run_started_s.pop(index, None)
     for entry in state.entries.entries_of(index):
         del state.entries[entry]
     state.needs_allocation = True

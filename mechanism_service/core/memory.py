@@ -95,8 +95,12 @@ def upgraded(memory: Memory) -> Memory:
     if memory.state is not None:
         present = _slots_set(memory.state)
         for f in dataclasses.fields(MechanismState):
-            if f.name not in present and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            if f.name in present:
+                continue
+            if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 setattr(memory.state, f.name, f.default_factory())  # type: ignore[misc]
+            elif f.default is not dataclasses.MISSING:
+                setattr(memory.state, f.name, f.default)
     legacy_known = vars(memory).pop("known_jobs", None)  # a set of ids, before specs were kept
     if legacy_known:
         memory.intake.known.update(dict.fromkeys(legacy_known))

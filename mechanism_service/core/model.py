@@ -196,6 +196,13 @@ class MechanismState:
     # (a placement strategy's "where it ran last"), and when a job left the admission queue.
     last_placements: dict[int, Placement] = field(default_factory=dict)
     admitted_at_s: dict[int, float] = field(default_factory=dict)
+    # Job index -> when its latest uninterrupted run began (its last run's length, for Tiresias'
+    # starvation guard: policy_input). Here, not in JobState, whose slotted pickles in older
+    # snapshots could not take a new field.
+    run_started_s: dict[int, float] = field(default_factory=dict)
+    # When the allocation in force may change though no job arrives or leaves (the policy's
+    # ``valid_for_s``: a job crossing a priority threshold); None: never (most policies)
+    resolve_at_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, JobTable):

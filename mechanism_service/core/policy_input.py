@@ -69,6 +69,7 @@ def allocation_request(
                 {w: v[0] for w, v in state.entries[(job.index,)].throughputs.items()} if explicit else None
             ),
             colocation_class=rates.class_of(job) if explicit and packing else "",  # type: ignore[union-attr]
+            **dict(zip(_SERVICE_FIELDS, service_of(state, job, now_s))),
         )
         for job in running
     )
@@ -94,21 +95,37 @@ def allocation_request(
     )
 
 
+_SERVICE_FIELDS = ("attained_service_gpu_s", "time_since_last_run_s", "last_run_s")
+
+
+def service_of(state: MechanismState, job: JobState, now_s: float) -> tuple[float, float, float]:
+    """What the job has run, as PolicyJob says it: GPU-seconds in all, seconds since its last
+    run ended (since arrival if it never ran), the length of its last uninterrupted run (from
+    when it began, ``run_started_s``, to when it last ran, ``last_finish_s``)."""
+    last = job.last_finish_s
+    started = state.run_started_s.get(job.index)
+    since_s = now_s - (job.arrival_s if last is None else last)
+    last_run_s = last - started if last is not None and started is not None and last > started else 0.0
+    return float(sum(job.gpu_seconds_by_type.values())), max(0.0, since_s), last_run_s
+
+
 # allocation_request's job fields, in AdmittedSnapshot's column order
 AdmittedColumns = tuple[tuple[object, ...], ...]
 
 
 def admitted_snapshot(
-    state: MechanismState, now_s: float, *, rates: Rates | None = None, with_previous: bool = True
+    state: MechanismState, now_s: float, *, rates: Rates | None = None, with_previous: bool = True,
+    with_service: bool = True,
 ) -> tuple[dict[str, int], AdmittedColumns, tuple[AllocationEntry, ...]] | None:
     """What allocation_request would send, for a policy called in this process (the simulator's
     fast path), without a PolicyJob per job built only to be read back field by field: (worker
     types, the jobs' fields column by column -- ids, job types, scale factors, priority weights,
-    steps remaining, time since arrival, SLOs, isolated times --, the allocation in force). The
-    same jobs, values and entries as the request; None when the request carries more than
-    that (each job's own throughputs, colocation classes, entities), so the caller sends it.
-    ``with_previous=False``: no entries of the allocation in force, for a policy that never
-    reads them (policy_service.answer.reads_previous)."""
+    steps remaining, time since arrival, SLOs, isolated times, then what each ran (service_of)
+    --, the allocation in force). The same jobs, values and entries as the request; None when
+    the request carries more than that (each job's own throughputs, colocation classes,
+    entities), so the caller sends it. ``with_previous=False``: no entries of the allocation in
+    force, for a policy that never reads them (policy_service.answer.reads_previous);
+    ``with_service=False``: not what each job ran (zeros), for a policy that never reads it."""
     if rates is not None and rates.explicit:
         return None
     running = runnable_jobs(state)
@@ -120,6 +137,8 @@ def admitted_snapshot(
         for job in running
     ]
     columns = tuple(zip(*rows)) if rows else ((),) * 8
+    if with_service and running:
+        columns += tuple(zip(*(service_of(state, job, now_s) for job in running)))
     return dict(state.gpus), columns, previous_entries(state) if with_previous else ()
 
 

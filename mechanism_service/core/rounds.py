@@ -41,6 +41,10 @@ from mechanism_service.core.reducers import (
     reset_ledgers,
     settle_round,
 )
+from mechanism_service.core.seams.admitting import decide, view_of
+from mechanism_service.core.seams.chosen import DEFAULTS, Chosen
+from mechanism_service.core.seams.launching import launch_with
+from mechanism_service.core.seams.placing import place_with, remember_placements
 from mechanism_service.core.settings import MechanismSettings
 
 Shuffle = Callable[[list[str]], None]
@@ -109,6 +113,53 @@ def admit_arrivals(
     return others
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A boundary's admission through an admission policy (``admit_through``)."""
+
+    others: list[tuple[NewJob, Admission]]  # refused, or held until workers join (feasibility)
+    queued: list[tuple[NewJob, str]]  # feasible, waiting in the admission queue: with why
+    error: str = ""  # why the policy's answer was not used (then every feasible job joined)
+
+
+def admit_through(
+    state: MechanismState,
+    policy: object,
+    queue: Sequence[NewJob],
+    jobs: Iterable[NewJob],
+    settings: MechanismSettings,
+    rates: Rates,
+    now_s: float,
+    elastic_types: Sequence[str] = (),
+) -> Admitted:
+    """``admit_arrivals`` with an admission policy after feasibility (core/seams/admission.py):
+    the admission queue's jobs and the arrivals (in that order, which is arrival order) are
+    checked as admit_arrivals checks them; of the feasible, the policy's choice joins now, in
+    order, and the rest wait in the admission queue."""
+    others: list[tuple[NewJob, Admission]] = []
+    feasible: list[NewJob] = []
+    for job in [*queue, *jobs]:
+        verdict = admission(state.gpus, job, rates, elastic_types=elastic_types)
+        if verdict.verdict == "admit":
+            feasible.append(job)
+        else:
+            others.append((job, verdict))
+    if not feasible:
+        return Admitted(others, [])
+    decision, error = decide(policy, view_of(state, feasible, rates, now_s))  # type: ignore[arg-type]
+    chosen = set(decision.admit)
+    queued: list[tuple[NewJob, str]] = []
+    for job in feasible:
+        if job.job_id in chosen:
+            state.admitted_at_s[admit(state, job, settings, rates).index] = now_s
+        else:
+            queued.append((job, decision.reason_for(job.job_id)))
+    if len(state.admitted_at_s) > 2 * (len(state.jobs) + len(state.completed)) + 64:
+        keep = set(state.jobs) | {j.index for j in state.completed}
+        state.admitted_at_s = {i: t for i, t in state.admitted_at_s.items() if i in keep}
+    return Admitted(others, queued, error)
+
+
 def force_reset_when_idle(state: MechanismState) -> None:
     """Nothing ran last round and no job is on its way: re-solve at this boundary whatever the
     minimum interval says (Gavel does this by zeroing its last reset time; without it, jobs
@@ -123,6 +174,9 @@ def begin_reset(
     """True (and the ledgers reset) when the allocation must be recomputed now (``force``: after
     a change, whatever the minimum interval says). With estimated ``rates``, every entry takes the
     latest estimates first: the policy solves on them, the planner plans on them."""
+    if state.resolve_at_s is not None and now_s >= state.resolve_at_s:
+        state.needs_allocation = True  # the policy said its answer may have changed by now
+        state.resolve_at_s = None
     if not reset_due(state, now_s, settings, force=force):
         return False
     if rates is not None and rates.explicit:
@@ -140,6 +194,9 @@ class RoundPlan:
     opportunities: int
     jobs_waiting: int  # active jobs not in this round
     profiled: frozenset[Entry] = frozenset()  # entries run to measure what the estimator lacks
+    # why a seam's plug-in was not used this round ("launch", "placement" -> the reason): the
+    # shell logs each once; the round ran its default instead
+    seam_errors: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +249,10 @@ def lease_totals(
 def open_round(
     state: MechanismState, now_s: float, settings: MechanismSettings, shuffle: Shuffle,
     profiling: Sequence[ProfilingPick] = (),
+    chosen: Chosen = DEFAULTS,
 ) -> RoundPlan:
-    """Priorities, pick and place (with the profiling runs chosen for this round first)."""
+    """Priorities, pick and place (with the profiling runs chosen for this round first);
+    ``chosen``: the seams' choices (core/seams/), whose defaults are this function's own code."""
     order = type_order(state, settings)
     if settings.shuffle_type_order:
         shuffle(order)  # once per boundary, even an idle one, as Gavel draws
@@ -204,12 +263,23 @@ def open_round(
     reserved += fit_held_columns(state, held_columns(state, now_s, settings, lists), reserved, lists, behind)  # moves not yet paid for
     queues = plan_queues(state, settings, lists, behind)
     picked = pick_columns(state, queues, order, settings, reserved=reserved)
-    assignment = place(state, picked, order, settings, forced=profiled)
+    errors: list[tuple[str, str]] = []
+    if chosen.launch is not None:
+        picked, error = launch_with(chosen.launch, state, picked, profiled)
+        if error:
+            errors.append(("launch", error))
+    if chosen.placement is None:
+        assignment = place(state, picked, order, settings, forced=profiled)
+    else:
+        assignment, error = place_with(chosen.placement, state, picked, order, settings, profiled)
+        if error:
+            errors.append(("placement", error))
+        remember_placements(state, assignment)
     kept, state.stretch_rounds = kept_and_stretches(state.previous_assignment, state.stretch_rounds, assignment)
     extended, opportunities = count_extensions(state, assignment, kept)
     state.leases_extended += extended
     state.lease_opportunities += opportunities
     state.previous_assignment = assignment
-    record_first_runs(state, assignment, now_s)
+    record_first_runs(state, assignment, now_s, continues_within_s=settings.round_s / 2)
     running = sum(map(len, assignment))
-    return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running, profiled)
+    return RoundPlan(assignment, kept, extended, opportunities, len(state.jobs) - running, profiled, tuple(errors))

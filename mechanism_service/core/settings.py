@@ -25,6 +25,7 @@ AGNOSTIC_POLICIES = frozenset(
         "min_total_duration",
         "max_min_fairness_water_filling",
         "srtf",  # not one of Gavel's: agnostic all the same
+        "tiresias",
     }
 )
 # Policies that schedule packed pairs (Gavel: "Packing" in the class name).

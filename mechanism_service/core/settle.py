@@ -192,9 +192,18 @@ def _settle_ended_early(
     _credit(state, result, members, max(exec_s, 0.0), done, received)
 
 
-def record_first_runs(state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float) -> None:
+def record_first_runs(
+    state: MechanismState, assignment: Mapping[Entry, Placement], now_s: float, *, continues_within_s: float = 0.0
+) -> None:
+    """The jobs of this round's assignment: their first run, and when their uninterrupted run
+    began (``run_started_s``): now, unless the job ran up to within ``continues_within_s`` of now
+    (it ran last round: its run goes on)."""
+    jobs, run_started = state.jobs, state.run_started_s
     for entry in assignment:
         for i in entry:
-            job = state.jobs[i]
+            job = jobs[i]
             if job.first_run_s is None:
                 job.first_run_s = now_s
+            last = job.last_finish_s
+            if last is None or now_s - last > continues_within_s or i not in run_started:
+                run_started[i] = now_s

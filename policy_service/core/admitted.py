@@ -18,13 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS
+from common.job_checks import MAX_SCALE_FACTOR, MAX_TIME_S, MAX_TOTAL_STEPS
 from common.throughputs import ThroughputTable
 from policy_service.core.problem import JobSpec
 
 # A problem's per-job arrays: (throughputs, scale factors, weights, steps, waited, SLOs, isolated
-# times, entities, job id -> row)
+# times, entities, job id -> row, (3, n) what the jobs ran: attained GPU-seconds, since the last
+# run, the last run's length)
 Columns = tuple
+# attained GPU-seconds: a time's bound times the largest gang
+MAX_SERVICE_GPU_S = MAX_TIME_S * MAX_SCALE_FACTOR
 
 
 @dataclass(frozen=True)
@@ -42,19 +45,32 @@ class AdmittedJobs:
     time_since_arrival_s: tuple[float, ...]
     slo_s: tuple[float | None, ...]
     isolated_time_s: tuple[float, ...]
+    # What each job ran (JobSpec's fields of the name); () when not given: zeros
+    attained_service_gpu_s: tuple[float, ...] = ()
+    time_since_last_run_s: tuple[float, ...] = ()
+    last_run_s: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def service(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """(attained GPU-seconds, since the last run, the last run's length), zeros when not given."""
+        zeros = (0.0,) * len(self.ids)
+        return tuple(  # type: ignore[return-value]
+            column if column else zeros
+            for column in (self.attained_service_gpu_s, self.time_since_last_run_s, self.last_run_s)
+        )
 
     def specs(self) -> list[JobSpec]:
         return [
             JobSpec(
                 id=job_id, steps_remaining=steps, job_type=job_type, scale_factor=sf, priority_weight=weight,
                 time_since_arrival_s=waited, slo_s=slo, isolated_time_s=isolated,
+                attained_service_gpu_s=attained, time_since_last_run_s=since_run, last_run_s=last_run,
             )
-            for job_id, job_type, sf, weight, steps, waited, slo, isolated in zip(
+            for job_id, job_type, sf, weight, steps, waited, slo, isolated, attained, since_run, last_run in zip(
                 self.ids, self.job_types, self.scale_factors, self.priority_weights, self.steps_remaining,
-                self.time_since_arrival_s, self.slo_s, self.isolated_time_s, strict=True,
+                self.time_since_arrival_s, self.slo_s, self.isolated_time_s, *self.service(), strict=True,
             )
         ]
 
@@ -68,7 +84,8 @@ class AdmittedJobs:
             tuple(j.id for j in jobs), tuple(j.job_type for j in jobs), tuple(j.scale_factor for j in jobs),  # type: ignore[misc]
             tuple(j.priority_weight for j in jobs), tuple(j.steps_remaining for j in jobs),
             tuple(j.time_since_arrival_s for j in jobs), tuple(j.slo_s for j in jobs),
-            tuple(j.isolated_time_s for j in jobs),
+            tuple(j.isolated_time_s for j in jobs), tuple(j.attained_service_gpu_s for j in jobs),
+            tuple(j.time_since_last_run_s for j in jobs), tuple(j.last_run_s for j in jobs),
         )
 
 
@@ -94,12 +111,13 @@ def admitted_columns(
                 return None
             row = table_rows[key] = tuple(float(table.isolated(key[0], key[1], w)) for w in worker_types)
         rows.append(row)
-    numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s)
+    numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s, *jobs.service())
     if not all(_all_numbers(column) for column in numbers):
         return None
     # In range on the Python numbers (a NaN fails both comparisons, an infinity the upper one):
     # three numpy reductions cost more than the comparisons at a few dozen jobs.
-    for column, limit in zip(numbers, (MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S)):
+    limits = (MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S, MAX_SERVICE_GPU_S, MAX_TIME_S, MAX_TIME_S)
+    for column, limit in zip(numbers, limits):
         if not all(0 <= v <= limit for v in column):
             return None
     # Each job can run somewhere (a type with enough GPUs where it has a throughput): a property
@@ -108,7 +126,7 @@ def admitted_columns(
     for (_, scale_factor), row in dict(zip(zip(job_types, scale_factors_given), rows)).items():
         if not any(count >= scale_factor and steps_per_s > 0 for count, steps_per_s in zip(count_list, row)):
             return None
-    values = np.array(numbers, dtype=float).reshape(3, num_jobs)
+    values = np.array(numbers, dtype=float).reshape(6, num_jobs)
     # (flat from the rows: half the time of np.array on a list of tuples)
     throughputs = np.fromiter(itertools.chain.from_iterable(rows), float, num_jobs * num_types).reshape(num_jobs, num_types)
     scale_factors = np.array(scale_factors_given, dtype=np.int64)
@@ -116,7 +134,7 @@ def admitted_columns(
     weights = np.array([float(v) for v in jobs.priority_weights], dtype=float)
     return (
         throughputs, scale_factors, weights, values[0].copy(), values[1].copy(), slo, values[2].copy(),
-        np.full(num_jobs, -1, dtype=np.int64), seen,
+        np.full(num_jobs, -1, dtype=np.int64), seen, values[3:].copy(),
     )
 
 

@@ -128,6 +128,9 @@ class Allocation:
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     policy_state: str | None = None  # hand back with the next problem (Problem.policy_state)
     refused_job_ids: tuple[str, ...] = ()  # infeasible because of these jobs alone (see ProblemError)
+    # seconds after which the answer may change though no job arrives or leaves (Tiresias: a
+    # running job crosses a queue threshold); None: it changes only with the job set
+    valid_for_s: float | None = None
 
     @property
     def num_jobs(self) -> int:

@@ -28,6 +28,7 @@ _TOP_FIELDS = {"worker_types", "jobs", "pairs", "colocations", "entities", "pric
 _JOB_FIELDS = {
     "id", "job_type", "scale_factor", "priority_weight", "throughputs", "steps_remaining",
     "time_since_arrival_s", "slo_s", "entity", "isolated_time_s", "colocation_class",
+    "attained_service_gpu_s", "time_since_last_run_s", "last_run_s",
 }
 _REQUIRED_JOB_FIELDS = ("id", "steps_remaining")
 
@@ -108,6 +109,10 @@ def _job(data: object, i: int) -> JobSpec:
         entity=_string(job.get("entity"), f"{path}.entity", nullable=True),
         isolated_time_s=_num(job.get("isolated_time_s", 0.0), f"{path}.isolated_time_s"),  # type: ignore[arg-type]
         colocation_class=_string(job.get("colocation_class", ""), f"{path}.colocation_class"),  # type: ignore[arg-type]
+        **{
+            name: _num(job.get(name, 0.0), f"{path}.{name}")
+            for name in ("attained_service_gpu_s", "time_since_last_run_s", "last_run_s")
+        },
     )
 
 
@@ -250,6 +255,7 @@ def problem_to_json(problem: Problem) -> dict[str, object]:
     problem listed them job by job, class colocations when it had them (with each job's class);
     table-derived pairs are left to the table (parse with it)."""
     jobs = []
+    service = problem.service_columns()
     for j, job_id in enumerate(problem.job_ids):
         entity = problem.entities[problem.entity_of_job[j]].name if problem.entity_of_job[j] >= 0 else None
         slo = problem.slo_s[j]
@@ -267,6 +273,9 @@ def problem_to_json(problem: Problem) -> dict[str, object]:
         })
         if problem.colocation_classes and problem.colocation_classes[j]:
             jobs[-1]["colocation_class"] = problem.colocation_classes[j]
+        for name, column in zip(("attained_service_gpu_s", "time_since_last_run_s", "last_run_s"), service):
+            if column[j]:  # written when given, so inputs written before them round-trip unchanged
+                jobs[-1][name] = float(column[j])
     out: dict[str, object] = {
         "worker_types": {name: int(problem.worker_counts[k]) for k, name in enumerate(problem.worker_types)},
         "jobs": jobs,

@@ -15,6 +15,9 @@ build their programs with vectorised algebra. Arrays are read-only.
     slo_s                    (n,)    deadline measured from arrival, NaN = none
     isolated_time_s          (n,)    FTF baseline accumulated so far (see ftf.py), >= 0
     entity_of_job            (n,)    index into ``entities``, -1 = none
+    attained_service_gpu_s   (n,)    GPU-seconds each job has run so far (Tiresias' LAS), >= 0
+    time_since_last_run_s    (n,)    since its last run ended (since arrival if it never ran), >= 0
+    last_run_s               (n,)    length of its last uninterrupted run (0: never ran), >= 0
 
 Packing (space sharing) data lives in :class:`Colocation`: jobs i != j may share GPUs iff their
 colocation keys form a listed key pair. Keys are (job type, scale factor) classes when the pairs
@@ -73,6 +76,11 @@ class JobSpec:
     entity: str | None = None
     isolated_time_s: float = 0.0
     colocation_class: str = ""
+    # What the job has run (tiresias.py): GPU-seconds in all, seconds since its last run ended
+    # (since arrival when it never ran), the length of its last uninterrupted run
+    attained_service_gpu_s: float = 0.0
+    time_since_last_run_s: float = 0.0
+    last_run_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,19 @@ class Problem:
     # policy_state), returned unchanged by the caller: Gavel's agnostic FIFO and Gandiva keep
     # assignments and a random stream between solves; this keeps the service stateless.
     policy_state: str | None = None
+    # (n,) what each job has run (the module docstring); None only for a Problem made without
+    # build_problem, read as zeros (``service_columns``)
+    attained_service_gpu_s: np.ndarray | None = None
+    time_since_last_run_s: np.ndarray | None = None
+    last_run_s: np.ndarray | None = None
+
+    def service_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(attained GPU-seconds, seconds since the last run, last run's length), each (n,)."""
+        zeros = np.zeros(self.num_jobs)
+        return tuple(  # type: ignore[return-value]
+            zeros if column is None else column
+            for column in (self.attained_service_gpu_s, self.time_since_last_run_s, self.last_run_s)
+        )
 
     @property
     def gang_capacity(self) -> np.ndarray:
@@ -299,6 +320,10 @@ class Problem:
             entity_of_job=take(self.entity_of_job),
             colocation=colocation,
             previous=previous,
+            **{
+                name: None if getattr(self, name) is None else take(getattr(self, name))
+                for name in ("attained_service_gpu_s", "time_since_last_run_s", "last_run_s")
+            },
         )
 
     def __eq__(self, other: object) -> bool:  # whole-value equality for tests (NaN == NaN)

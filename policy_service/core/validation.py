@@ -25,7 +25,7 @@ import numpy as np
 from common.errors import ProblemError
 from common.job_checks import MAX_TIME_S, MAX_TOTAL_STEPS, check_integer, check_job, check_number
 from common.throughputs import ThroughputTable
-from policy_service.core.admitted import AdmittedJobs, Columns, admitted_columns
+from policy_service.core.admitted import MAX_SERVICE_GPU_S, AdmittedJobs, Columns, admitted_columns
 from policy_service.core.colocation import (
     colocation_from_classes,
     colocation_from_pairs,
@@ -92,7 +92,7 @@ def build_problem(
     if columns is None:
         specs = jobs.specs() if isinstance(jobs, AdmittedJobs) else jobs
         columns = _checked_columns(specs, worker_types, counts, table, entity_index, class_pairs is not None)
-    throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen = columns
+    throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen, service = columns
 
     if shortcut is not None:
         job_ids, job_types, colocation_classes = shortcut.ids, shortcut.job_types, ("",) * num_jobs
@@ -134,6 +134,9 @@ def build_problem(
         policy_state=policy_state,
         colocation_classes=colocation_classes if any(colocation_classes) else (),
         class_colocations=class_pairs,
+        attained_service_gpu_s=_readonly(service[0]),
+        time_since_last_run_s=_readonly(service[1]),
+        last_run_s=_readonly(service[2]),
     )
 
 
@@ -152,6 +155,7 @@ def _checked_columns(
     slo = np.full(num_jobs, np.nan)
     isolated_time = np.zeros(num_jobs)
     entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
+    service = np.zeros((3, num_jobs))  # attained GPU-seconds, since the last run, the last run
     seen: dict[str, int] = {}
     table_rows: dict[tuple[str, int], tuple[float, ...]] = {}  # the table looked up once per job key
     count_list = counts.tolist()
@@ -166,6 +170,11 @@ def _checked_columns(
             steps[i] = check_number(job.steps_remaining, f"{path}.steps_remaining", maximum=MAX_TOTAL_STEPS)
             waited[i] = check_number(job.time_since_arrival_s, f"{path}.time_since_arrival_s", maximum=MAX_TIME_S)
             isolated_time[i] = check_number(job.isolated_time_s, f"{path}.isolated_time_s", maximum=MAX_TIME_S)
+            service[:, i] = (
+                check_number(job.attained_service_gpu_s, f"{path}.attained_service_gpu_s", maximum=MAX_SERVICE_GPU_S),
+                check_number(job.time_since_last_run_s, f"{path}.time_since_last_run_s", maximum=MAX_TIME_S),
+                check_number(job.last_run_s, f"{path}.last_run_s", maximum=MAX_TIME_S),
+            )
             if job.slo_s is not None:
                 slo[i] = float(job.slo_s)
             if job.entity is not None:
@@ -178,7 +187,7 @@ def _checked_columns(
             # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
             raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
         seen[job.id] = i
-    return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen
+    return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen, service
 
 
 def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
 from common.messages.allocation import SolveStatus
-from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request
+from mechanism_service.core.job_entries import withdraw_job
+from mechanism_service.core.model import Placement
+from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request, service_of
+from mechanism_service.core.settle import record_first_runs
 from tests.unit.mechanism.builders import state
 
 
@@ -38,8 +41,12 @@ def test_the_request_snapshots_active_jobs_and_the_nonzero_allocation_of_active_
             worker_types={"k80": 2, "v100": 1},
             pairs=None,  # packing: the policy service takes every packable pair from its table
             jobs=(
-                PolicyJob("j0", "a", 1, 2.0, 600, 900.0, slo_s=5000.0, entity="team-a", isolated_time_s=12.5),
-                PolicyJob("j1", "b", 1, 1.0, 300, 750.0),
+                # (neither ran yet: the time since its last run is the time since its arrival)
+                PolicyJob(
+                    "j0", "a", 1, 2.0, 600, 900.0, slo_s=5000.0, entity="team-a", isolated_time_s=12.5,
+                    time_since_last_run_s=900.0,
+                ),
+                PolicyJob("j1", "b", 1, 1.0, 300, 750.0, time_since_last_run_s=750.0),
             ),
             previous=(
                 AllocationEntry(("j0",), {"k80": 0.5, "v100": 0.0}),
@@ -102,15 +109,40 @@ def test_the_admitted_snapshot_is_the_requests_jobs_column_by_column():
     worker_types, columns, previous = admitted_snapshot(s, 1000.0)
 
     fields = ("job_id", "job_type", "scale_factor", "priority_weight", "steps_remaining", "time_since_arrival_s",
-              "slo_s", "isolated_time_s")
+              "slo_s", "isolated_time_s", "attained_service_gpu_s", "time_since_last_run_s", "last_run_s")
     assert columns == tuple(tuple(getattr(job, name) for job in request.problem.jobs) for name in fields)
     assert columns[0] == ("j0", "j1") and columns[4] == (600, 300)
     assert worker_types == request.problem.worker_types
     assert previous == request.problem.previous and previous
     # for a policy that never reads it: the same jobs, no allocation in force
     assert admitted_snapshot(s, 1000.0, with_previous=False) == (worker_types, columns, ())
+    # for a policy that never reads what the jobs ran: the first eight columns only
+    assert admitted_snapshot(s, 1000.0, with_service=False) == (worker_types, columns[:8], previous)
 
 
 def test_a_job_with_an_entity_is_left_to_the_request():
     s = state(k80=1).job("a", arrival_s=10.0, entity="team-a").build()
     assert admitted_snapshot(s, 10.0) is None
+
+
+def test_what_each_job_ran_is_read_from_its_uninterrupted_runs():
+    # One v100, rounds of 360 s. Job 0 runs rounds [0, 360) and [360, 720) (one run of 720 s),
+    # waits [720, 1080) and runs again [1080, 1440): its last run is 360 s, its latest began at
+    # 1080. Job 1 never runs. Read at 1800 s: job 0 ended its last run 360 s ago.
+    s = state(v100=1).job("a", arrival_s=0.0).job("a", arrival_s=100.0).build()
+    v100 = Placement("v100", (0,))
+    for start_s, ran in ((0.0, True), (360.0, True), (720.0, False), (1080.0, True)):
+        record_first_runs(s, {(0,): v100} if ran else {}, start_s, continues_within_s=180.0)
+        if ran:
+            s.jobs[0].last_finish_s = start_s + 360.0
+            s.jobs[0].gpu_seconds_by_type["v100"] += 360.0
+    assert s.run_started_s == {0: 1080.0}
+    assert service_of(s, s.jobs[0], 1800.0) == (1080.0, 360.0, 360.0)
+    assert service_of(s, s.jobs[1], 1800.0) == (0.0, 1700.0, 0.0)  # since its arrival
+    # Sent as the request's fields, and forgotten with the job
+    request = allocation_request(s, 1800.0, request_id="r", policy="tiresias_perf", deadline_s=1.0)
+    assert [(j.attained_service_gpu_s, j.time_since_last_run_s, j.last_run_s) for j in request.problem.jobs] == [
+        (1080.0, 360.0, 360.0), (0.0, 1700.0, 0.0)
+    ]
+    withdraw_job(s, 0)
+    assert s.run_started_s == {}

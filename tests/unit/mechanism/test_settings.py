@@ -25,6 +25,8 @@ from mechanism_service.core.settings import MechanismSettings, default_preset, g
         ("allox", False, False, False),  # AlloX_Perf
         ("srtf", False, False, True),  # not Gavel's: agnostic, as its agnostic policies
         ("srtf_perf", False, False, False),
+        ("tiresias", False, False, True),
+        ("tiresias_perf", False, False, False),
     ],
 )
 def test_the_policy_name_sets_packing_fifos_rule_and_the_shuffle(
