@@ -33,6 +33,9 @@ class SweepCellRequested(Message):
     window_start: int = -1  # measured jobs: positions window_start..window_end-1; -1: all
     window_end: int = -1
     option: str = ""  # the variant's label when a sweep compares options ("" none)
+    # The generator's other options (sim/traces TraceSpec's fields: priority weights, SLOs, ...),
+    # as a JSON object ("" none).
+    trace_json: str = ""
     # Other Scenario fields, as a JSON object (the variant's options; "" none): a sweep flag that
     # sets one rides here without a new message field.
     scenario_json: str = ""

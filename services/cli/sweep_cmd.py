@@ -1,49 +1,68 @@
-"""``gavel sweep``: every (policy, input rate, seed) on a generated trace, spread over the cores;
-average JCT against input rate (Gavel's Figure 8).
+"""``gavel sweep``: every (policy, input rate, seed) on a generated trace, on the cores of this
+machine or on ``gavel serve simulator`` processes over RabbitMQ (``--bus amqp``); average JCT
+against input rate (Gavel's Figure 8).
 
 Each seed s generates the trace Gavel generates with seed s at each rate (the same jobs, only the
-arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do. Runs use the
-bus-free path in worker processes (spawned: a fork would copy the parent's solver state).
-Files: sweep.csv (policy, jobs_per_hour, seed, avg_jct_s) and sweep_jct.png (sim/output.py).
-Exit codes: 0 done; 1 the plot could not be drawn (sweep.csv is written); 2 bad input (one line
-naming the flag).
+arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do. Each run is a
+cell (sim/sweep_cells.py) that carries everything it needs, so a cell runs the same in a local
+worker process and on another machine. The rates: ``--rates``, Gavel's evenly spaced interval
+(``--rate-start/--rate-stop/--rate-count``) or its search for saturation (``--until-saturated``),
+limited by ``--cutoffs`` (sim/sweep_plan.py).
+Files: sweep.csv (policy, jobs_per_hour, seed, avg_jct_s) and sweep_jct.png (sim/output.py), and
+cells.jsonl, the ledger of results kept as they arrive: the same command with the same --out
+again runs only the cells without a result (sim/sweep_ledger.py).
+Exit codes: 0 done; 1 a cell failed, or the plot could not be drawn (sweep.csv is written); 2 bad
+input (one line naming the flag).
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import datetime
-import multiprocessing
 import os
 import pathlib
 import sys
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.cli.common import CommandFailed, print_json, print_table
+from services.cli.common import CommandFailed, print_json, print_lines, print_table
 from services.cli.simulate_cmd import add_cluster_flags
 
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
 if TYPE_CHECKING:
     from common.config import Settings
-    from policy_service.answer import SolveContext
     from sim.metrics import SweepRow
-    from sim.scenario import Scenario
+    from sim.sweep_ledger import CellResult, SweepBook
+    from sim.sweep_plan import SweepPlan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
-        help="simulate each policy at several arrival rates and seeds (on all cores) and plot average job completion time against the rate",
+        help="simulate each policy at several arrival rates and seeds (on all cores, or on simulators over RabbitMQ) "
+        "and plot average job completion time against the rate",
         description=(
-            "Run every (policy, jobs/hour, seed) on the trace Gavel generates with that seed and rate, on all cores, "
-            "and plot average JCT against input rate. Exit codes: 0 done; 1 the plot could not be drawn; 2 bad input."
+            "Run every (policy, jobs/hour, seed) on the trace Gavel generates with that seed and rate, on all cores "
+            "or on `gavel serve simulator` processes (--bus amqp), and plot average JCT against input rate. The same "
+            "command with the same --out again runs only the cells without a result. "
+            "Exit codes: 0 done; 1 a cell failed or the plot could not be drawn; 2 bad input."
         ),
     )
     p.add_argument("--policies", required=True, metavar="A,B,...", help="policies to compare (gavel policy list)")
-    p.add_argument("--rates", required=True, metavar="R1,R2,...", help="input rates in jobs per hour")
+    rates = p.add_argument_group("rates: one of --rates, --rate-start/--rate-stop, --until-saturated (docs/simulator.md)")
+    rates.add_argument("--rates", metavar="R1,R2,...", help="input rates in jobs per hour")
+    rates.add_argument("--rate-start", type=float, metavar="A", help="evenly spaced rates from A jobs/hour (Gavel's -a)")
+    rates.add_argument("--rate-stop", type=float, metavar="B", help="... to B jobs/hour, included (Gavel's -b)")
+    rates.add_argument("--rate-count", type=int, metavar="N", help="... N of them (Gavel's -n; default 20); a first rate of 0 is left out")
+    rates.add_argument(
+        "--until-saturated", type=float, nargs="?", const=0.98, metavar="U",
+        help="Gavel's automatic sweep (-u): per policy and seed, double the rate until the cluster's utilisation "
+        "reaches U (default 0.98), find the knee, then go past it until the average JCT spreads tenfold",
+    )
+    rates.add_argument(
+        "--cutoffs", metavar="FILE",
+        help='Gavel\'s cutoff file, {"36:36:36": {"POLICY": JOBS_PER_HOUR}}: a policy is not run at or above its '
+        "cutoff rate on this cluster",
+    )
     p.add_argument("--seeds", default="0", metavar="S1,S2,...", help="trace and scheduler seeds (default 0)")
     p.add_argument("--jobs", type=int, required=True, metavar="N", help="jobs per generated trace")
     p.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
@@ -51,33 +70,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--window", metavar="START:END", help="measure only the jobs at positions START..END-1 (Gavel's steady state)"
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/sweep-<date-time>)")
-    p.add_argument("--processes", type=int, metavar="P", help=f"worker processes (default: one per core, {os.cpu_count()})")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/sweep-<date-time>); again: resume")
+    p.add_argument(
+        "--bus", choices=("local", "amqp"), default="local",
+        help="local (default): worker processes here; amqp: publish the cells to RabbitMQ (GAVEL_AMQP_URL) for "
+        "`gavel serve simulator` processes on any machines",
+    )
+    p.add_argument("--amqp", metavar="URL", help="--bus amqp: the broker (default: GAVEL_AMQP_URL)")
+    p.add_argument("--processes", type=int, metavar="P", help=f"local worker processes (default: one per core, {os.cpu_count()})")
     p.add_argument("--json", action="store_true", help="print the runs as JSON on stdout")
     p.set_defaults(run=run)
 
 
-@dataclass(frozen=True, slots=True)
-class SweepRun:
-    policy: str
-    jobs_per_hour: float
-    seed: int
-    scenario: Scenario
-
-
-@dataclass(frozen=True, slots=True)
-class SweepOutcome:
-    row: SweepRow
-    jobs_completed: int
-    jobs_measured: int
-    wall_s: float
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    from services.cli.simulate_cmd import plots_failed
-    from sim.output import write_sweep_csv
+async def run(args: argparse.Namespace, settings: Settings) -> int:
     from sim.scenario import (
-        Scenario,
         bad_input,
         check_mechanism_flags,
         check_policies,
@@ -90,18 +96,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         parse_cluster,
         parse_numbers,
         parse_window,
-        positive_rate,
         seed_number,
     )
+    from sim.sweep_cells import SweepSpec, table_digest
+    from sim.sweep_ledger import LedgerFile, SweepBook
 
-    # 1. every input, checked before any process starts
+    # 1. every input, checked before any cell runs
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
     check_solvers(policies, args.preset)
-    rates = parse_numbers("--rates", args.rates, positive_rate, "a number of jobs per hour > 0")
     seeds = parse_numbers("--seeds", args.seeds, seed_number, "a whole number >= 0")
     check_mechanism_flags(args.round_s, args.gpus_per_server)
     if args.processes is not None and args.processes < 1:
         raise bad_input("--processes", f"expected a whole number >= 1, got {args.processes}")
+    if args.amqp and args.bus != "amqp":
+        raise bad_input("--amqp", "names the broker of --bus amqp; add --bus amqp")
     context = load_context(args.throughputs)
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
@@ -109,118 +117,131 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.jobs < 1:
         raise bad_input("--jobs", f"expected a whole number >= 1, got {args.jobs}")
     window = parse_window(args.window, args.jobs)
-    runs = []
-    for seed in seeds:
-        for rate in rates:
-            trace = generated_trace(args.jobs, rate, args.multi_gpu, seed, context.table)
-            check_trace(trace, context.table, cluster, f"the trace generated with seed {seed} at {rate:g} jobs/hour")
-            scenario = Scenario(trace, cluster, args.preset, args.round_s, args.gpus_per_server, seed, window)
-            runs.extend(SweepRun(policy, rate, seed, scenario) for policy in policies)
+    plan = sweep_plan(args, policies, seeds, cluster, context.table)
+    for seed in seeds:  # the jobs are the same at every rate: one check per seed
+        trace = generated_trace(args.jobs, plan.rates[0] if plan.rates else 1.0, args.multi_gpu, seed, context.table)
+        check_trace(trace, context.table, cluster, f"the trace generated with seed {seed}")
+    digest = table_digest(_table_text(args.throughputs))
+    spec = SweepSpec(args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window)
     out = pathlib.Path(args.out) if args.out else pathlib.Path("out") / f"sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    processes = min(args.processes or os.cpu_count() or 1, len(runs))
-
-    # 2. the runs, on all cores; one line on stderr as each finishes
-    print(
-        f"sweep: {len(policies)} policies x {len(rates)} rates x {len(seeds)} seeds = {len(runs)} runs of {args.jobs} jobs "
-        f"on {format_cluster(cluster)} (preset {args.preset}), {processes} processes",
-        file=sys.stderr,
+    ledger = LedgerFile(out)
+    kept = ledger.read(spec.sweep_id)
+    book = SweepBook(spec.sweep_id)
+    total = None if plan.until_utilization is not None else len(plan.needed({}))
+    cut = plan.cut()
+    if cut:
+        print_lines([f"sweep: --cutoffs leaves out {len(cut)} (policy, rate): " + ", ".join(f"{p} at {r:g}" for p, r in cut)], sys.stderr)
+    where = f"{format_cluster(cluster)} (preset {args.preset})"
+    what = f"{len(policies)} policies x {len(seeds)} seeds x " + (
+        f"{len(plan.rates)} rates = {total} cells" if total is not None else f"a search until utilisation {plan.until_utilization:g}"
     )
-    outcomes = run_sweep(runs, context, processes)
 
-    # 3. files and the table (runs in grid order, whatever order they finished in)
-    rows = [outcomes[i].row for i in range(len(runs))]
+    # 2. the cells, here or on the simulators; a line on stderr as each finishes
+    if args.bus == "amqp":
+        from services.cli.sweep_run import run_amqp
+
+        await run_amqp(plan, spec, book, ledger, kept, settings, args.amqp, f"sweep: {what} of {args.jobs} jobs on {where}", total)
+    else:
+        from services.cli.sweep_run import run_local
+
+        processes = max(1, min(args.processes or os.cpu_count() or 1, total or os.cpu_count() or 1))
+        header = f"sweep: {what} of {args.jobs} jobs on {where}, {processes} processes"
+        await run_local(plan, spec, book, ledger, kept, {digest: context}, processes, header, total)
+
+    # 3. files and the table (cells in plan order, whatever order they finished in)
+    return _report(args, out, book, plan, policies, len(seeds))
+
+
+def sweep_plan(args: argparse.Namespace, policies: tuple[str, ...], seeds: tuple[int, ...], cluster, table) -> SweepPlan:
+    """The range flags into the plan: exactly one way of choosing the rates, and the cutoffs."""
+    from sim.scenario import bad_input, parse_cluster, parse_numbers, positive_rate
+    from sim.sweep_plan import RangeError, SweepPlan, evenly_spaced_rates, parse_cutoffs
+
+    interval = args.rate_start is not None or args.rate_stop is not None or args.rate_count is not None
+    given = [flag for flag, on in (("--rates", args.rates is not None), ("--rate-start", interval),
+                                   ("--until-saturated", args.until_saturated is not None)) if on]
+    if len(given) != 1:
+        raise bad_input(
+            given[1] if len(given) > 1 else "--rates",
+            f"{' and '.join(given)} exclude each other" if len(given) > 1
+            else "say which rates: --rates R1,R2,..., --rate-start A --rate-stop B [--rate-count N], or --until-saturated [U]",
+        )
+    try:
+        cutoffs = None
+        if args.cutoffs is not None:
+            try:
+                text = pathlib.Path(args.cutoffs).read_text(encoding="utf-8")
+            except OSError as e:
+                raise bad_input("--cutoffs", f"cannot read {args.cutoffs}: {e.strerror or e}") from None
+            cutoffs = parse_cutoffs(text, cluster, lambda key: parse_cluster(key, table, args.gpus_per_server))
+        if args.until_saturated is not None:
+            if not 0 < args.until_saturated <= 1:
+                raise bad_input("--until-saturated", f"expected a utilisation in (0, 1], got {args.until_saturated:g}")
+            return SweepPlan(policies, seeds, until_utilization=args.until_saturated, cutoffs=cutoffs)
+        if interval:
+            if args.rate_start is None or args.rate_stop is None:
+                raise bad_input("--rate-start" if args.rate_start is None else "--rate-stop", "an interval needs --rate-start A and --rate-stop B")
+            rates = evenly_spaced_rates(args.rate_start, args.rate_stop, 20 if args.rate_count is None else args.rate_count)
+        else:
+            rates = parse_numbers("--rates", args.rates, positive_rate, "a number of jobs per hour > 0")
+    except RangeError as e:
+        raise bad_input(e.flag, e.reason) from None
+    plan = SweepPlan(policies, seeds, rates=tuple(rates), cutoffs=cutoffs)
+    if not plan.needed({}):
+        raise bad_input("--cutoffs", "every rate is at or above its policy's cutoff: nothing to run")
+    return plan
+
+
+def _table_text(path: str | None) -> bytes | None:
+    return None if path is None else pathlib.Path(path).read_bytes()  # load_context read it already
+
+
+def _report(args: argparse.Namespace, out: pathlib.Path, book: SweepBook, plan: SweepPlan, policies: tuple[str, ...], num_seeds: int) -> int:
+    from services.cli.simulate_cmd import plots_failed
+    from sim.output import write_sweep_csv
+
+    order = {cell_id: i for i, cell_id in enumerate(book.cells)}
+    done = sorted(book.finished.values(), key=lambda r: (order[r.cell.cell_id]))
+    rows = [r.row() for r in done]
     # The numbers first: a plot that cannot be drawn must not cost the sweep's results.
     csv_path = write_sweep_csv(rows, out)
     plot_error = None
+    png_path = None
     try:
-        from sim.plots import plot_sweep  # matplotlib: only once there is something to draw
+        from sim.plots import (
+            plot_sweep,  # matplotlib: only once there is something to draw
+        )
 
         png_path = plot_sweep(rows, out / "sweep_jct.png")
     except Exception as e:  # noqa: BLE001 - matplotlib fails in many ways; the CSV stands without the plot
         plot_error = f"{type(e).__name__}: {e}"
+    failures = list(book.failures.values())
     if args.json:
-        print_json(
-            {
-                "out_dir": str(out),
-                "runs": [
-                    {
-                        "policy": o.row.policy,
-                        "jobs_per_hour": o.row.jobs_per_hour,
-                        "seed": o.row.seed,
-                        "avg_jct_s": o.row.avg_jct_s,
-                        "jobs_completed": o.jobs_completed,
-                        "jobs_measured": o.jobs_measured,
-                        "wall_s": o.wall_s,
-                    }
-                    for o in (outcomes[i] for i in range(len(runs)))
-                ],
-            }
+        print_json({"out_dir": str(out), "runs": [_run_json(r) for r in done], "failed": [_run_json(r) for r in failures]})
+    else:
+        print_sweep_table(rows, policies, num_seeds)
+        print_lines(["", f"wrote {csv_path}" if plot_error else f"wrote {csv_path} and {png_path}"])
+    if failures:
+        from sim.sweep_cells import describe
+
+        first = failures[0]
+        raise CommandFailed(
+            f"{len(failures)} cell(s) failed, e.g. {describe(first.cell)}: {first.result.error}; "
+            f"the others are in {csv_path} (the same command again retries the failed ones)"
         )
-        if plot_error:
-            raise plots_failed(out, plot_error, skip_hint=False)
-        return 0
-    print_sweep_table(rows, policies, len(seeds))
-    print()
-    print(f"wrote {csv_path}" if plot_error else f"wrote {csv_path} and {png_path}")
     if plot_error:
         raise plots_failed(out, plot_error, skip_hint=False)
     return 0
 
 
-def run_sweep(runs: list[SweepRun], context: SolveContext, processes: int) -> dict[int, SweepOutcome]:
-    """Run each SweepRun in a worker process; outcomes keyed by the run's index."""
-    outcomes: dict[int, SweepOutcome] = {}
-    started_s = time.perf_counter()
-    executor = concurrent.futures.ProcessPoolExecutor(
-        max_workers=processes,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(context,),
-    )
-    try:
-        futures = {executor.submit(_run_one, run): i for i, run in enumerate(runs)}
-        for future in concurrent.futures.as_completed(futures):
-            i = futures[future]
-            try:
-                outcome = future.result()  # a worker's GavelError comes back here: one line, exit 2
-            except concurrent.futures.process.BrokenProcessPool as e:
-                raise CommandFailed(f"a sweep worker process died ({e}); try fewer --processes", exit_code=1) from None
-            outcomes[i] = outcome
-            row = outcome.row
-            jct = "-" if row.avg_jct_s is None else f"{row.avg_jct_s / 3600:.2f} h"
-            print(
-                f"[{len(outcomes)}/{len(runs)}] {row.policy} at {row.jobs_per_hour:g} jobs/h, seed {row.seed}: "
-                f"avg JCT {jct}, {outcome.jobs_completed}/{outcome.jobs_measured} done "
-                f"({outcome.wall_s:.1f} s; {time.perf_counter() - started_s:.0f} s elapsed)",
-                file=sys.stderr,
-                flush=True,
-            )
-    finally:
-        # On an error or Ctrl-C, drop the runs not started yet instead of finishing them.
-        executor.shutdown(wait=True, cancel_futures=True)
-    return outcomes
-
-
-_context: SolveContext | None = None
-
-
-def _init_worker(context: SolveContext) -> None:
-    global _context
-    _context = context
-
-
-def _run_one(run: SweepRun) -> SweepOutcome:
-    from sim.metrics import SweepRow
-    from sim.scenario import run_policy
-
-    assert _context is not None, "the worker was not initialised"
-    result, summary = run_policy(run.policy, run.scenario, _context)
-    return SweepOutcome(
-        SweepRow(run.policy, run.jobs_per_hour, run.seed, summary.avg_jct_s),
-        summary.jobs_completed,
-        summary.jobs_measured,
-        result.wall_s,
-    )
+def _run_json(r: CellResult) -> dict[str, object]:
+    f = r.figures
+    return {
+        "policy": r.cell.policy, "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": f.avg_jct_s,
+        "cluster_utilization": f.utilization, "jobs_completed": r.result.jobs_completed,
+        "jobs_measured": r.result.jobs_measured, "wall_s": r.result.wall_s, "simulator": r.result.simulator,
+        **({"error": r.result.error} if r.result.error else {}),
+    }
 
 
 def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds: int) -> None:
@@ -234,16 +255,17 @@ def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds
     for rate in rates:
         cells: list[object] = [f"{rate:g}"]
         for policy in policies:
-            line = lines[policy]
-            at = [k for k, r in enumerate(line.jobs_per_hour) if r == rate]
+            line = lines.get(policy)
+            at = [] if line is None else [k for k, r in enumerate(line.jobs_per_hour) if r == rate]
             if not at:
                 cells.append("-")
                 continue
             k = at[0]
-            cell = f"{line.mean_jct_h[k]:.2f}"
+            cell = f"{line.mean_jct_h[k]:.2f}"  # type: ignore[union-attr]
             if num_seeds > 1:
-                cell += f" ({line.min_jct_h[k]:.2f}-{line.max_jct_h[k]:.2f})"
+                cell += f" ({line.min_jct_h[k]:.2f}-{line.max_jct_h[k]:.2f})"  # type: ignore[union-attr]
             cells.append(cell)
         table.append(cells)
-    print("average JCT in hours" + (f", mean over {num_seeds} seeds (min-max)" if num_seeds > 1 else ""))
+    print_lines(["average JCT in hours" + (f", mean over {num_seeds} seeds (min-max)" if num_seeds > 1 else "")])
     print_table(["jobs/hour", *policies], table)
+

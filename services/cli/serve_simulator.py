@@ -1,0 +1,42 @@
+"""``gavel serve simulator``: its flags and the service they build (sim/sweep_service.py). The
+parser is registered by services/cli/serve_cmd.py, the process run by services/cli/serve_host.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common.host import Service
+
+DESCRIPTION = (
+    "Take cells of distributed sweeps (`gavel sweep --bus amqp`) from RabbitMQ, one at a time, run each on the "
+    "simulator and publish its result. Start any number, on any machines, against the sweep's broker "
+    "(GAVEL_AMQP_URL) and exchange (GAVEL_EXCHANGE). A cell of a sweep run with --throughputs needs that table "
+    "here too (--throughputs, or --table, repeatable); the shipped table is always held."
+)
+
+
+def add_simulator_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", dest="simulator_name", metavar="NAME", help="this simulator's name in results and logs (default simulator-<host>-<pid>)")
+    p.add_argument(
+        "--table", dest="tables", action="append", default=[], metavar="TABLE.json",
+        help="another throughput table a sweep may name (repeat for several; --throughputs is one too)",
+    )
+
+
+def build_simulator(args: argparse.Namespace) -> Service:
+    from sim.scenario import load_context
+    from sim.sweep_cells import table_digest
+    from sim.sweep_service import SimulatorService
+
+    contexts = {table_digest(None): load_context(None)}
+    for path in [args.throughputs, *args.tables]:
+        if path is not None:
+            context = load_context(path)  # a bad file: one line naming it, exit 2
+            contexts[table_digest(_read(path))] = context
+    return SimulatorService(contexts, name=args.simulator_name)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:  # load_context read it already: it exists and is a table
+        return f.read()

@@ -1,0 +1,170 @@
+"""A sweep's cells: what one simulation of a sweep is, its ids, and running it.
+
+A cell (common/messages/sweep.py, SweepCellRequested) carries everything a simulator needs, so
+the same value runs in a worker process of ``gavel sweep`` or in ``gavel serve simulator`` on
+another machine, with the same code (``run_cell``): the trace is generated from its parameters
+(Gavel's generator, same seed, same trace), the throughput table is named by its digest.
+
+Ids are derived from what they name, never drawn: the sweep id from everything its cells share
+(trace size, cluster, preset, round, window, table, options), the cell id from the sweep id and
+the cell's policy, rate, seed and option. A restarted sweep with the same arguments therefore has
+the same ids, finds its finished cells in its ledger and asks only for the others; a result that
+comes back twice has one id and counts once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+
+from common.messages import SweepCellFinished, SweepCellRequested
+from policy_service.answer import SolveContext
+
+ID_CHARS = 16  # hex digits of a sweep or cell id (64 bits: no collision within any sweep)
+
+
+def table_digest(text: str | bytes | None) -> str:
+    """The digest that names a throughput table in a cell: sha256 of its JSON, canonical (keys
+    sorted, no spaces), so a reformatted copy of a table is the same table. None: the shipped one."""
+    if text is None:
+        text = (resources.files("common") / "data" / "simulation_throughputs.json").read_bytes()
+    canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    """What every cell of a sweep shares."""
+
+    num_jobs: int
+    multi_gpu: bool
+    cluster: Mapping[str, int]
+    table_sha256: str
+    preset: str = "default"
+    round_s: float = 360.0
+    gpus_per_server: int = 1
+    window: tuple[int, int] | None = None
+    trace_json: str = ""  # the generator's other options (SweepCellRequested.trace_json)
+    scenario_json: str = ""  # other Scenario fields (SweepCellRequested.scenario_json)
+
+    @property
+    def sweep_id(self) -> str:
+        shared = {
+            "num_jobs": self.num_jobs, "multi_gpu": self.multi_gpu, "cluster": sorted(self.cluster.items()),
+            "table": self.table_sha256, "preset": self.preset, "round_s": self.round_s,
+            "gpus_per_server": self.gpus_per_server, "window": list(self.window) if self.window else None,
+            "trace": self.trace_json, "scenario": self.scenario_json,
+        }
+        return _digest(json.dumps(shared, sort_keys=True))
+
+    def cell(self, policy: str, jobs_per_hour: float, seed: int, option: str = "") -> SweepCellRequested:
+        sweep_id = self.sweep_id
+        start, end = self.window if self.window else (-1, -1)
+        return SweepCellRequested(
+            sweep_id=sweep_id,
+            cell_id=_digest(json.dumps([sweep_id, policy, repr(float(jobs_per_hour)), seed, option])),
+            policy=policy,
+            jobs_per_hour=float(jobs_per_hour),
+            seed=seed,
+            num_jobs=self.num_jobs,
+            multi_gpu=self.multi_gpu,
+            cluster=dict(self.cluster),
+            table_sha256=self.table_sha256,
+            preset=self.preset,
+            round_s=self.round_s,
+            gpus_per_server=self.gpus_per_server,
+            window_start=start,
+            window_end=end,
+            option=option,
+            trace_json=self.trace_json,
+            scenario_json=self.scenario_json,
+        )
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:ID_CHARS]
+
+
+def describe(cell: SweepCellRequested) -> str:
+    """A cell as a person names it, in a log line or an error."""
+    option = f", option {cell.option}" if cell.option else ""
+    return f"{cell.policy} at {cell.jobs_per_hour:g} jobs/h, seed {cell.seed}{option} (cell {cell.cell_id})"
+
+
+def failed(cell: SweepCellRequested, simulator: str, reason: str, wall_s: float = 0.0) -> SweepCellFinished:
+    return SweepCellFinished(cell.sweep_id, cell.cell_id, simulator, wall_s=wall_s, error=reason or "failed")
+
+
+def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], simulator: str) -> SweepCellFinished:
+    """Simulate one cell and return its result; a cell that cannot run or fails (an unknown
+    policy, a table this simulator lacks, a bad option, an error in the run) is answered with the
+    reason. ``contexts``: the tables this simulator holds, by digest (table_digest)."""
+    started_s = time.perf_counter()
+    context = contexts.get(cell.table_sha256)
+    if context is None:
+        return failed(
+            cell, simulator,
+            f"this simulator has no throughput table with digest {cell.table_sha256[:12]}... "
+            "(start `gavel serve simulator` with --throughputs FILE, the sweep's table)",
+        )
+    try:
+        from sim.scenario import check_policies, run_policy
+
+        scenario = cell_scenario(cell, context)
+        check_policies("policy", [cell.policy])
+        _, summary = run_policy(cell.policy, scenario, context)
+    except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
+        # the run: either way the sweep must hear which cell and why, and the simulator goes on
+        return failed(cell, simulator, f"{type(e).__name__}: {e}", time.perf_counter() - started_s)
+    return SweepCellFinished(
+        cell.sweep_id,
+        cell.cell_id,
+        simulator,
+        avg_jct_s=-1.0 if summary.avg_jct_s is None else float(summary.avg_jct_s),
+        cluster_utilization=-1.0 if summary.cluster_utilization is None else float(summary.cluster_utilization),
+        jobs_completed=summary.jobs_completed,
+        jobs_measured=summary.jobs_measured,
+        wall_s=time.perf_counter() - started_s,
+    )
+
+
+def cell_scenario(cell: SweepCellRequested, context: SolveContext):
+    """The Scenario a cell stands for, its trace generated here (and checked as the sweep did)."""
+    from sim.scenario import Scenario, check_trace, generated_trace
+
+    assert context.table is not None
+    trace_options = _json_object(cell.trace_json, "trace_json")
+    trace = generated_trace(cell.num_jobs, cell.jobs_per_hour, cell.multi_gpu, cell.seed, context.table, **trace_options)
+    check_trace(trace, context.table, cell.cluster, f"the trace generated with seed {cell.seed} at {cell.jobs_per_hour:g} jobs/hour")
+    window = (cell.window_start, cell.window_end) if cell.window_start >= 0 else None
+    scenario = Scenario(trace, dict(cell.cluster), cell.preset, cell.round_s, cell.gpus_per_server, cell.seed, window)
+    options = _json_object(cell.scenario_json, "scenario_json")
+    if options:
+        known = {f.name for f in dataclasses.fields(scenario)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"this simulator's Scenario has no field {unknown[0]!r} (an older gavel?)")
+        scenario = dataclasses.replace(scenario, **options)  # type: ignore[arg-type]
+    return scenario
+
+
+def _json_object(text: str, name: str) -> dict[str, object]:
+    """A cell's options ("" none), JSON arrays as tuples (what frozen values hold)."""
+    if not text:
+        return {}
+    options = json.loads(text)
+    if not isinstance(options, dict):
+        raise TypeError(f"{name} is not a JSON object")
+    return {k: _tuples(v) for k, v in options.items()}
+
+
+def _tuples(value: object) -> object:
+    """JSON arrays back into the tuples a frozen Scenario holds."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
