@@ -67,7 +67,10 @@ def _served_plugin(name: str, served: tuple[str, ...]) -> RegistryEntry:
 def load_policy(spec: str) -> RegistryEntry:
     """The entry for ``spec`` (a built-in, an installed entry point or ``module:Name``), its
     plug-in checked: the factory callable with no argument, the object it makes with a ``name``
-    and an ``allocate(problem)``. PluginError says what is wrong."""
+    and an ``allocate(problem)``. PluginError says what is wrong; an unknown bare name is
+    UnknownPolicyError (the known ones listed, the installed plug-ins among them)."""
+    if ":" not in spec and spec not in REGISTRY and spec.strip() not in (points := installed(KIND)):
+        raise UnknownPolicyError(spec, [*REGISTRY.names(), *points])  # a typo is not a plug-in's fault
     found = resolve(KIND, spec, {entry.name: entry for entry in REGISTRY})
     if isinstance(found, RegistryEntry):
         return found

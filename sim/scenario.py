@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import CommandFailed, PluginError, ProblemError, TraceError
-from common.plugins import installed
+from common.errors import CommandFailed, PluginError, ProblemError, TraceError, UnknownPolicyError
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import preset
@@ -128,24 +127,20 @@ def check_policies(flag: str, names: Sequence[str]) -> tuple[str, ...]:
         if not name:
             raise bad_input(flag, "an empty policy name (known: " + ", ".join(sorted(known)) + ")")
         if name not in known:
-            _check_plugin(flag, name, known)
+            _check_plugin(flag, name)
     repeated = [n for n, k in collections.Counter(names).items() if k > 1]
     if repeated:
         raise bad_input(flag, f"{repeated[0]} is listed twice")
     return tuple(names)
 
 
-def _check_plugin(flag: str, name: str, known: Sequence[str]) -> None:
+def _check_plugin(flag: str, name: str) -> None:
     try:
         load_policy(name)
+    except UnknownPolicyError as e:  # known: the built-ins and the installed plug-ins
+        raise bad_input(flag, f"unknown policy {name!r} (known: {', '.join(e.known)}; or package.module:Name)") from None
     except PluginError as e:
-        if ":" in name or not e.reason.startswith("unknown"):
-            raise bad_input(flag, str(e)) from None
-        plugins = ", ".join(sorted(installed("policy"))) or "none"
-        raise bad_input(
-            flag, f"unknown policy {name!r} (known: {', '.join(sorted(known))}; installed plug-ins: {plugins}; "
-            "or package.module:Name)",
-        ) from None
+        raise bad_input(flag, str(e)) from None
 
 
 def check_solvers(policies: Sequence[str], preset: str) -> None:

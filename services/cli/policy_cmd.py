@@ -34,7 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compute a policy's allocation for one problem (a JSON file: docs/policies.md) and print it as JSON",
         description="Exit codes: 0 solved; 2 bad input; 3 no feasible allocation (see the output's reason).",
     )
-    solve.add_argument("--policy", required=True, help="a policy name (gavel policy list)")
+    solve.add_argument(
+        "--policy", required=True, metavar="NAME|MODULE:NAME",
+        help="a policy name (gavel policy list), an installed plug-in's or package.module:Name (docs/extending.md)",
+    )
     solve.add_argument("--input", required=True, metavar="PROBLEM.json", help="the problem ('-' for stdin)")
     solve.add_argument(
         "--throughputs",
@@ -72,11 +75,16 @@ def _table(path: str | None) -> tuple[ThroughputTable | None, dict[str, float] |
 
 def _policy(name: str, solver: str | None) -> Policy:
     """make_policy, with a bad --solver reported as the flag's error (the core's message lists
-    the installed solvers); UnknownPolicyError lists the known names."""
+    the installed solvers); UnknownPolicyError lists the known names. A plug-in is loaded and
+    checked (PluginError names it) and makes its own choice of solver."""
     from policy_service.core import make_policy
-    from policy_service.core.catalog import REGISTRY
+    from policy_service.plugins import is_builtin, load_policy, make_plugin
 
-    REGISTRY.entry(name)  # an unknown policy is reported as such, not as the solver's fault
+    entry = load_policy(name)  # an unknown policy is reported as such, not as the solver's fault
+    if not is_builtin(name):
+        if solver:
+            raise CommandFailed(f"--solver: {name} is a plug-in, which chooses its own solver", exit_code=2)
+        return make_plugin(entry, {})
     if not solver:
         return make_policy(name)
     try:
@@ -87,11 +95,12 @@ def _policy(name: str, solver: str | None) -> Policy:
 
 def run_solve(args: argparse.Namespace, settings: Settings) -> int:
     from policy_service.core import allocation_to_json, problem_from_json
+    from policy_service.plugins import allocate
 
     policy = _policy(args.policy, args.solver)
     table, prices = _table(args.throughputs)
     problem = problem_from_json(_read_json(args.input, "--input"), table, default_prices_per_hour=prices)
-    result = allocation_to_json(policy.allocate(problem))
+    result = allocation_to_json(allocate(policy, problem, args.policy))  # a plug-in's failure: PluginError
     if args.output:
         pathlib.Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     else:
@@ -100,9 +109,11 @@ def run_solve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    from common.plugins import installed
     from policy_service.core.catalog import REGISTRY
 
     rows = [(entry.name, entry.summary) for entry in REGISTRY]
+    rows += [(name, f"installed plug-in ({point.value})") for name, point in sorted(installed("policy").items()) if name not in REGISTRY]
     if args.json:
         print_json([{"name": n, "summary": s} for n, s in rows])
     else:

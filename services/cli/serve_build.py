@@ -19,6 +19,7 @@ from mechanism_service.clocks import ScaledClock, describe_clock
 from mechanism_service.core.ownership import Ownership
 from mechanism_service.core.retention import LIVE, Retention
 from services.cli.common import PRESET_VALUE, CommandFailed, load_table
+from services.cli.plugin_flags import checked_policy, served_plugins
 from services.cli.serve_state import open_estimator_state, open_journal
 from services.cli.worker_options import log_limits, worker_config
 
@@ -110,6 +111,10 @@ def build_services(
     None: each counts in a private one nobody serves."""
     if list(names) == ["worker"]:
         return [build_worker(args, settings, registry)]
+    if list(names) == ["simulator"]:
+        from services.cli.serve_simulator import build_simulator  # noqa: PLC0415
+
+        return [build_simulator(args)]
     journal = open_journal(args, settings, bus_kind) if "mechanism" in names else None  # a bad one fails at once
     # Imported here, not above: `gavel health` (a container healthcheck, run every few seconds),
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).
@@ -117,7 +122,6 @@ def build_services(
     from mechanism_service.core.settings import preset
     from mechanism_service.config import MechanismConfig
     from mechanism_service.service import MechanismService
-    from policy_service.core.catalog import policy_names
     from policy_service.service import PolicyService
     from sim.fleet import SimulatedFleet
     from sim.scenario import load_context, parse_cluster
@@ -130,10 +134,12 @@ def build_services(
     for name in names:
         if name == "policy":
             replica = args.replica or ("policy" if len(names) > 1 else f"policy-{os.getpid()}")
-            services.append(PolicyService(clock=clock, context=context, solving=args.solving, name=replica, registry=registry))
+            # serve policy: its --policy plug-ins; up: the mechanism's policy
+            specs = args.policy if isinstance(args.policy, list) else [args.policy]
+            served = dataclasses.replace(context, plugins=served_plugins("--policy", specs))
+            services.append(PolicyService(clock=clock, context=served, solving=args.solving, name=replica, registry=registry))
         elif name == "mechanism":
-            if args.policy not in policy_names():
-                raise CommandFailed(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}", exit_code=2)
+            checked_policy("--policy", args.policy)
             mechanism_settings = dataclasses.replace(
                 preset(args.preset, args.policy, round_s=args.round_s, gpus_per_server=args.gpus_per_server),
                 worker_grace_s=worker_grace_s(args),

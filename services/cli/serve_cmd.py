@@ -1,4 +1,4 @@
-"""``gavel serve policy|mechanism|estimator|fleet|worker`` (one service per process), ``gavel up`` (a
+"""``gavel serve policy|mechanism|estimator|fleet|worker|simulator`` (one service per process), ``gavel up`` (a
 chosen set in one process, on either bus) and ``gavel health`` (for container healthchecks): their
 parsers and flags. What the flags build is services/cli/serve_build.py's, the state files the
 services keep services/cli/serve_state.py's, running them and their health files
@@ -33,6 +33,8 @@ from services.cli.common import (
 from services.cli.serve_build import SERVICES, _clock, build_services, round_timeout_s, worker_grace_s  # noqa: F401
 from services.cli.serve_host import run_health, run_serve
 from services.cli.serve_state import default_journal_path, open_estimator_state  # noqa: F401
+from services.cli.serve_simulator import DESCRIPTION as SIMULATOR_DESCRIPTION
+from services.cli.serve_simulator import add_simulator_options
 from services.cli.worker_options import add_worker_options
 
 UP_DESCRIPTION = (
@@ -77,6 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common_options(worker)
     add_worker_options(worker)
     worker.set_defaults(run=run_serve, services=("worker",), bus_kind="amqp")
+    simulator = serve_sub.add_parser(
+        "simulator", help="run the cells of distributed sweeps (gavel sweep --bus amqp), one at a time", description=SIMULATOR_DESCRIPTION
+    )
+    _common_options(simulator)
+    add_simulator_options(simulator)
+    simulator.set_defaults(run=run_serve, services=("simulator",), bus_kind="amqp")
 
     up = sub.add_parser(
         "up",
@@ -123,8 +131,18 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
     if only in (None, "policy"):
         p.add_argument("--replica", help="this policy replica's name (default: policy-<pid>)")
         p.add_argument("--solving", choices=("process", "inline"), default="process", help="where solves run (default: a worker process)")
+    if only == "policy":  # (gavel up: the mechanism's --policy is the one its replica serves)
+        p.add_argument(
+            "--policy", action="append", default=[], metavar="NAME|MODULE:NAME",
+            help="a policy plug-in this replica serves besides the built-ins and the installed ones (package.module:Name; "
+            "repeat for several); it never imports a module a request names (docs/extending.md)",
+        )
     if only in (None, "mechanism"):
-        p.add_argument("--policy", default="max_min_fairness_perf", help="the policy to run (default max_min_fairness_perf)")
+        p.add_argument(
+            "--policy", default="max_min_fairness_perf", metavar="NAME|MODULE:NAME",
+            help="the policy to run: a built-in (gavel policy list), an installed plug-in or package.module:Name "
+            "(default max_min_fairness_perf)",
+        )
         p.add_argument("--preset", choices=sorted(PRESETS), default="default")
         p.add_argument("--catch-up-ratio", type=or_none(above_one_number), default=PRESET_VALUE, metavar="R|none", help=CATCH_UP_HELP)
         journal = p.add_mutually_exclusive_group()
