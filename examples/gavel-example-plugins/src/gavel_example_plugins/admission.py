@@ -1,0 +1,38 @@
+"""An admission plug-in: at most ``max_jobs`` scheduled jobs per entity (team, account).
+
+A team that submits a hundred jobs at once would otherwise fill the scheduler's queue, and a
+fair-share policy would still give each of its jobs a share; here each entity has at most
+``max_jobs`` jobs admitted and not ended, and the rest of its jobs wait in the admission queue
+in arrival order (``gavel job ID --why`` says why). Jobs with no entity are admitted at once.
+"""
+
+from __future__ import annotations
+
+from mechanism_service.core.seams.admission import AdmissionDecision, AdmissionView
+
+
+class PerEntityJobs:
+    """Jobs join in arrival order while their entity has fewer than ``max_jobs`` scheduled."""
+
+    def __init__(self, max_jobs: str = "2", **params: str) -> None:
+        if params:
+            raise TypeError(f"per_entity_jobs: unknown parameters {', '.join(sorted(params))} (it takes max_jobs)")
+        if not max_jobs.isdigit() or int(max_jobs) < 1:
+            raise ValueError(f"per_entity_jobs: max_jobs={max_jobs!r} is not a whole number >= 1")
+        self.max_jobs = int(max_jobs)
+
+    def admit(self, view: AdmissionView) -> AdmissionDecision:
+        usage = view.usage()
+        scheduled = {entity: used.jobs for entity, used in usage.items()}
+        admitted, reasons = [], {}
+        for job in view.waiting:  # arrival order
+            if job.entity is None:
+                admitted.append(job.job_id)
+                continue
+            count = scheduled.get(job.entity, 0)
+            if count < self.max_jobs:
+                admitted.append(job.job_id)
+                scheduled[job.entity] = count + 1
+            else:
+                reasons[job.job_id] = f"entity {job.entity} has {count} jobs scheduled, at most {self.max_jobs}"
+        return AdmissionDecision(tuple(admitted), reasons=reasons)
