@@ -5,6 +5,7 @@ values (cluster, window, policies, throughput table, trace), refusing a bad one 
 Engines: ``fast`` is the bus-free path (sim/fastpath.py); ``services`` runs the real mechanism,
 policy service and a simulated fleet on the in-memory bus in virtual time (sim/driver.py). Both
 make the same schedule (tests/sim/test_equivalence.py); the second is a few times slower.
+``ideal`` is the fluid run of the policy, no rounds (sim/ideal.py, ``gavel simulate --ideal``).
 """
 
 from __future__ import annotations
@@ -429,6 +430,10 @@ def run_policy(
                 journal=_fault_journal(scenario, policy),
             )
         )
+    elif scenario.engine == "ideal":  # the fluid run (gavel simulate --ideal)
+        from sim.ideal import simulate_ideal
+
+        result = simulate_ideal(scenario.trace, config, context, progress=progress)
     else:
         result = simulate(scenario.trace, config, context, progress=progress)
     assert context.table is not None

@@ -52,8 +52,8 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     job_options,
     missing_flags,
     replay_flags,
-    resolve_faults,
 )
+from services.cli.simulate_options import add_run_option_flags, resolve_engine
 from services.cli.simulate_report import (  # noqa: F401 - the file names: re-exported (demo)
     COMPARISON_FILES,
     RUN_FILES,
@@ -119,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_fault_flags(p)
     add_estimator_flags(p)
+    add_run_option_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
     add_plots_flag(p)
     p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
@@ -162,7 +163,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         check_prices(cluster, context)
     generating = check_trace_flags(args)
     loaded = load_trace(args.trace) if args.trace is not None else None
-    engine, faults = resolve_faults(args)
+    engine, faults = resolve_engine(args)
     missing = missing_flags(args, generating, policies is None)
     if missing:
         raise CommandFailed("missing " + "; ".join(missing), exit_code=2)
