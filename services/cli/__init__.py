@@ -42,6 +42,7 @@ GROUP_MODULES = (
     "trace_cmd",
     "simulate_cmd",
     "sweep_cmd",
+    "whatif_cmd",
     "demo_cmd",
 )
 COMMAND_MODULE = {
@@ -65,6 +66,7 @@ COMMAND_MODULE = {
     "trace": "trace_cmd",
     "simulate": "simulate_cmd",
     "sweep": "sweep_cmd",
+    "whatif": "whatif_cmd",
     "demo": "demo_cmd",
 }
 

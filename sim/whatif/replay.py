@@ -1,0 +1,380 @@
+"""A live cluster's history (sim/whatif/history.py) as the simulator's input, and what really
+happened as a ``SimulationResult``, so that both are measured by the same code (sim/metrics.py).
+Pure: values in, values out.
+
+The replay is the real run's by construction where the journal says how it ran: the same jobs
+(arrival on the mechanism's clock, size, steps, priority, SLO), the same fleet (the last one the
+boundaries recorded), the same round length and preset, and each job's own steps/s on each type:
+
+- measured: what its workers reported while stepping, over its leases alone on that type
+  (steps / stepping time: restores and start-up are the preset's ``restore_s``, not the rate);
+- otherwise assumed, as the mechanism would have: the estimator's latest word in the journal, the
+  submitter's ``--throughput``, the reference table's row for its job type, or the typical job of
+  its size (mechanism_service/core/rates.py's order).
+
+Jobs whose rows are equal share a job type in the replay's table (the reference's own name when
+the row is the reference's, so the table's packed pairs still apply); a job with a row of its own
+gets a type of its own, named after its job type.
+
+``--from T`` (``from_s``): the jobs that arrived T seconds or more after the first arrival are
+measured; the jobs still in the cluster then are replayed from T with the steps they had left, as
+load, unmeasured. The real run's figures are over the same measured jobs. Only the jobs that
+completed in the real run are measured, in every run, so averages compare like with like; the
+others (cancelled or failed: the steps they got; still running: all their steps) are load.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from common.errors import ReplayError
+from common.throughputs import ThroughputTable
+from mechanism_service.core.settings import PRESETS
+from sim.results import JobOutcome, RoundRecord, SimulationResult
+from sim.traces import TraceJob
+from sim.whatif.history import History, JobRecord, LeaseRun
+
+SOURCES = ("measured", "estimated", "submitter", "table", "typical")
+
+
+@dataclass(frozen=True, slots=True)
+class Cells:
+    """How many (job, accelerator type) steps/s of the replayed jobs came from each source."""
+
+    by_source: Mapping[str, int]
+
+    @property
+    def measured(self) -> int:
+        return self.by_source.get("measured", 0)
+
+    @property
+    def assumed(self) -> int:
+        return sum(self.by_source.values()) - self.measured
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySetup:
+    trace: tuple[TraceJob, ...]  # the unmeasured load first, then the measured jobs (the window)
+    table: ThroughputTable  # the replay's steps/s: a row per distinct job row
+    cluster: Mapping[str, int]  # accelerator type -> GPUs
+    gpus_per_server: int
+    round_s: float
+    preset: str
+    policy: str | None  # the policy the real run ran (None: the journal names none)
+    window: tuple[int, int]  # trace positions of the measured jobs
+    origin_s: float  # the comparison's time zero on the mechanism's clock
+    real: SimulationResult  # what happened, on the mechanism's clock
+    cells: Cells
+    notes: tuple[str, ...]  # what the replay cannot reproduce of this run
+
+
+def setup(
+    history: History, reference: ThroughputTable, *, from_s: float | None = None, round_s: float | None = None,
+    preset_name: str | None = None,
+) -> ReplaySetup:
+    """``reference``: the table the mechanism was started with (its fallback for cells never
+    measured). ``round_s``, ``preset_name``: for a journal that does not record them."""
+    ends = history.ends
+    jobs = list(history.jobs)
+    completed = [j for j in jobs if j.job_id in ends and ends[j.job_id].completion_s is not None]
+    if not completed:
+        raise ReplayError("no job finished in this journal: there is no real run to compare with")
+    first_s = min(j.arrival_s for j in jobs)
+    origin_s = first_s + (from_s or 0.0)
+    last_s = max(j.arrival_s for j in jobs)
+    if from_s is not None and origin_s > last_s:
+        raise ReplayError(
+            f"--from {from_s:g}: after the last arrival ({last_s - first_s:g} s after the first); nothing arrived then"
+        )
+    measured = [j for j in completed if j.arrival_s >= origin_s]
+    if not measured:
+        raise ReplayError(f"--from {from_s:g}: no job that arrived after it finished in this journal")
+    cluster, gpus_per_server, notes = _cluster(history)
+    round_s = _round_s(history, round_s)
+    preset_name = _preset(history, preset_name, notes)
+    load = _load(history, origin_s, {j.job_id for j in measured})
+
+    replayed = [*load, *((j, j.total_steps, j.arrival_s) for j in measured)]
+    rows, cells = _rows(history, reference, [j for j, _, _ in replayed], tuple(cluster))
+    names, table = _table(reference, [(j, rows[j.job_id]) for j, _, _ in replayed], tuple(cluster))
+    trace = tuple(
+        TraceJob(j.job_id, names[j.job_id], steps, j.scale_factor, arrival_s, j.priority_weight, j.slo_s)
+        for j, steps, arrival_s in replayed
+    )
+    window = (len(load), len(replayed))
+    real = _real_result(history, replayed, window, names, cluster, round_s, preset_name, origin_s)
+    notes.extend(_differences(history, jobs))
+    return ReplaySetup(
+        trace, table, cluster, gpus_per_server, round_s, preset_name, history.last_policy, window, origin_s, real,
+        cells, tuple(notes),
+    )
+
+
+# --- the cluster and the settings -------------------------------------------------------------
+
+
+def _cluster(history: History) -> tuple[dict[str, int], int, list[str]]:
+    if not history.fleets:
+        raise ReplayError("the journal records no worker: the cluster it ran on is unknown")
+    notes = []
+    cluster = {w: gpus for w, gpus in history.fleets[-1][1].items() if gpus > 0}
+    if not cluster:
+        raise ReplayError("the journal's last fleet has no GPU")
+    if len(history.fleets) > 1:
+        notes.append(
+            f"the fleet changed {len(history.fleets) - 1} time(s) during the run; the replay runs on the last one "
+            f"({', '.join(f'{g} {w}' for w, g in cluster.items())}) throughout"
+        )
+    sizes = set(history.gpus_per_worker) or {1}
+    gpus_per_server = math.gcd(*sizes)
+    if len(sizes) > 1:
+        notes.append(f"its workers have {', '.join(map(str, sorted(sizes)))} GPUs; the replay's servers have {gpus_per_server}")
+    return cluster, gpus_per_server, notes
+
+
+def _round_s(history: History, given: float | None) -> float:
+    if given is not None:
+        return given
+    if history.round_s is None:
+        raise ReplayError("the journal does not record the round length (a journal from before it did): give --round-s")
+    return history.round_s
+
+
+def _preset(history: History, given: str | None, notes: list[str]) -> str:
+    """The preset whose accounting the boundary records say (each preset's
+    ``round_start_from_previous_end``), unless given."""
+    if given is not None:
+        return given
+    if history.charges_from_previous_end is None:
+        notes.append("the journal does not say the preset: the replay assumes default (--preset to choose)")
+        return "default"
+    policy = history.last_policy or "max_min_fairness"
+    return next(
+        name for name, make in PRESETS.items()
+        if make(policy).round_start_from_previous_end == history.charges_from_previous_end
+    )
+
+
+def _differences(history: History, jobs: Sequence[JobRecord]) -> list[str]:
+    """What the journal shows of this run that a replay does not reproduce."""
+    notes = []
+    if len(history.policies) > 1:
+        shown = ", ".join(f"{p} ({n} allocations)" for p, n in history.policies.items())
+        notes.append(f"the run changed policy ({shown}); the real run is compared as {history.last_policy}")
+    if history.starts > 1:
+        notes.append(f"the mechanism restarted {history.starts - 1} time(s); the replay runs without interruption")
+    if history.workers_lost:
+        notes.append(f"{history.workers_lost} worker(s) were lost during the run; the replay loses none")
+    if any(lease.crashed for lease in history.leases):
+        notes.append("some leases crashed in the real run; the replay's leases never do")
+    if any(j.entity for j in jobs):
+        notes.append("jobs name entities; the simulator's trace carries none (hierarchical policies see one entity)")
+    return notes
+
+
+# --- the jobs --------------------------------------------------------------------------------
+
+
+def _load(history: History, origin_s: float, measured: set[str]) -> list[tuple[JobRecord, int, float]]:
+    """The unmeasured jobs as (job, steps to replay, arrival): those in the cluster at the origin
+    with the steps they had left then, and those that arrived later and did not complete (the
+    steps they got when they ended early; all of them when still running at the journal's end)."""
+    credited_total: collections.Counter[str] = collections.Counter()
+    credited_before: collections.Counter[str] = collections.Counter()
+    for at_s, job_id, steps in history.credited:
+        credited_total[job_id] += steps
+        if at_s <= origin_s:
+            credited_before[job_id] += steps
+    out = []
+    for job in history.jobs:
+        if job.job_id in measured:
+            continue
+        end = history.ends.get(job.job_id)
+        ended_s = None if end is None else (end.completion_s if end.completion_s is not None else end.at_s)
+        if ended_s is not None and ended_s <= origin_s:
+            continue  # over before the replay starts
+        work = job.total_steps if end is None or end.outcome == "completed" else credited_total[job.job_id]
+        steps = work - credited_before[job.job_id] if job.arrival_s < origin_s else work
+        if steps > 0:
+            out.append((job, steps, max(job.arrival_s, origin_s)))
+    return out
+
+
+def _rows(
+    history: History, reference: ThroughputTable, jobs: Sequence[JobRecord], types: tuple[str, ...]
+) -> tuple[dict[str, tuple[float, ...]], Cells]:
+    """Each job's steps/s per type (``types`` order), and where each came from."""
+    steps: dict[tuple[str, str], float] = collections.defaultdict(float)
+    stepping_s: dict[tuple[str, str], float] = collections.defaultdict(float)
+    rates: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
+    for lease in history.leases:
+        if len(lease.job_ids) != 1 or lease.crashed or not lease.reported:
+            continue  # a packed lease measures the pair, not the job alone
+        job_id, done, rate = lease.job_ids[0], lease.steps[0], lease.steps_per_s[0]
+        if done > 0 and rate > 0:
+            key = (job_id, lease.accelerator_type)
+            steps[key] += done
+            stepping_s[key] += done / rate
+            rates[key].add(rate)
+    sources: collections.Counter[str] = collections.Counter()
+    rows = {}
+    typical: dict[int, dict[str, float]] = {}
+    for job in jobs:
+        row = []
+        for w in types:
+            key = (job.job_id, w)
+            if key in rates:
+                # one reported figure is kept exactly (a simulated fleet's table rate), several are
+                # pooled by the time stepped
+                value, source = (next(iter(rates[key])) if len(rates[key]) == 1 else steps[key] / stepping_s[key]), "measured"
+            elif w in history.estimates.get(job.job_id, {}):
+                value, source = history.estimates[job.job_id][w], "estimated"
+            elif job.user_estimate_steps_per_s and w in job.user_estimate_steps_per_s:
+                value, source = float(job.user_estimate_steps_per_s[w]), "submitter"
+            elif reference.has_job(job.job_type, job.scale_factor):
+                # the reference knows the job, and not on this type: it cannot run there
+                value, source = reference.isolated_steps_per_s.get((job.job_type, job.scale_factor, w), 0.0), "table"
+            else:
+                if job.scale_factor not in typical:
+                    typical[job.scale_factor] = reference.typical_isolated(job.scale_factor)
+                value, source = typical[job.scale_factor].get(w, 0.0), "typical"
+            row.append(float(value))
+            sources[source] += 1
+        rows[job.job_id] = tuple(row)
+    return rows, Cells(dict(sources))
+
+
+def _table(
+    reference: ThroughputTable, rows: Sequence[tuple[JobRecord, tuple[float, ...]]], types: tuple[str, ...]
+) -> tuple[dict[str, str], ThroughputTable]:
+    """job id -> its job type in the replay's table, and that table: one type per distinct row,
+    the reference's name for the reference's own row (its pairs kept), a name of its own for any
+    other (alone only: a pair was never measured for it)."""
+    names: dict[str, str] = {}
+    kind_of: dict[tuple[str, int, tuple[float, ...]], str] = {}
+    per_type: collections.Counter[str] = collections.Counter()
+    isolated: dict[tuple[str, int, str], float] = {}
+    for job, row in rows:
+        key = (job.job_type, job.scale_factor, row)
+        name = kind_of.get(key)
+        if name is None:
+            own = tuple(reference.isolated_steps_per_s.get((job.job_type, job.scale_factor, w)) for w in types)
+            if own == row:
+                name = job.job_type
+            else:
+                per_type[job.job_type] += 1
+                name = f"{job.job_type} [row {per_type[job.job_type]}]"
+            kind_of[key] = name
+            isolated.update({(name, job.scale_factor, w): value for w, value in zip(types, row)})
+        names[job.job_id] = name
+    kept = {name for name in kind_of.values()}
+    pairs = {
+        k: v for k, v in reference.pair_steps_per_s.items() if k[0] in kept and k[1] in kept and k[3] in types
+    }
+    return names, ThroughputTable(types, MappingProxyType(isolated), MappingProxyType(pairs))
+
+
+# --- what really happened --------------------------------------------------------------------
+
+
+def _real_result(
+    history: History, replayed: Sequence[tuple[JobRecord, int, float]], window: tuple[int, int], names: Mapping[str, str],
+    cluster: Mapping[str, int], round_s: float, preset_name: str, origin_s: float,
+) -> SimulationResult:
+    """The real run as a SimulationResult on the mechanism's clock: the replayed jobs' outcomes
+    (measured ones complete, as the real run completed them) and a round per boundary that
+    dispatched leases from the origin on."""
+    leases = [lease for lease in history.leases if lease.dispatched_at_s >= origin_s and lease.reported]
+    by_job: dict[str, list[LeaseRun]] = collections.defaultdict(list)
+    for lease in leases:
+        for job_id in lease.job_ids:
+            by_job[job_id].append(lease)
+    outcomes = []
+    measured = [j.job_id for j, _, _ in replayed[window[0]:window[1]]]
+    for job, steps, arrival_s in replayed:
+        runs = by_job.get(job.job_id, [])
+        end = history.ends.get(job.job_id)
+        gpu_s: dict[str, float] = collections.defaultdict(float)
+        done = 0
+        for lease in runs:
+            gpu_s[lease.accelerator_type] += lease.gpus * lease.elapsed_s
+            done += lease.steps[lease.job_ids.index(job.job_id)]
+        outcomes.append(JobOutcome(
+            job_id=job.job_id, job_type=names[job.job_id], scale_factor=job.scale_factor,
+            priority_weight=job.priority_weight, total_steps=steps, arrival_s=arrival_s,
+            start_s=min((lease.dispatched_at_s for lease in runs), default=None),
+            completion_s=end.completion_s if end is not None and end.outcome == "completed" else None,
+            steps_done=min(done, steps), gpu_seconds_by_type=dict(gpu_s),
+            dropped=end is not None and end.outcome == "failed",
+        ))
+    last = max((o for o in outcomes if o.job_id in set(measured)), key=lambda o: o.completion_s or 0.0)
+    last_dispatch_s = max(
+        (lease.dispatched_at_s for lease in by_job.get(last.job_id, []) if lease.end_s <= (last.completion_s or 0.0) + 1e-9),
+        default=last.completion_s or 0.0,
+    )
+    makespan_s = max((lease.end_s for lease in leases if lease.dispatched_at_s == last_dispatch_s), default=last.completion_s or 0.0)
+    return SimulationResult(
+        policy=history.last_policy or "unknown", preset=preset_name, cluster=dict(cluster), round_s=round_s, seed=0,
+        # the rounds until the one that finished the last measured job, where a replay stops too
+        jobs=tuple(outcomes), rounds=_rounds(history, [lease for lease in leases if lease.dispatched_at_s <= last_dispatch_s]),
+        makespan_s=max(makespan_s, last.completion_s or 0.0),
+        measured_job_ids=tuple(measured), resets=sum(history.policies.values()), solve_times_s=(),
+    )
+
+
+def _rounds(history: History, leases: Sequence[LeaseRun]) -> tuple[RoundRecord, ...]:
+    """A round per boundary time, with the jobs in the cluster then (arrived, not yet ended)."""
+    arrivals = np.sort(np.array([j.arrival_s for j in history.jobs], dtype=float))
+    ended = []
+    for j in history.jobs:
+        end = history.ends.get(j.job_id)
+        if end is not None:
+            ended.append(end.completion_s if end.completion_s is not None else end.at_s)
+    ended_s = np.sort(np.array(ended, dtype=float))
+    by_start: dict[float, list[LeaseRun]] = collections.defaultdict(list)
+    for lease in leases:
+        by_start[lease.dispatched_at_s].append(lease)
+    starts = np.array(sorted(by_start), dtype=float)
+    in_system = np.searchsorted(arrivals, starts, side="right") - np.searchsorted(ended_s, starts, side="right")
+    rounds = []
+    for index, (start_s, present) in enumerate(zip(starts, in_system)):
+        group = by_start[float(start_s)]
+        busy: dict[str, int] = collections.defaultdict(int)
+        busy_s: dict[str, float] = collections.defaultdict(float)
+        for lease in group:
+            busy[lease.accelerator_type] += lease.gpus
+            busy_s[lease.accelerator_type] += lease.gpus * lease.elapsed_s
+        running = sum(len(lease.job_ids) for lease in group)
+        rounds.append(RoundRecord(
+            round_id=index, start_s=float(start_s), end_s=max(lease.end_s for lease in group),
+            busy_gpus_by_type=dict(busy), busy_gpu_seconds_by_type=dict(busy_s), jobs_running=running,
+            jobs_waiting=max(0, int(present) - running), leases_extended=sum(lease.extended for lease in group),
+            lease_opportunities=0, reset=False, leases=len(group),
+        ))
+    return tuple(rounds)
+
+
+def shifted(result: SimulationResult, origin_s: float) -> SimulationResult:
+    """The same run with ``origin_s`` as time zero (the metrics count utilisation from 0)."""
+    if origin_s == 0.0:
+        return result
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else t - origin_s
+
+    return dataclasses.replace(
+        result,
+        jobs=tuple(
+            dataclasses.replace(j, arrival_s=j.arrival_s - origin_s, start_s=at(j.start_s), completion_s=at(j.completion_s))
+            for j in result.jobs
+        ),
+        rounds=tuple(dataclasses.replace(r, start_s=r.start_s - origin_s, end_s=r.end_s - origin_s) for r in result.rounds),
+        makespan_s=result.makespan_s - origin_s,
+    )

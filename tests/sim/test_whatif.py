@@ -1,0 +1,180 @@
+"""What-if replay (sim/whatif): a journal read back into what happened, and the replay of its
+jobs. Journals come from the real services in virtual time (tests/support/whatif.py: the
+mechanism journals as a live one does), or are written event by event where a test needs figures
+no simulated fleet would report (each job its own steps/s)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from common.codec import DEFAULT_CODEC
+from common.errors import ReplayError
+from common.messages import (
+    AllocationComputed,
+    JobProgress,
+    JobSpec,
+    JobSubmitted,
+    SolveStatus,
+)
+from common.messages.base import Message
+from mechanism_service.core import audit
+from policy_service.service import shipped_context
+from sim.whatif.compare import REAL, jain_index, run_figures
+from sim.whatif.history import history_of, read_history
+from sim.whatif.replay import setup, shifted
+from sim.whatif.runs import replay
+from tests.support.whatif import POLICY, arriving_trace, journal_of_run
+
+CONTEXT = shipped_context()  # the policy service's: the table and the prices (some policies read them)
+TABLE, PRICES = CONTEXT.table, CONTEXT.prices_per_hour
+RESNET = "ResNet-18 (batch size 64)"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """12 arriving jobs on 2 GPUs of each type, default preset: (journal, the run's result). ~3 s."""
+    path = tmp_path_factory.mktemp("whatif") / "mechanism.sqlite"
+    return path, journal_of_run(path, arriving_trace())
+
+
+def test_the_journal_says_what_the_run_did(run):
+    path, result = run
+    history = read_history(str(path))
+    jcts = {j.job_id: j.jct_s for j in result.jobs}
+    assert {j.job_id: history.ends[j.job_id].completion_s - j.arrival_s for j in history.jobs} == pytest.approx(jcts, abs=1e-6)
+    assert (history.round_s, history.charges_from_previous_end, history.last_policy) == (360.0, False, POLICY)
+    assert history.fleets[-1][1] == {"k80": 2, "p100": 2, "v100": 2}
+
+
+def test_a_replay_under_the_policy_it_ran_makes_the_real_schedule(run):
+    path, result = run
+    s = setup(read_history(str(path)), TABLE)
+    assert (s.preset, s.policy, s.round_s, s.gpus_per_server, s.window) == ("default", POLICY, 360.0, 1, (0, 12))
+    assert s.cells.measured > 0 and s.cells.measured + s.cells.assumed == 12 * 3
+    replayed = replay(s, POLICY, PRICES)
+    real = shifted(s.real, s.origin_s)
+    assert {j.job_id: j.jct_s for j in replayed.jobs} == pytest.approx({j.job_id: j.jct_s for j in result.jobs}, abs=1e-6)
+    figures = run_figures(POLICY, replayed, s.table, PRICES, run_figures(REAL, real, s.table, PRICES).avg_jct_s)
+    assert figures.avg_jct_vs_real == pytest.approx(1.0, abs=1e-9)
+    assert replayed.makespan_s == pytest.approx(real.makespan_s, abs=1e-6)
+
+
+def test_from_measures_the_later_jobs_and_replays_those_still_running_as_load(run):
+    path, _ = run
+    history = read_history(str(path))
+    first_s = min(j.arrival_s for j in history.jobs)
+    later = sorted(history.jobs, key=lambda j: j.arrival_s)[6]
+    from_s = later.arrival_s - first_s
+    s = setup(history, TABLE, from_s=from_s)
+    measured = {j.job_id for j in s.trace[s.window[0]:s.window[1]]}
+    assert measured == {j.job_id for j in history.jobs if j.arrival_s >= later.arrival_s}
+    load = s.trace[:s.window[0]]
+    still_running = {
+        j.job_id for j in history.jobs if j.arrival_s < later.arrival_s and history.ends[j.job_id].completion_s > later.arrival_s
+    }
+    assert {j.job_id for j in load} == still_running and load
+    for job in load:  # from T with the steps it had left then, and arriving at T
+        credited = sum(n for at_s, job_id, n in history.credited if job_id == job.job_id and at_s <= later.arrival_s)
+        total = next(j.total_steps for j in history.jobs if j.job_id == job.job_id)
+        assert (job.total_steps, job.arrival_time_s) == (total - credited, later.arrival_s)
+    assert any(job.total_steps < next(j.total_steps for j in history.jobs if j.job_id == job.job_id) for job in load)
+    assert shifted(s.real, s.origin_s).makespan_s < shifted(setup(history, TABLE).real, first_s).makespan_s
+
+
+def test_a_journal_that_cannot_be_replayed_says_why(run):
+    path, _ = run
+    history = read_history(str(path))
+    last_s = max(j.arrival_s for j in history.jobs) - min(j.arrival_s for j in history.jobs)
+    with pytest.raises(ReplayError, match="--from .*after the last arrival"):
+        setup(history, TABLE, from_s=last_s + 1.0)
+    submitted_only = history_of([(1, "submitted", _body(JobSubmitted(JobSpec("a", RESNET, 100))), 0.0)])
+    with pytest.raises(ReplayError, match="no job finished"):
+        setup(submitted_only, TABLE)
+
+
+# --- a journal written event by event ----------------------------------------------------------
+
+
+def _body(message: Message) -> bytes:
+    return DEFAULT_CODEC.encode(message, source="test", sent_at_s=0.0)
+
+
+def _lease(lease_id: str, job_id: str, accelerator_type: str, worker: str) -> audit.LeaseRecord:
+    return audit.LeaseRecord(lease_id, (job_id,), accelerator_type, ((worker, 0),), False)
+
+
+def _report(job_id: str, lease_id: str, steps: int, rate: float, accelerator_type: str, *, finished: bool) -> bytes:
+    return _body(JobProgress(
+        job_id, "w", lease_id, 0, steps, steps / rate, rate, finished=finished, accelerator_type=accelerator_type,
+    ))
+
+
+def hand_written_journal() -> list[tuple[int, str, bytes, float | None]]:
+    """Two ResNet-18 jobs on a v100 and a k80 worker: job a steps at 1.5/s on the v100, b at 3.0/s
+    (the table says one figure for the type: each job keeps its own); a also ran on the k80 at two
+    different speeds (pooled by time stepped); b never ran on the k80 (assumed: the table's)."""
+    workers = (("v100-0", "v100", 1), ("k80-0", "k80", 1))
+    round0 = audit.BoundaryRecord(
+        1, 0.0, 0, (_lease("0:0", "a", "v100", "v100-0"), _lease("0:1", "b", "k80", "k80-0")), (), workers, None, round_s=100.0,
+    )
+    round1 = audit.BoundaryRecord(
+        1, 100.0, 1, (_lease("1:0", "a", "k80", "k80-0"), _lease("1:1", "b", "v100", "v100-0")), (), None, None, round_s=100.0,
+    )
+    round2 = audit.BoundaryRecord(1, 200.0, 2, (_lease("2:0", "a", "k80", "k80-0"),), (), None, None, round_s=100.0)
+    events: list[tuple[str, bytes, float | None]] = [
+        ("submitted", _body(JobSubmitted(JobSpec("a", RESNET, 10_000))), 0.0),
+        ("submitted", _body(JobSubmitted(JobSpec("b", RESNET, 420))), 0.0),
+        ("allocation", _body(AllocationComputed("r", POLICY, SolveStatus.OPTIMAL, 0.0, 0.0, ())), None),
+        ("boundary", audit.encode_boundary(round0), 0.0),
+        ("progress", _report("a", "0:0", 150, 1.5, "v100", finished=False), None),
+        ("progress", _report("b", "0:1", 0, 1.0, "k80", finished=False), None),  # no step: no measurement
+        ("boundary", audit.encode_boundary(round1), 100.0),
+        ("progress", _report("a", "1:0", 50, 0.5, "k80", finished=False), None),
+        ("progress", _report("b", "1:1", 300, 3.0, "v100", finished=True), None),
+        ("ended", audit.encode_end(audit.EndRecord("b", "completed", "", 200.0, 1)), 200.0),
+        ("boundary", audit.encode_boundary(round2), 200.0),
+        ("progress", _report("a", "2:0", 100, 1.0, "k80", finished=False), None),
+    ]
+    return [(seq, kind, body, at_s) for seq, (kind, body, at_s) in enumerate(events, 1)]
+
+
+def test_each_job_keeps_its_own_measured_steps_per_s():
+    history = history_of(hand_written_journal())
+    s = setup(history, TABLE)
+    rows = {
+        j.job_id: {w: s.table.isolated_steps_per_s[(j.job_type, 1, w)] for w in ("k80", "v100")} for j in s.trace
+    }
+    # a: 1.5 on the v100; on the k80 150 steps in 100 + 100 s of stepping. b: 3.0 measured, the
+    # k80 the table's (its lease there made no step)
+    assert rows == {
+        "a": {"v100": 1.5, "k80": pytest.approx(150 / 200)},
+        "b": {"v100": 3.0, "k80": TABLE.isolated_steps_per_s[(RESNET, 1, "k80")]},
+    }
+    assert (s.cells.measured, s.cells.assumed, dict(s.cells.by_source)) == (3, 1, {"measured": 3, "table": 1})
+    # jobs of one type with different rows are different kinds in the replay's table
+    assert len({j.job_type for j in s.trace}) == 2
+    # b completed at the end of its lease on the v100 (100 s + 300 / 3.0): its JCT is 200 s;
+    # a never finished, so it is load, not compared
+    assert history.ends["b"].completion_s == pytest.approx(200.0)
+    assert s.window == (1, 2) and s.trace[0].job_id == "a"
+
+
+def test_jains_index():
+    assert jain_index(np.array([2.0, 2.0, 2.0, 2.0])) == pytest.approx(1.0)
+    assert jain_index(np.array([1.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)
+    assert jain_index(np.array([1.0, 3.0])) == pytest.approx(16 / 20)
+    assert jain_index(np.array([])) is None
+
+
+def test_a_journal_file_that_is_not_one_is_refused(tmp_path: pathlib.Path):
+    from common.errors import JournalError
+
+    bad = tmp_path / "not.sqlite"
+    bad.write_text("hello")
+    with pytest.raises(JournalError, match="not an SQLite database"):
+        read_history(str(bad))
+    with pytest.raises(JournalError, match="no such journal"):
+        read_history(str(tmp_path / "missing.sqlite"))
