@@ -26,6 +26,7 @@ AGNOSTIC_POLICIES = frozenset(
         "max_min_fairness_water_filling",
         "srtf",  # not one of Gavel's: agnostic all the same
         "tiresias",
+        "themis",
     }
 )
 # Policies that schedule packed pairs (Gavel: "Packing" in the class name).

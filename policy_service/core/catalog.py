@@ -1,5 +1,5 @@
 """Every policy, registered under Gavel's names (utils.get_available_policies at commit c4fa400,
-plus ``proportional``), and schedulers of other papers (``srtf``, ``tiresias``, each with
+plus ``proportional``), and schedulers of other papers (``srtf``, ``tiresias``, ``themis``, each with
 its ``_perf`` variant). Each name
 binds parameters of a family constructor; ``make_policy`` accepts overrides
 (``make_policy("max_min_fairness_perf", solver="ECOS", grouping=False)``).
@@ -17,6 +17,7 @@ from policy_service.core.makespan import min_total_duration
 from policy_service.core.registry import Policy, Registry
 from policy_service.core.srtf import srtf
 from policy_service.core.throughput import max_sum_throughput
+from policy_service.core.themis import themis
 from policy_service.core.tiresias import tiresias
 from policy_service.core.waterfilling import water_filling
 
@@ -57,6 +58,8 @@ def default_registry() -> Registry:
     add("srtf_perf", srtf, summary="shortest remaining time first, heterogeneity-aware")
     add("tiresias", tiresias, heterogeneity_aware=False, summary="Tiresias: discretised 2D-LAS, heterogeneity-agnostic")
     add("tiresias_perf", tiresias, summary="Tiresias: discretised 2D-LAS, heterogeneity-aware")
+    add("themis", themis, heterogeneity_aware=False, summary="Themis: finish-time fairness auctions, heterogeneity-agnostic")
+    add("themis_perf", themis, summary="Themis: finish-time fairness auctions, heterogeneity-aware")
     return registry
 
 

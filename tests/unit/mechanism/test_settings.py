@@ -27,6 +27,8 @@ from mechanism_service.core.settings import MechanismSettings, default_preset, g
         ("srtf_perf", False, False, False),
         ("tiresias", False, False, True),
         ("tiresias_perf", False, False, False),
+        ("themis", False, False, True),
+        ("themis_perf", False, False, False),
     ],
 )
 def test_the_policy_name_sets_packing_fifos_rule_and_the_shuffle(
