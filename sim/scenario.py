@@ -34,6 +34,8 @@ from sim.learning import EstimationConfig
 from sim.metrics import Summary, isolated_throughputs_from_table, summarize
 from sim.results import SimulationResult
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace, read_trace
+from sim.traces.philly import parse_name as parse_philly_name
+from sim.traces.philly import philly_trace, sized_table
 
 GAVEL_CLUSTER_ORDER = ("v100", "p100", "k80")  # Gavel's "36:36:36" is v100:p100:k80
 REFERENCE_ACCELERATOR_TYPE = "v100"  # generated run times are sized on it, as in Gavel
@@ -229,13 +231,24 @@ def check_prices(cluster: Mapping[str, int], context: SolveContext) -> None:
 
 
 def load_trace(path: str) -> tuple[TraceJob, ...]:
+    """A trace file, or one of Gavel's Philly-derived traces shipped with the simulator
+    (``philly:VC[:SEED]``, sim/traces/philly.py)."""
     try:
-        jobs = read_trace(path)
+        philly = parse_philly_name(path)
+        jobs = philly_trace(*philly) if philly is not None else read_trace(path)
     except TraceError as e:  # it names the file (and line and column): one line, exit 2
         raise bad_input("--trace", str(e)) from None
     if not jobs:
         raise bad_input(f"--trace {path}", "the trace has no jobs")
     return jobs
+
+
+def trace_context(path: str, jobs: Sequence[TraceJob], context: SolveContext) -> SolveContext:
+    """The context a trace runs with: a Philly trace's adds the sizes its gangs need that the table
+    lacks (sim/traces/philly.py, sized_table); any other trace's is the context given."""
+    if parse_philly_name(path) is None or context.table is None:
+        return context
+    return SolveContext(sized_table(context.table, jobs), context.prices_per_hour)
 
 
 def generated_trace(

@@ -92,7 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     source = p.add_argument_group("the jobs: a trace file, or a generated trace with Gavel's job distribution")
-    source.add_argument("--trace", metavar="FILE", help="a .trace (Gavel's 10 or 7 columns) or .jsonl trace")
+    source.add_argument(
+        "--trace", metavar="FILE",
+        help="a .trace (Gavel's 10 or 7 columns) or .jsonl trace, or philly:VC[:SEED], Gavel's Philly-derived trace of a "
+        "virtual cluster (docs/simulator.md; Gavel ran them on --cluster 300:300:300 or 500:0:0)",
+    )
     source.add_argument("--jobs", type=int, metavar="N", help="generate N jobs")
     source.add_argument("--jobs-per-hour", type=float, metavar="R", help="generated: Poisson arrivals at R jobs per hour")
     source.add_argument("--static", action="store_true", help="generated: every job arrives at t = 0")
@@ -147,6 +151,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         parse_estimation,
         parse_policies,
         parse_window,
+        trace_context,
     )
     from sim.traces import write_trace
 
@@ -163,6 +168,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         check_prices(cluster, context)
     generating = check_trace_flags(args)
     loaded = load_trace(args.trace) if args.trace is not None else None
+    if loaded is not None:  # a Philly trace adds the sizes its gangs need to the table
+        context = trace_context(args.trace, loaded, context)
     engine, faults = resolve_engine(args)
     missing = missing_flags(args, generating, policies is None)
     if missing:
