@@ -1,0 +1,140 @@
+"""The example plug-in package (examples/gavel-example-plugins) installed and run from the command
+line as a user runs it: `gavel simulate` (both engines), `gavel sweep` (its worker processes
+resolve the spec), `gavel policy solve` and `gavel policy list`, by entry point and by
+package.module:Name; a broken plug-in refused in one line naming it, exit 2, before anything runs.
+
+The package is pip-installed once into a temporary directory and reached through PYTHONPATH (the
+project's venv is not changed); each command is its own process, as a user's is.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.example_plugins import (
+    POLICY_ENTRY_POINT,
+    POLICY_REFERENCE,
+    install_example,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ("--jobs", "8", "--static", "--multi-gpu", "--cluster", "v100=8,p100=8,k80=8", "--gpus-per-server", "4")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+
+
+def gavel(site: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+    )
+
+
+def jobs_csv(out: Path) -> list[dict[str, str]]:
+    with (out / "jobs.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow  # ~12 s: four simulations, each a process
+def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference(site: Path, tmp_path: Path) -> None:
+    """The same schedule by either name and on either engine; the plug-in's own (not FIFO's)."""
+    runs = {}
+    for label, policy, engine in (
+        ("entry", POLICY_ENTRY_POINT, "fast"), ("module", POLICY_REFERENCE, "fast"),
+        ("services", POLICY_REFERENCE, "services"), ("fifo", "fifo", "fast"),
+    ):
+        out = tmp_path / label
+        done = gavel(site, "simulate", *GENERATED, "--policy", policy, "--engine", engine, "--out", str(out), "--no-plots")
+        assert done.returncode == 0, done.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["policy"] == policy and summary["jobs_completed"] == 8
+        runs[label] = [(r["job_id"], r["start_s"], r["completion_s"]) for r in jobs_csv(out)]
+    assert runs["entry"] == runs["module"] == runs["services"]
+    assert runs["entry"] != runs["fifo"]
+
+
+@pytest.mark.slow  # ~8 s: a sweep of 3 runs on 2 worker processes
+def test_sweep_resolves_the_plugin_in_its_worker_processes(site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    done = gavel(
+        site, "sweep", "--policies", f"{POLICY_ENTRY_POINT},{POLICY_REFERENCE},fifo", "--rates", "4", "--jobs", "8",
+        "--cluster", "2:2:2", "--processes", "2", "--out", str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    with (out / "sweep.csv").open() as f:
+        jct = {row["policy"]: float(row["avg_jct_s"]) for row in csv.DictReader(f)}
+    assert set(jct) == {POLICY_ENTRY_POINT, POLICY_REFERENCE, "fifo"}
+    assert jct[POLICY_ENTRY_POINT] == jct[POLICY_REFERENCE] != jct["fifo"]
+
+
+def test_policy_solve_and_list_take_the_plugin(site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "allocation.json"
+    problem = ROOT / "docs" / "examples" / "problem.json"
+    done = gavel(site, "policy", "solve", "--policy", POLICY_REFERENCE, "--input", str(problem), "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["status"] == "optimal" and result["policy"] == "weighted_share"
+    assert all(0 <= sum(entry["fractions"].values()) <= 1 + 1e-9 for entry in result["allocation"])
+    listing = gavel(site, "policy", "list", "--json")
+    rows = {row["name"]: row["summary"] for row in json.loads(listing.stdout)}
+    assert rows[POLICY_ENTRY_POINT] == f"installed plug-in ({POLICY_REFERENCE})"
+    assert "max_min_fairness_perf" in rows
+
+
+BROKEN = [
+    ("plugb_broken_import:Anything",
+     "module 'plugb_broken_import' does not import: ModuleNotFoundError: No module named 'plugb_no_such_dependency'"),
+    ("plugb_broken_policies:WrongSignature", "allocate() cannot be called as allocate(problem)"),
+    ("plugb_broken_policies:Missing", "module 'plugb_broken_policies' has no attribute 'Missing'"),
+]
+
+
+@pytest.mark.slow  # ~10 s: eight refusals, each a process that stops before running anything
+@pytest.mark.parametrize(("spec", "reason"), BROKEN)
+def test_a_broken_plugin_is_refused_in_one_line_by_every_command(site: Path, tmp_path: Path, spec: str, reason: str) -> None:
+    commands = {
+        "--policy": ("simulate", *GENERATED, "--policy", spec, "--out", str(tmp_path / "run")),
+        "--policies": ("sweep", "--policies", f"fifo,{spec}", "--rates", "4", "--jobs", "4", "--cluster", "2:2:2",
+                       "--out", str(tmp_path / "sweep")),
+    }
+    for flag, argv in commands.items():
+        done = gavel(site, *argv)
+        line = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in line, done.stderr
+        assert line.startswith(f"gavel: {flag}: policy plug-in {spec!r}: {reason}"), line
+    # the services refuse it at start, before they reach a broker
+    for argv in (("serve", "policy", "--policy", spec), ("serve", "mechanism", "--policy", spec, "--no-journal")):
+        done = gavel(site, *argv, "--broker-wait-s", "0", "--amqp", "amqp://guest:guest@127.0.0.1:1/")
+        assert done.returncode == 2, done.stderr
+        assert f"gavel: --policy: policy plug-in {spec!r}: {reason}" in done.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.slow  # ~5 s: two simulations
+def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(site: Path, tmp_path: Path) -> None:
+    """The plug-in answers while one job is known and raises once more arrive: the run keeps the
+    last allocation (jobs it leaves out run on the GPUs it leaves idle), every job completes on
+    either engine, and the services' log names the plug-in and what it raised."""
+    spec = "plugb_broken_policies:RaisesOnSecondJob"
+    for engine in ("fast", "services"):
+        out = tmp_path / engine
+        done = gavel(site, "simulate", *GENERATED, "--policy", spec, "--engine", engine, "--out", str(out), "--no-plots")
+        assert done.returncode == 0, done.stderr
+        assert json.loads((out / "summary.json").read_text())["jobs_completed"] == 8
+    events = [json.loads(line) for line in (tmp_path / "services" / "simulation.log").read_text().splitlines()]
+    failed = [e for e in events if e["event"] == "allocation_failed" and e["service"] == "mechanism"]
+    pattern = re.compile(rf"policy plug-in {re.escape(repr(spec))}: allocate raised RuntimeError: cannot share between [2-8] jobs")
+    assert failed and all(pattern.fullmatch(e["reason"]) for e in failed), failed[:3]
+    assert [e["event"] for e in events if e["event"].startswith("allocation_degraded")] == ["allocation_degraded"]
