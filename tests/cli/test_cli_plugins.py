@@ -38,7 +38,8 @@ def gavel(site: Path, *args: str, timeout_s: float = 300) -> subprocess.Complete
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
     env["PYTHONPATH"] = str(site)
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+        [sys.executable, "-m", "services.cli", *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=timeout_s,
     )
 
 
