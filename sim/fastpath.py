@@ -23,21 +23,28 @@ import structlog
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
-from mechanism_service.core.model import Entry, JobState, MechanismState, Placement, new_state
-from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request
+from mechanism_service.core.model import (
+    Entry,
+    MechanismState,
+    Placement,
+    new_state,
+)
+from mechanism_service.core.policy_input import (
+    admitted_snapshot,
+    allocation_fractions,
+    allocation_request,
+)
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
     RoundPlan,
-    RoundReport,
     admit_arrivals,
     admit_through,
     begin_reset,
     close_round,
     force_reset_when_idle,
-    lease_totals,
     open_round,
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
@@ -45,13 +52,20 @@ from mechanism_service.core.seams.chosen import failure_fields
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.plugins import choose
 from policy_service.answer import (
-    AdmittedAnswer, AdmittedRequest, SolveContext, answer, answer_admitted, reads_previous, reads_service,
+    AdmittedAnswer,
+    AdmittedRequest,
+    SolveContext,
+    answer,
+    answer_admitted,
+    reads_previous,
+    reads_service,
 )
 from policy_service.core.admitted import AdmittedJobs
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import full_lease, lease_outcome, true_rates
-from sim.results import JobOutcome, RoundRecord, SimulationResult
+from sim.records import outcomes, record_round, round_record  # noqa: F401 - re-exported (driver, tests)
+from sim.results import RoundRecord, SimulationResult
 from sim.traces import TraceJob
 
 Progress = Callable[[float, int, int], None]  # (simulated time s, jobs done, jobs total)
@@ -338,58 +352,3 @@ def _dispatch(
         remaining = tuple(j.steps_remaining for j in jobs)
     steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s, restore_s)
     return LeaseResult(entry, placement, steps, now_s + duration_s)
-
-
-def round_record(report: RoundReport) -> RoundRecord:
-    return RoundRecord(
-        round_id=report.round_id,
-        start_s=report.start_s,
-        end_s=report.end_s,
-        busy_gpus_by_type=report.busy_gpus_by_type,
-        busy_gpu_seconds_by_type=report.busy_gpu_seconds_by_type,
-        jobs_running=report.jobs_running,
-        jobs_waiting=report.jobs_waiting,
-        leases_extended=report.leases_extended,
-        lease_opportunities=report.lease_opportunities,
-        reset=report.reset,
-        leases=report.leases,
-    )
-
-
-def record_round(
-    state: MechanismState, round_id: int, start_s: float, plan: RoundPlan, running: Sequence[LeaseResult], reset: bool
-) -> RoundRecord:
-    """``round_record(round_report(...))`` in one step, without the report in between: the same
-    pass over the leases in the same order (the same sums), straight into the record."""
-    end_s, busy, busy_s, jobs_running = lease_totals(state, start_s, running)
-    return RoundRecord(
-        round_id=round_id, start_s=start_s, end_s=end_s, busy_gpus_by_type=busy, busy_gpu_seconds_by_type=busy_s,
-        jobs_running=jobs_running, jobs_waiting=plan.jobs_waiting, leases_extended=plan.extended,
-        lease_opportunities=plan.opportunities, reset=reset, leases=len(plan.assignment),
-    )
-
-
-def outcomes(state: MechanismState, ended: Sequence[JobState] | None = None) -> tuple[JobOutcome, ...]:
-    """Every job's outcome, in admission order. ``ended``: the jobs that completed or failed,
-    when the state no longer holds them all (sim/archive.py); else the state's."""
-    ended = state.completed if ended is None else ended
-    jobs = [*ended, *state.jobs.values()]
-    jobs.sort(key=lambda j: j.index)
-    retired = {j.index for j in ended}
-    return tuple(
-        JobOutcome(
-            job_id=j.job_id,
-            job_type=j.job_type,
-            scale_factor=j.scale_factor,
-            priority_weight=j.priority_weight,
-            total_steps=j.total_steps,
-            arrival_s=j.arrival_s,
-            start_s=j.first_run_s,
-            completion_s=j.last_finish_s if j.steps_remaining <= 0 else None,
-            steps_done=j.steps_done,
-            gpu_seconds_by_type=dict(j.gpu_seconds_by_type),
-            dropped=j.index in retired and j.steps_remaining > 0,
-            admitted_s=state.admitted_at_s.get(j.index),
-        )
-        for j in jobs
-    )
