@@ -31,12 +31,14 @@ from mechanism_service.core.model import JobState, MechanismState
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.receipts import held_reasons, take_due
 from mechanism_service.core.cancel import leaving
-from mechanism_service.core.rounds import RoundPlan, admit_arrivals, begin_reset, close_round, open_round
+from mechanism_service.core.rounds import RoundPlan, admit_arrivals, admit_through, begin_reset, close_round, open_round
+from mechanism_service.core.seams.chosen import failure_fields
 from mechanism_service.core.settle import LeaseResult
 from mechanism_service.journaling import MechanismJournal
 from mechanism_service.liveness import LivenessWatch
 from mechanism_service.metrics import MechanismMetrics
 from mechanism_service.outbox import Outbox
+from mechanism_service.plugins import choose
 from mechanism_service.policy_client import PolicyClient
 from mechanism_service.waits import RoundWaits
 from mechanism_service.workers import WorkerPool
@@ -60,6 +62,7 @@ class RoundLoop:
         self.log = log
         self._metrics = metrics
         self._crash_point = config.crash_point or (lambda point: None)
+        self._chosen = choose(config.settings)  # the seams' plug-ins, resolved once (core/seams/)
         # the last round's assignments, for the events of the next boundary (who was preempted);
         # not kept across a restart, as the events are not (core/events.py)
         self._last_assignments: tuple[Assignment, ...] = ()
@@ -103,7 +106,9 @@ class RoundLoop:
             self._retire(state, now_s)
             # 5. plan, journal, dispatch
             assert memory.shuffle is not None
-            plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state))
+            plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state), self._chosen)
+            for seam, error in plan.seam_errors:
+                self.log.error("plugin_failed", **failure_fields(self._chosen, seam, error))
             memory.round_clock.dispatched_at_s = now_s
             await self._dispatch(state, plan, now_s, bool(reset), settled=settled, any_settled=bool(results))
             self._metrics.round_done(began_wall, state, plan, now_s, settings.round_s, due_s)
@@ -197,7 +202,17 @@ class RoundLoop:
         memory = self._cell.memory
         due, arrived_ids = take_due(memory, now_s, cluster_grew=self._pool.take_grown())
         newly_held = []
-        for job, verdict in admit_arrivals(state, due, self._config.settings, self._cell.rates, self._config.elastic_types):
+        if self._chosen.admission is None:
+            others = admit_arrivals(state, due, self._config.settings, self._cell.rates, self._config.elastic_types)
+        else:  # the admission queue's jobs are offered again, before the arrivals
+            through = admit_through(
+                state, self._chosen.admission, [job for job, _ in memory.queued], due, self._config.settings,
+                self._cell.rates, now_s, self._config.elastic_types,
+            )
+            others, memory.queued = through.others, through.queued
+            if through.error:
+                self.log.error("plugin_failed", **failure_fields(self._chosen, "admission", through.error))
+        for job, verdict in others:
             if verdict.verdict == "hold":
                 memory.held.append((job, verdict.reason))
                 if job.job_id in arrived_ids:

@@ -91,6 +91,9 @@ class RoundWaits:
             return  # jobs due now
         if memory.held and self._pool.cluster_grew:
             return  # a worker joined: held jobs may fit now
+        if memory.queued and not (memory.state is not None and memory.state.jobs) and self.idle_boundaries < 2:
+            self.idle_boundaries += 1
+            return  # the admission queue waits while nothing is scheduled: its policy decides at once
         if future:
             # Submitted with an arrival still ahead (a replayed trace, a skewed client clock):
             # wait for it, or for anything else that comes meanwhile.

@@ -247,7 +247,10 @@ async def _simulate_with_faults(
         if config.window is not None:
             return not waiting_for
         current = mechanism()
-        return replayer.done and not state.jobs and not current.has_submissions and not current.memory.held
+        return (
+            replayer.done and not state.jobs and not current.has_submissions and not current.memory.held
+            and not current.memory.queued
+        )
 
     estimation = config.estimation
 

@@ -27,10 +27,20 @@ class JobOutcome:
     steps_done: int
     gpu_seconds_by_type: Mapping[str, float]  # leased GPU time (s GPUs x lease time), per type
     dropped: bool = False  # given up on (Gavel: a gang that failed 5 times in a row)
+    # when it joined the scheduled set, where an admission policy ran (core/seams/admission.py);
+    # None: at the first boundary after its arrival (accept_all)
+    admitted_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:
         return None if self.completion_s is None else self.completion_s - self.arrival_s
+
+    @property
+    def jct_from_admission_s(self) -> float | None:
+        """Its completion time counted from its admission (Blox's JCT of admitted jobs)."""
+        if self.completion_s is None:
+            return None
+        return self.completion_s - (self.arrival_s if self.admitted_s is None else self.admitted_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def cancel(memory: Memory, job_id: str, reason: str, now_s: float) -> Cancelled:
         row = obs.cancelled[job_id]
         event = JobCancelled(job_id, str(row["reason"]), float(row["cancelled_at_s"]), int(row.get("steps_done", 0)))  # type: ignore[call-overload]
         return Cancelled(False, {"job_id": job_id, "state": "cancelled", "reason": row["reason"]}, event=event)
-    if any(j.job_id == job_id for j in memory.submitted) or any(j.job_id == job_id for j, _ in memory.held):
+    if any(j.job_id == job_id for j in memory.submitted) or any(j.job_id == job_id for j, _ in [*memory.held, *memory.queued]):
         ending = end_job(memory, job_id, "cancelled", reason, now_s)
         event = ending.event
         assert isinstance(event, JobCancelled)

@@ -107,9 +107,12 @@ def _leave_state(memory: Memory, job_id: str, outcome: Outcome) -> object:
         return withdraw_job(state, index)
     if outcome != "cancelled":
         return None
-    waiting = [j for j in memory.submitted if j.job_id == job_id] + [j for j, _ in memory.held if j.job_id == job_id]
+    waiting = [j for j in memory.submitted if j.job_id == job_id] + [
+        j for j, _ in [*memory.held, *memory.queued] if j.job_id == job_id
+    ]
     memory.submitted = [j for j in memory.submitted if j.job_id != job_id]
     memory.held = [(j, why) for j, why in memory.held if j.job_id != job_id]
+    memory.queued = [(j, why) for j, why in memory.queued if j.job_id != job_id]
     return waiting[0] if waiting else None
 
 

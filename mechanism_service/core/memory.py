@@ -39,6 +39,8 @@ class Memory:
     submitted: list[NewJob] = dataclasses.field(default_factory=list)  # accepted, not yet admitted
     # arrived, but the cluster as it is cannot run them (a live cluster may grow): with why
     held: list[tuple[NewJob, str]] = dataclasses.field(default_factory=list)
+    # feasible, but the admission policy (core/seams/admission.py) has not admitted them yet: with why
+    queued: list[tuple[NewJob, str]] = dataclasses.field(default_factory=list)
     intake: Intake = dataclasses.field(default_factory=Intake)  # every id accepted, the batches
     cancelling: dict[str, str] = dataclasses.field(default_factory=dict)  # active job id -> why: leaves at the next boundary
     refused_workers: dict[str, str] = dataclasses.field(default_factory=dict)  # worker id -> why

@@ -28,7 +28,8 @@ def answer(
     obs = dataclasses.replace(
         memory.observations,
         waiting=[status_core.pending_row(j, "submitted") for j in memory.submitted],
-        held=[status_core.pending_row(j, "held", why) for j, why in memory.held],
+        held=[status_core.pending_row(j, "held", why) for j, why in memory.held]
+        + [status_core.pending_row(j, "admission", why) for j, why in memory.queued],
         cancelling=dict(memory.cancelling),
         workers_refused=dict(memory.refused_workers),
         workers_lost=dict(memory.lost_workers),

@@ -113,6 +113,16 @@ class MechanismSettings:
     # every step the job had left (an odd remainder after a crash credited its checkpoint), so
     # such a job never finishes: 5 rounds later it is dropped. Ours: it finishes.
     finishing_gang_fails: bool = False
+    # The seams (core/seams/, docs/mechanism.md "Seams"): each a built-in name, an installed entry
+    # point (gavel.admission, gavel.placement) or package.module:Name, with its parameters as
+    # (name, value) strings; resolved once at start (mechanism_service/plugins.py). The defaults
+    # are today's behaviour, to the bit.
+    admission: str = "accept_all"
+    admission_params: tuple[tuple[str, str], ...] = ()
+    placement: str = "consolidated"
+    placement_params: tuple[tuple[str, str], ...] = ()
+    launch: str = "priority"
+    launch_params: tuple[tuple[str, str], ...] = ()
     # -- policy-dependent, see for_policy ---------------------------------------------------
     packing: bool = False
     only_allocated_run: bool = False  # FIFO's "no allocation, no run"

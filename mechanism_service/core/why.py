@@ -7,6 +7,8 @@ The codes (docs/jobs.md lists them for users):
     BeginTime     submitted, its arrival is still ahead
     Held          admission holds it: the cluster as it is cannot run it (a gang larger than any
                   type has here), it waits for workers to join
+    Admission     the cluster can run it, but the admission policy (--admission: load, quota, a
+                  plug-in) keeps it in the admission queue for now; the detail says why
     NoAllocation  the allocation in force gives it no share: admitted since the last solve, or
                   the policy does not answer (degraded) and the old allocation is kept
     Priority      its share is on types whose GPUs jobs ahead of it hold this round (or the
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 BEGIN_TIME = "BeginTime"
 HELD = "Held"
+ADMISSION = "Admission"
 NO_ALLOCATION = "NoAllocation"
 PRIORITY = "Priority"
 RESOURCES = "Resources"
@@ -50,7 +53,7 @@ FAILED = "Failed"
 CANCELLED = "Cancelled"
 REJECTED = "Rejected"
 
-ACTIVE_CODES = (BEGIN_TIME, HELD, NO_ALLOCATION, PRIORITY, RESOURCES, RUNNING, PROFILING, RETRYING, CANCELLING)
+ACTIVE_CODES = (BEGIN_TIME, HELD, ADMISSION, NO_ALLOCATION, PRIORITY, RESOURCES, RUNNING, PROFILING, RETRYING, CANCELLING)
 ENDED_CODES = (COMPLETED, FAILED, CANCELLED, REJECTED)
 HOLDERS_SHOWN = 5  # of the jobs holding the GPUs a waiting job wants, the first by priority
 
@@ -129,6 +132,7 @@ def reason_codes(memory: Memory) -> dict[str, str]:
     and this round's leases, then a look-up a job."""
     codes = {job.job_id: BEGIN_TIME for job in memory.submitted}
     codes.update((job.job_id, HELD) for job, _ in memory.held)
+    codes.update((job.job_id, ADMISSION) for job, _ in memory.queued)
     state = memory.state
     if state is not None:
         now = gather(memory)
@@ -213,6 +217,11 @@ def explain(memory: Memory, job_id: str, now_s: float, *, seed_s: float = 0.0) -
     for job, why in memory.held:
         if job.job_id == job_id:
             return {"code": HELD, "reason": f"held at admission: {why}", "gang_gpus": job.scale_factor}
+    for position, (job, why) in enumerate(memory.queued):
+        if job.job_id == job_id:
+            return {"code": ADMISSION, "reason": f"in the admission queue: {why}", "gang_gpus": job.scale_factor,
+                    "arrival_s": job.arrival_s, "admission_queue_position": position + 1,
+                    "admission_queue_length": len(memory.queued)}
     state = memory.state
     index = state.jobs.index_of.get(job_id) if state is not None else None
     if state is None or index is None:

@@ -120,6 +120,7 @@ def build_services(
     # refused flags and journals need none of the solver and simulation stacks (1.5 s).
     from mechanism_service.core.rounds import type_shuffler
     from mechanism_service.core.settings import preset
+    from services.cli.module_flags import module_settings
     from mechanism_service.config import MechanismConfig
     from mechanism_service.service import MechanismService
     from policy_service.service import PolicyService
@@ -145,6 +146,7 @@ def build_services(
                 worker_grace_s=worker_grace_s(args),
                 max_failed_attempts=args.max_failed_attempts,
                 **({} if args.catch_up_ratio is PRESET_VALUE else {"catch_up_ratio": args.catch_up_ratio}),
+                **dict(module_settings(args)),  # the seams' choices (docs/mechanism.md, "Seams")
             )
             services.append(
                 MechanismService(

@@ -30,6 +30,7 @@ from services.cli.common import (
 
 # Imported from here by check_cmd and tests (they were defined here before the split); run_serve
 # and run_health are what the parsers run.
+from services.cli.module_flags import add_module_flags
 from services.cli.serve_build import SERVICES, _clock, build_services, round_timeout_s, worker_grace_s  # noqa: F401
 from services.cli.serve_host import run_health, run_serve
 from services.cli.serve_state import default_journal_path, open_estimator_state  # noqa: F401
@@ -145,6 +146,7 @@ def _service_options(p: argparse.ArgumentParser, only: str | None) -> None:
         )
         p.add_argument("--preset", choices=sorted(PRESETS), default="default")
         p.add_argument("--catch-up-ratio", type=or_none(above_one_number), default=PRESET_VALUE, metavar="R|none", help=CATCH_UP_HELP)
+        add_module_flags(p)
         journal = p.add_mutually_exclusive_group()
         journal.add_argument(
             "--journal",

@@ -54,6 +54,7 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     replay_flags,
 )
 from services.cli.simulate_options import add_run_option_flags, resolve_engine
+from services.cli.module_flags import add_module_flags, module_settings
 from services.cli.simulate_report import (  # noqa: F401 - the file names: re-exported (demo)
     COMPARISON_FILES,
     RUN_FILES,
@@ -123,6 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_fault_flags(p)
     add_estimator_flags(p)
+    add_module_flags(p)
     add_run_option_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
     add_plots_flag(p)
@@ -184,7 +186,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     scenario = Scenario(
         trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, engine, estimation,
         faults=faults, fault_seed=fault_seed, fault_journal_dir=out,
-        mechanism=() if args.catch_up_ratio is PRESET_VALUE else (("catch_up_ratio", args.catch_up_ratio),),
+        mechanism=(() if args.catch_up_ratio is PRESET_VALUE else (("catch_up_ratio", args.catch_up_ratio),))
+        + module_settings(args),
     )
     make_out_dir(out)
     plotter = None

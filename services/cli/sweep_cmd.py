@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import pathlib
 import sys
 from typing import TYPE_CHECKING
 
 from services.cli.common import CommandFailed, print_json, print_lines, print_table
+from services.cli.module_flags import add_module_flags, module_settings
 from services.cli.simulate_cmd import add_cluster_flags
 
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, required=True, metavar="N", help="jobs per generated trace")
     p.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
     add_cluster_flags(p)
+    add_module_flags(p)
     p.add_argument(
         "--window", metavar="START:END", help="measure only the jobs at positions START..END-1 (Gavel's steady state)"
     )
@@ -106,6 +109,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     check_solvers(policies, args.preset)
     seeds = parse_numbers("--seeds", args.seeds, seed_number, "a whole number >= 0")
     check_mechanism_flags(args.round_s, args.gpus_per_server)
+    modules = module_settings(args)  # the seams' choices: in every cell's Scenario (none: the preset's)
     if args.processes is not None and args.processes < 1:
         raise bad_input("--processes", f"expected a whole number >= 1, got {args.processes}")
     if args.amqp and args.bus != "amqp":
@@ -122,7 +126,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         trace = generated_trace(args.jobs, plan.rates[0] if plan.rates else 1.0, args.multi_gpu, seed, context.table)
         check_trace(trace, context.table, cluster, f"the trace generated with seed {seed}")
     digest = table_digest(_table_text(args.throughputs))
-    spec = SweepSpec(args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window)
+    spec = SweepSpec(
+        args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window,
+        scenario_json=json.dumps({"mechanism": modules}) if modules else "",
+    )
     out = pathlib.Path(args.out) if args.out else pathlib.Path("out") / f"sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     ledger = LedgerFile(out)
     kept = ledger.read(spec.sweep_id)

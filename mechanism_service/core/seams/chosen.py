@@ -24,3 +24,13 @@ class Chosen:
 
 
 DEFAULTS = Chosen()
+
+
+FALLBACKS = {"admission": "accept_all", "placement": "consolidated", "launch": "priority"}
+
+
+def failure_fields(chosen: Chosen, seam: str, reason: str) -> dict[str, str]:
+    """The fields of the one error line a shell logs when a seam's plug-in was not used
+    (``plugin_failed``): which seam, the plug-in as named, why, and what ran instead."""
+    name = {"admission": chosen.admission_name, "placement": chosen.placement_name, "launch": chosen.launch_name}[seam]
+    return {"seam": seam, "plugin": name, "reason": reason, "fallback": FALLBACKS[seam]}
