@@ -1,0 +1,140 @@
+"""Policy plug-ins over RabbitMQ, in service processes (issue 26, "plug-ins without forking"): the
+example package (examples/gavel-example-plugins, pip-installed into a temporary directory and on
+PYTHONPATH) runs a cluster's jobs by package.module:Name in separate `gavel serve` processes and
+by entry point in `gavel up --bus amqp`; a plug-in that raises in allocate costs answers, and
+the mechanism keeps running on its last allocation until the policy answers again.
+
+Clusters run on a scaled clock (--time-scale 1000: a 360 s round lasts 0.36 s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.example_plugins import (
+    POLICY_ENTRY_POINT,
+    POLICY_REFERENCE,
+    install_example,
+)
+from tests.support.processes import Cluster, logged
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.broker
+
+SCALE = ("--time-scale", "1000")
+FLEET = "v100=1,p100=1,k80=1"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+
+
+@pytest.fixture
+def plugged(cluster: Cluster, site: Path) -> Cluster:
+    cluster.env["PYTHONPATH"] = str(site)
+    return cluster
+
+
+async def ready(cluster: Cluster, workers: int) -> None:
+    def up() -> bool:
+        done = cluster.gavel("workers", "--json", "--timeout-s", "2", timeout_s=60)
+        return done.returncode == 0 and len(json.loads(done.stdout)) == workers
+
+    await eventually(up, timeout_s=60, poll_s=0.3)
+
+
+def submit(cluster: Cluster, job_id: str, job_type: str, steps: int) -> None:
+    done = cluster.gavel("submit", "--job-type", job_type, "--steps", str(steps), "--job-id", job_id, timeout_s=60)
+    assert done.returncode == 0, done.stderr
+
+
+def states(cluster: Cluster) -> dict[str, str]:
+    return {str(row["id"]): str(row["state"]) for row in cluster.answer("jobs")}  # type: ignore[union-attr]
+
+
+async def all_completed(cluster: Cluster, job_ids: set[str], timeout_s: float = 90) -> None:
+    try:
+        await eventually(lambda: {j for j, s in states(cluster).items() if s == "completed"} >= job_ids, timeout_s=timeout_s, poll_s=0.5)
+    except TimeoutError:
+        raise AssertionError(f"{states(cluster)}\n{cluster.logs()}") from None
+
+
+def report(cluster: Cluster) -> dict[str, object]:
+    return cluster.answer("cluster")  # type: ignore[return-value]
+
+
+@pytest.mark.slow  # ~15 s: four service processes, two jobs
+async def test_separate_processes_run_the_example_policy_by_module_reference(plugged: Cluster, tmp_path: Path) -> None:
+    """The replica is started with the plug-in and solves in its worker process (spawned: the
+    spec travels there and is resolved again); the mechanism names it in every request."""
+    c = plugged
+    c.start("policy", "serve", "policy", "--policy", POLICY_REFERENCE)  # solving in a worker process
+    c.start("mechanism", "serve", "mechanism", "--policy", POLICY_REFERENCE, "--journal", str(tmp_path / "j.sqlite"), *SCALE)
+    c.start("fleet", "serve", "fleet", "--cluster", FLEET, *SCALE)
+    await ready(c, 3)
+    submit(c, "a", "ResNet-50 (batch size 64)", 3000)
+    submit(c, "b", "A3C", 3000)
+    await all_completed(c, {"a", "b"})
+    answer = report(c)
+    assert answer["policy"] == POLICY_REFERENCE
+    assert answer["last_solve"]["status"] == "optimal" and answer["allocation"]["state"] == "current"  # type: ignore[index]
+    computed = logged(tmp_path / "policy.log", "allocation_computed")
+    assert computed and {e["policy"] for e in computed} == {POLICY_REFERENCE}
+    assert not logged(tmp_path / "policy.log", "allocation_failed")
+
+
+@pytest.mark.slow  # ~12 s: one `gavel up` process, two jobs
+async def test_gavel_up_runs_the_example_policy_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
+    """Installed, the policy is found by its entry point's name by the mechanism and the replica
+    alike (gavel up's replica serves the mechanism's policy)."""
+    c = plugged
+    c.start(
+        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--policy", POLICY_ENTRY_POINT,
+        "--cluster", FLEET, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
+    )
+    await ready(c, 3)
+    submit(c, "a", "ResNet-18 (batch size 64)", 5000)
+    submit(c, "b", "A3C", 3000)
+    await all_completed(c, {"a", "b"})
+    answer = report(c)
+    assert answer["policy"] == POLICY_ENTRY_POINT and answer["last_solve"]["status"] == "optimal"  # type: ignore[index]
+    assert {e["policy"] for e in logged(tmp_path / "up.log", "allocation_computed")} == {POLICY_ENTRY_POINT}
+
+
+@pytest.mark.slow  # ~20 s: three service processes, two jobs of several rounds each
+async def test_a_plugin_raising_in_allocate_leaves_the_mechanism_on_its_last_allocation(plugged: Cluster, tmp_path: Path) -> None:
+    """The plug-in answers for one job and raises for two. The second job's arrival costs answers
+    (AllocationFailed naming the plug-in and what it raised): the mechanism keeps the allocation
+    it has (degraded), keeps running rounds, and the job outside it runs on the GPUs that
+    allocation leaves idle; once a job ends the policy answers again and the allocation is
+    restored. Neither the replica nor the mechanism stops."""
+    c = plugged
+    spec = "plugb_broken_policies:RaisesOnSecondJob"
+    c.start("policy", "serve", "policy", "--solving", "inline", "--policy", spec)
+    c.start("mechanism", "serve", "mechanism", "--policy", spec, "--journal", str(tmp_path / "j.sqlite"), *SCALE)
+    c.start("fleet", "serve", "fleet", "--cluster", FLEET, *SCALE)
+    await ready(c, 3)
+    submit(c, "first", "ResNet-50 (batch size 64)", 30_000)
+    await eventually(lambda: states(c).get("first") == "running", timeout_s=30, poll_s=0.2)
+    assert report(c)["allocation"]["state"] == "current"  # type: ignore[index]
+
+    submit(c, "second", "A3C", 30_000)
+    await eventually(lambda: report(c)["allocation"]["state"] == "degraded", timeout_s=30, poll_s=0.2)  # type: ignore[index]
+    degraded = report(c)
+    reason = f"policy plug-in {spec!r}: allocate raised RuntimeError: cannot share between 2 jobs"
+    assert degraded["last_solve"]["status"] == "failed" and degraded["last_solve"]["error"] == reason  # type: ignore[index]
+    assert degraded["allocation"]["jobs_without_allocation"] == 1  # type: ignore[index]
+    # the mechanism keeps going: rounds pass on the allocation it kept
+    await eventually(lambda: int(report(c)["rounds"]) > int(degraded["rounds"]) + 2, timeout_s=30, poll_s=0.3)  # type: ignore[arg-type]
+
+    await all_completed(c, {"first", "second"})
+    assert c.processes["policy"].poll() is None and c.processes["mechanism"].poll() is None
+    assert report(c)["allocation"]["state"] == "current"  # type: ignore[index]
+    mechanism_log = tmp_path / "mechanism.log"
+    assert [e["error"] for e in logged(mechanism_log, "allocation_degraded")] == [reason]
+    assert len(logged(mechanism_log, "allocation_restored")) == 1
+    assert {e["reason"] for e in logged(tmp_path / "policy.log", "allocation_failed")} == {reason}
