@@ -84,8 +84,12 @@ def load_policy(spec: str) -> RegistryEntry:
 
 
 def make_plugin(entry: RegistryEntry, params: dict[str, object]) -> Policy:
-    """A plug-in's policy with ``params`` (those of the preset, solver and seed its factory
-    takes); the factory raising is the plug-in's fault, said so."""
+    """A plug-in's policy with those of ``params`` (the preset's, the solver, the seed) its
+    factory takes: a plug-in that takes no ``solver`` chooses its own, and one that takes
+    ``rng`` or ``seed`` gets the request's; the factory raising is the plug-in's fault, said so."""
+    parameters = inspect.signature(entry.factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        params = {k: v for k, v in params.items() if k in parameters}
     return _make(entry.name, entry.factory, params)
 
 

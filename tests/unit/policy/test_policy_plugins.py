@@ -155,3 +155,21 @@ def test_a_plugin_answer_that_is_no_allocation_is_refused(on_path: Path) -> None
     reply = answer(_request(spec, JOBS), SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
     assert isinstance(reply, AllocationFailed)
     assert reply.reason == f"policy plug-in {spec!r}: allocate returned job 'a' scheduled 3 of the time (at most 1)"
+
+
+def test_a_plugin_gets_only_the_parameters_its_factory_takes(on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's solver goes to a plug-in that takes one and not to one that does not; a seed
+    reaches a factory taking ``seed``."""
+    (tmp_path / "plugb_params.py").write_text(
+        "from gavel_example_plugins.policies import WeightedShare\n"
+        "SEEN = []\n"
+        "def seeded(seed=None):\n"
+        "    SEEN.append(seed)\n"
+        "    return WeightedShare('seeded')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for spec, seed in (("plugb_params:seeded", 7), (POLICY_REFERENCE, 7)):
+        request = AllocationRequested("r", spec, PolicyProblem(COUNTS, JOBS), deadline_s=1e12, seed=seed, solver="ECOS")
+        reply = answer(request, SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
+        assert isinstance(reply, AllocationComputed), reply
+    assert sys.modules["plugb_params"].SEEN[-1] == 7
