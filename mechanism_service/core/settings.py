@@ -27,6 +27,7 @@ AGNOSTIC_POLICIES = frozenset(
         "srtf",  # not one of Gavel's: agnostic all the same
         "tiresias",
         "themis",
+        "optimus",
     }
 )
 # Policies that schedule packed pairs (Gavel: "Packing" in the class name).
@@ -38,6 +39,7 @@ PACKING_POLICIES = frozenset(
         "min_total_duration_packed",
         "fifo_packed",
         "gandiva",
+        "gandiva_ts",  # not one of Gavel's: Gandiva's time-slicing, packing introspectively
         "max_sum_throughput_normalized_by_cost_packed_SLOs",
     }
 )

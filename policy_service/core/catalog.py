@@ -1,6 +1,6 @@
 """Every policy, registered under Gavel's names (utils.get_available_policies at commit c4fa400,
-plus ``proportional``), and schedulers of other papers (``srtf``, ``tiresias``, ``themis``, each with
-its ``_perf`` variant). Each name
+plus ``proportional``), and schedulers of other papers (``srtf``, ``tiresias``, ``themis``, ``optimus``, each with
+its ``_perf`` variant; ``gandiva_ts``). Each name
 binds parameters of a family constructor; ``make_policy`` accepts overrides
 (``make_policy("max_min_fairness_perf", solver="ECOS", grouping=False)``).
 """
@@ -12,11 +12,13 @@ from policy_service.core.fairness import max_min_fairness
 from policy_service.core.fifo import fifo
 from policy_service.core.ftf import finish_time_fairness
 from policy_service.core.gandiva import gandiva
+from policy_service.core.gandiva_ts import gandiva_time_slicing
 from policy_service.core.isolated import isolated, proportional
 from policy_service.core.makespan import min_total_duration
 from policy_service.core.registry import Policy, Registry
 from policy_service.core.srtf import srtf
 from policy_service.core.throughput import max_sum_throughput
+from policy_service.core.optimus import optimus
 from policy_service.core.themis import themis
 from policy_service.core.tiresias import tiresias
 from policy_service.core.waterfilling import water_filling
@@ -60,6 +62,9 @@ def default_registry() -> Registry:
     add("tiresias_perf", tiresias, summary="Tiresias: discretised 2D-LAS, heterogeneity-aware")
     add("themis", themis, heterogeneity_aware=False, summary="Themis: finish-time fairness auctions, heterogeneity-agnostic")
     add("themis_perf", themis, summary="Themis: finish-time fairness auctions, heterogeneity-aware")
+    add("optimus", optimus, heterogeneity_aware=False, summary="Optimus: greedy progress per GPU, heterogeneity-agnostic")
+    add("optimus_perf", optimus, summary="Optimus: greedy progress per GPU, heterogeneity-aware")
+    add("gandiva_ts", gandiva_time_slicing, summary="Gandiva: round-robin time-slicing, introspective packing")
     return registry
 
 

@@ -23,7 +23,7 @@ def _trace():
     return generate_trace(spec, CONTEXT.table, np.random.default_rng(5))
 
 
-@pytest.mark.parametrize("policy", ["themis", "themis_perf"])
+@pytest.mark.parametrize("policy", ["themis", "themis_perf", "optimus", "optimus_perf", "gandiva_ts"])
 async def test_every_job_completes_and_both_engines_agree(policy):
     trace = _trace()
     config = RunConfig(policy, CLUSTER, preset("default", policy), seed=0)

@@ -29,6 +29,9 @@ from mechanism_service.core.settings import MechanismSettings, default_preset, g
         ("tiresias_perf", False, False, False),
         ("themis", False, False, True),
         ("themis_perf", False, False, False),
+        ("optimus", False, False, True),
+        ("optimus_perf", False, False, False),
+        ("gandiva_ts", True, False, False),
     ],
 )
 def test_the_policy_name_sets_packing_fifos_rule_and_the_shuffle(
