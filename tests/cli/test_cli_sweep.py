@@ -1,0 +1,101 @@
+"""`gavel sweep`'s rates (Gavel's -a/-b/-n, -u, the cutoff file) and its resume, as a user runs it
+(in-process through services.cli.main; the cells on local worker processes)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from services.cli import main
+
+BASE = ("sweep", "--policies", "fifo,max_min_fairness_perf", "--jobs", "12", "--cluster", "2:2:2")
+
+
+def gavel(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def rows(out) -> list[tuple[str, float, int]]:
+    with (out / "sweep.csv").open() as f:
+        return [(r["policy"], float(r["jobs_per_hour"]), int(r["seed"])) for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rates", "1", "--rate-start", "1"], "--rate-start: --rates and --rate-start exclude each other"),
+        (["--rates", "1", "--until-saturated"], "--until-saturated: --rates and --until-saturated exclude each other"),
+        ([], "--rates: say which rates"),
+        (["--rate-stop", "4"], "--rate-start: an interval needs --rate-start A and --rate-stop B"),
+        (["--rate-start", "4", "--rate-stop", "2", "--rate-count", "3"], "--rate-stop: 3 rates need --rate-stop > --rate-start"),
+        (["--rate-start", "0", "--rate-stop", "2", "--rate-count", "0"], "--rate-count: expected a whole number >= 1"),
+        (["--until-saturated", "1.5"], "--until-saturated: expected a utilisation in (0, 1]"),
+        (["--rates", "1", "--cutoffs", "/nonexistent/cutoffs.json"], "--cutoffs: cannot read /nonexistent/cutoffs.json"),
+        (["--rates", "1", "--amqp", "amqp://x"], "--amqp: names the broker of --bus amqp"),
+    ],
+)
+def test_a_bad_range_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    code, stdout, stderr = gavel(capsys, *BASE, *argv, "--out", str(tmp_path / "x"))
+    assert (code, stdout, stderr.count("\n")) == (2, "", 1)
+    assert message in stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_cutoffs_that_leave_nothing_to_run_are_refused(tmp_path, capsys):
+    cutoffs = tmp_path / "cutoffs.json"
+    cutoffs.write_text(json.dumps({"2:2:2": {"fifo": 1, "max_min_fairness_perf": 0.5}}))
+    code, _, stderr = gavel(capsys, *BASE, "--rates", "1,2", "--cutoffs", str(cutoffs), "--out", str(tmp_path / "x"))
+    assert code == 2 and "--cutoffs: every rate is at or above its policy's cutoff" in stderr
+
+
+@pytest.mark.slow  # ~6-10 s: two sweeps of 5 cells of 12 jobs on worker processes
+def test_an_interval_with_cutoffs_runs_gavels_points_and_a_second_run_redoes_nothing(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    cutoffs = tmp_path / "cutoffs.json"
+    cutoffs.write_text(json.dumps({"2:2:2": {"fifo": 2.0}, "36:36:36": {"max_min_fairness_perf": 1.0}}))
+    argv = (*BASE, "--rate-start", "0", "--rate-stop", "3", "--rate-count", "4", "--cutoffs", str(cutoffs), "--out", str(out))
+    code, _, stderr = gavel(capsys, *argv)
+    assert code == 0, stderr
+    # linspace(0, 3, 4) = 0, 1, 2, 3 without the 0; fifo stops below its cutoff of 2 jobs/hour
+    rates = [float(r) for r in np.linspace(0, 3, 4)][1:]
+    assert rows(out) == [("fifo", 1.0, 0), *[("max_min_fairness_perf", r, 0) for r in rates]]
+    assert "--cutoffs leaves out 2 (policy, rate): fifo at 2, fifo at 3" in stderr
+    ledger = (out / "cells.jsonl").read_text()
+    assert len(ledger.splitlines()) == 4
+
+    code, _, stderr = gavel(capsys, *argv)
+    assert code == 0 and "4 cell(s) of this sweep already in the ledger: not run again" in stderr
+    assert (out / "cells.jsonl").read_text() == ledger and "cells done" not in stderr
+    assert rows(out) == [("fifo", 1.0, 0), *[("max_min_fairness_perf", r, 0) for r in rates]]
+
+    # a cell lost from the ledger (as if the sweep had died before it) is the only one run again
+    lines = ledger.splitlines()
+    (out / "cells.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    code, _, stderr = gavel(capsys, *argv)
+    assert code == 0 and "3 cell(s) of this sweep already" in stderr
+    assert sum(line.startswith("[") for line in stderr.splitlines()) == 1
+
+
+@pytest.mark.slow  # ~5-10 s: the search of one policy on a 1-GPU cluster, cells of 12 jobs run one after another
+def test_until_saturated_runs_gavels_search_per_policy(tmp_path, capsys):
+    out = tmp_path / "search"
+    code, _, stderr = gavel(
+        capsys, "sweep", "--policies", "fifo", "--until-saturated", "0.5", "--jobs", "12", "--cluster", "v100=1",
+        "--out", str(out),
+    )
+    assert code == 0, stderr
+    found = rows(out)
+    ran = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    assert found[0] == ("fifo", 3600 / 32768, 0)
+    # (1) doubling until a cell reaches the threshold; every cell before it below it
+    first_saturated = next(i for i, r in enumerate(ran) if r["cluster_utilization"] >= 0.5)
+    assert [r["jobs_per_hour"] for r in ran[: first_saturated + 1]] == [3600 / 32768 * 2**k for k in range(first_saturated + 1)]
+    assert all(r["cluster_utilization"] < 0.5 for r in ran[:first_saturated])
+    # (3) it ends past the knee: at a tenfold spread of average JCT or after 19 steps
+    jcts = [r["avg_jct_s"] for r in ran]
+    assert max(jcts) / min(jcts) >= 10 or len(ran) >= first_saturated + 1 + 19
