@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def setup(
     )
     window = (len(load), len(replayed))
     real = _real_result(history, replayed, window, names, cluster, round_s, preset_name, origin_s)
-    notes.extend(_differences(history, jobs))
+    notes.extend(_differences(history, jobs, round_s))
     return ReplaySetup(
         trace, table, cluster, gpus_per_server, round_s, preset_name, history.last_policy, window, origin_s, real,
         cells, tuple(notes),
@@ -162,7 +163,7 @@ def _preset(history: History, given: str | None, notes: list[str]) -> str:
     )
 
 
-def _differences(history: History, jobs: Sequence[JobRecord]) -> list[str]:
+def _differences(history: History, jobs: Sequence[JobRecord], round_s: float) -> list[str]:
     """What the journal shows of this run that a replay does not reproduce."""
     notes = []
     if len(history.policies) > 1:
@@ -176,7 +177,28 @@ def _differences(history: History, jobs: Sequence[JobRecord]) -> list[str]:
         notes.append("some leases crashed in the real run; the replay's leases never do")
     if any(j.entity for j in jobs):
         notes.append("jobs name entities; the simulator's trace carries none (hierarchical policies see one entity)")
+    lag_s = boundary_lag_s(history.leases, round_s)
+    if lag_s is not None and lag_s > 0.001 * round_s:
+        clock = f" (its workers' clock: {', '.join(history.clocks)})" if history.clocks else ""
+        notes.append(
+            f"its boundaries came {lag_s:.3g} s after their round's leases ended, on average ({lag_s / round_s:.1%} of a "
+            f"round: the time to hear every report and decide, times the clock's scale{clock}); the replay's come at once"
+        )
     return notes
+
+
+def boundary_lag_s(leases: Sequence[LeaseRun], round_s: float) -> float | None:
+    """The mean time from a round's last lease end to the next boundary, over the rounds that
+    the next boundary closed (it came within a round; not an idle cluster waiting for work)."""
+    ends: dict[float, float] = {}
+    for lease in leases:
+        if lease.reported:
+            ends[lease.dispatched_at_s] = max(ends.get(lease.dispatched_at_s, lease.end_s), lease.end_s)
+    starts = sorted(ends)
+    lags = [
+        after - ends[before] for before, after in itertools.pairwise(starts) if 0.0 <= after - ends[before] < round_s
+    ]
+    return sum(lags) / len(lags) if lags else None
 
 
 # --- the jobs --------------------------------------------------------------------------------
