@@ -107,15 +107,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise CommandFailed(f"{flag}{e}", exit_code=2) from None
     except JournalError as e:
         raise CommandFailed(f"--journal: {e}", exit_code=2) from None
-    from policy_service.core.catalog import policy_names
-
     as_run = replay_setup.policy
     notes = list(replay_setup.notes)
     policies = list(candidates)
-    if as_run is not None and as_run in policy_names() and as_run not in policies:
-        policies.insert(0, as_run)
-    elif as_run is not None and as_run not in policy_names():
-        notes.append(f"the real run's policy {as_run!r} is not known here: it is not replayed")
+    if as_run is not None and as_run not in policies:
+        try:  # a built-in, or a plug-in that loads here too
+            check_policies("--policies", [as_run])
+            policies.insert(0, as_run)
+        except CommandFailed as e:
+            notes.append(f"the real run's policy is not replayed: {e}")
+    elif as_run is not None:
+        policies.insert(0, policies.pop(policies.index(as_run)))  # the policy it ran first
     check_solvers(policies, replay_setup.preset)
     try:
         out.mkdir(parents=True, exist_ok=True)
