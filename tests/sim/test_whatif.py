@@ -23,8 +23,8 @@ from common.messages.base import Message
 from mechanism_service.core import audit
 from policy_service.service import shipped_context
 from sim.whatif.compare import REAL, jain_index, run_figures
-from sim.whatif.history import history_of, read_history
-from sim.whatif.replay import setup, shifted
+from sim.whatif.history import LeaseRun, history_of, read_history
+from sim.whatif.replay import boundary_lag_s, setup, shifted
 from sim.whatif.runs import replay
 from tests.support.whatif import POLICY, arriving_trace, journal_of_run
 
@@ -178,3 +178,21 @@ def test_a_journal_file_that_is_not_one_is_refused(tmp_path: pathlib.Path):
         read_history(str(bad))
     with pytest.raises(JournalError, match="no such journal"):
         read_history(str(tmp_path / "missing.sqlite"))
+
+
+def test_a_lockstep_journal_s_arrivals_are_the_trace_s():
+    """A lockstep mechanism stamps no arrival: the job arrives at its trace time."""
+    spec = JobSpec("a", RESNET, 100, submit_time_s=42.0)
+    history = history_of([(1, "submitted", _body(JobSubmitted(spec)), None)])
+    assert [j.arrival_s for j in history.jobs] == [42.0]
+
+
+def test_the_boundaries_lag_is_measured_over_the_rounds_they_closed():
+    """Rounds dispatched at 0 (leases ending at 90 and 100), 103 (ending at 200), 1,000 (after an
+    idle cluster: 800 s is no lag) and 1,100: the lags are 103 - 100 and 1,100 - 1,090."""
+    def lease(at_s: float, elapsed_s: float) -> LeaseRun:
+        return LeaseRun(f"{at_s}", ("a",), "v100", 1, at_s, False, (1,), (1.0,), elapsed_s, True, False)
+
+    leases = [lease(0.0, 90.0), lease(0.0, 100.0), lease(103.0, 97.0), lease(1_000.0, 90.0), lease(1_100.0, 50.0)]
+    assert boundary_lag_s(leases, 360.0) == pytest.approx((3.0 + 10.0) / 2)
+    assert boundary_lag_s(leases[:1], 360.0) is None
