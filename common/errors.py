@@ -31,6 +31,8 @@
     │                          another application's database, a directory that cannot be made)
     │   └── ReplayError        a journal that cannot be replayed (`gavel whatif`): no finished
     │                          job, no worker, nothing after --from; says which
+    ├── CheckpointError        a simulation checkpoint that cannot be resumed (`gavel simulate
+    │                          --resume`): not one, damaged, or of another trace, run or version
     ├── PluginError            a plug-in (policy, placement, admission) that cannot be loaded or
     │                          used: unknown name, import error, missing attribute, wrong
     │                          signature, or one that raised; names the kind and the plug-in
@@ -250,3 +252,8 @@ class CommandFailed(GavelError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class CheckpointError(GavelError):
+    """A simulation checkpoint that cannot be resumed; the message names the file and what
+    differs from the run that asks (sim/checkpoint.py)."""

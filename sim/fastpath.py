@@ -61,6 +61,7 @@ from policy_service.answer import (
     reads_service,
 )
 from policy_service.core.admitted import AdmittedJobs
+from sim.carry import Carry, CheckpointPlan
 from sim.clock import SimulationStalled
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import full_lease, lease_outcome, true_rates
@@ -107,9 +108,13 @@ def simulate(
     *,
     progress: Progress | None = None,
     observe: Callable[[MechanismState, float], None] | None = None,
+    checkpoint: CheckpointPlan | None = None,
+    resume: Carry | None = None,
 ) -> SimulationResult:
     """``observe``: called with the state and the time after each round is planned (a bench that
-    reads what the mechanism would answer then, bench/eta_accuracy.py); it must change nothing."""
+    reads what the mechanism would answer then, bench/eta_accuracy.py); it must change nothing.
+    ``checkpoint``: hands the loop's state to its ``save`` once, at a boundary, and goes on;
+    ``resume``: such a state, taken up where it was handed out (sim/checkpoint.py)."""
     table = check_inputs(trace, context)
     started_wall = time.perf_counter()
     settings = config.settings
@@ -136,7 +141,16 @@ def simulate(
     rejected: list[str] = []
     idle_passes = 0
     solve_failed = ""  # the policy's reason when the last solve failed: a stall names it
+    if resume is not None:  # every variable the loop carries, as a checkpoint kept them
+        (state, arrivals, waiting_for, shuffle, chosen, queued, learning, rates, now_s, clock, running, full_leases,
+         rounds, solve_times, rejected, idle_passes, solve_failed) = resume.values()
     while True:
+        if checkpoint is not None and checkpoint.due(now_s, len(trace) - len(arrivals)):
+            checkpoint.done = True
+            checkpoint.save(Carry(
+                state, arrivals, waiting_for, shuffle, chosen, queued, learning, rates, now_s, clock, running,
+                full_leases, rounds, solve_times, rejected, idle_passes, solve_failed,
+            ))
         # 1. stop
         if config.window is not None:
             if not waiting_for:

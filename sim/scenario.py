@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import CommandFailed, PluginError, ProblemError, TraceError, UnknownPolicyError
+from common.errors import (
+    CommandFailed,
+    PluginError,
+    ProblemError,
+    TraceError,
+    UnknownPolicyError,
+)
 from common.throughputs import ThroughputTable, throughput_table_from_json
 from estimator_service.core.settings import EstimatorSettings
 from mechanism_service.core.settings import preset
@@ -28,6 +34,8 @@ from policy_service.answer import SolveContext, solver_unavailable_for
 from policy_service.core.catalog import policy_names
 from policy_service.plugins import is_builtin, load_policy
 from policy_service.service import shipped_context
+from sim.checkpoint import CheckpointSpec
+from sim.checkpoint import hooks as checkpoint_hooks
 from sim.fastpath import Progress, RunConfig, simulate
 from sim.faults import FaultSpec
 from sim.learning import EstimationConfig
@@ -402,6 +410,7 @@ class Scenario:
     fault_seed: int = 0
     fault_journal_dir: pathlib.Path | None = None  # where a run with mechanism crashes keeps its journal
     mechanism: tuple[tuple[str, object], ...] = ()  # MechanismSettings fields set apart from the preset
+    checkpoint: CheckpointSpec | None = None  # the fast engine only (gavel simulate --checkpoint-to, --resume)
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
@@ -448,7 +457,8 @@ def run_policy(
 
         result = simulate_ideal(scenario.trace, config, context, progress=progress)
     else:
-        result = simulate(scenario.trace, config, context, progress=progress)
+        checkpointing = checkpoint_hooks(scenario.checkpoint, scenario.trace, config)
+        result = simulate(scenario.trace, config, context, progress=progress, **checkpointing)  # type: ignore[arg-type]
     assert context.table is not None
     summary = summarize(result, context.prices_per_hour or {}, isolated_throughputs_from_table(result, context.table))
     return result, summary

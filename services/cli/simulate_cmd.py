@@ -53,7 +53,7 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     missing_flags,
     replay_flags,
 )
-from services.cli.simulate_options import add_run_option_flags, resolve_engine
+from services.cli.simulate_options import add_run_option_flags, checkpoint_spec, resolve_engine
 from services.cli.module_flags import add_module_flags, module_settings
 from services.cli.simulate_report import (  # noqa: F401 - the file names: re-exported (demo)
     COMPARISON_FILES,
@@ -185,7 +185,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     fault_seed = args.seed if args.fault_seed is None else args.fault_seed
     scenario = Scenario(
         trace, cluster, args.preset, args.round_s, args.gpus_per_server, args.seed, window, engine, estimation,
-        faults=faults, fault_seed=fault_seed, fault_journal_dir=out,
+        faults=faults, fault_seed=fault_seed, fault_journal_dir=out, checkpoint=checkpoint_spec(args, engine, policies),
         mechanism=(() if args.catch_up_ratio is PRESET_VALUE else (("catch_up_ratio", args.catch_up_ratio),))
         + module_settings(args),
     )

@@ -1,0 +1,136 @@
+"""A long simulation saved at a point and resumed from the file to its end (Gavel's
+--checkpoint_file / --checkpoint_threshold; ``gavel simulate --checkpoint-to FILE`` with
+``--checkpoint-at-s T`` or ``--checkpoint-after-jobs N``, then ``--resume FILE``).
+
+The file: a first line naming the format, a JSON line saying what run it is of (the trace's
+digest, the policy, the preset, the cluster, the seed, the window, the mechanism's and the
+estimator's settings, the version that wrote it, and where the run was), then the bus-free loop's
+whole state (sim/carry.py) as a pickle. Resuming reads the JSON line first and refuses, in one
+line naming what differs, a checkpoint of another trace, another run or another version, before
+anything is unpickled; the run then goes on from the boundary it was saved at and ends exactly as
+the uninterrupted run does (tests/sim/test_checkpoint.py). A pickle runs code when it is read:
+resume only checkpoints you wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+from common.errors import CheckpointError
+from sim.carry import Carry, CheckpointPlan
+
+if TYPE_CHECKING:
+    from sim.fastpath import RunConfig
+    from sim.traces import TraceJob
+
+MAGIC = b"gavel simulation checkpoint, format 1\n"  # a new format changes this line
+# What the JSON line says of the run, in the order a difference is reported
+RUN_FIELDS = ("version", "trace", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """``gavel simulate``'s checkpoint flags: where to save and when, where to resume from."""
+
+    save_to: pathlib.Path | None = None
+    at_s: float | None = None
+    after_jobs: int | None = None
+    resume_from: pathlib.Path | None = None
+
+
+def fingerprint(trace: Sequence[TraceJob], config: RunConfig) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: the same jobs, the same run, the same code."""
+    def digest(value: object) -> str:
+        return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+    return {
+        "version": _version(),
+        "trace": f"{len(trace)} jobs, sha256 {digest(tuple(trace))}",
+        "policy": config.policy,
+        "preset": config.settings.preset,
+        "cluster": ",".join(f"{w}={n}" for w, n in config.cluster.items()),
+        "seed": str(config.seed),
+        "window": "all jobs" if config.window is None else f"{config.window[0]}:{config.window[1]}",
+        "solver": str(config.solver),
+        "settings": digest(config.settings),
+        "estimation": digest(config.estimation),
+    }
+
+
+def write_checkpoint(path: pathlib.Path, carry: Carry, run: dict[str, str]) -> None:
+    """Write the file whole or not at all (a temporary file renamed over it)."""
+    header = {"run": run, "at_s": carry.now_s, "rounds": len(carry.rounds)}
+    payload = pickle.dumps(carry, protocol=pickle.HIGHEST_PROTOCOL)
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as f:
+        f.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
+def read_checkpoint(path: pathlib.Path, run: dict[str, str]) -> Carry:
+    """The state saved in ``path``, once its JSON line says it is of this run (CheckpointError in
+    one line otherwise, naming the file and what differs)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"--resume {path}: cannot read it: {e.strerror or e}") from None
+    if not data.startswith(MAGIC):
+        raise CheckpointError(f"--resume {path}: not a checkpoint of gavel simulate (or of another format)")
+    header_line, _, payload = data[len(MAGIC):].partition(b"\n")
+    try:
+        saved = json.loads(header_line)["run"]
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"--resume {path}: its header is damaged") from None
+    for name in RUN_FIELDS:
+        if saved.get(name) != run[name]:
+            raise CheckpointError(
+                f"--resume {path}: a checkpoint of {_what(name)} {saved.get(name)!r}, not {run[name]!r}: it resumes only "
+                "the run that wrote it (same trace, flags and version)"
+            )
+    try:
+        carry = pickle.loads(payload)  # noqa: S301 - the user's own file, checked against this run first
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign pickle fails in many ways
+        raise CheckpointError(f"--resume {path}: its state cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(carry, Carry):
+        raise CheckpointError(f"--resume {path}: its state is not a simulation's")
+    return carry
+
+
+def hooks(spec: CheckpointSpec | None, trace: Sequence[TraceJob], config: RunConfig) -> dict[str, object]:
+    """The keyword arguments of sim.fastpath.simulate that save and resume as ``spec`` says."""
+    if spec is None:
+        return {}
+    run = fingerprint(trace, config)
+    out: dict[str, object] = {}
+    if spec.resume_from is not None:
+        out["resume"] = read_checkpoint(spec.resume_from, run)
+    if spec.save_to is not None:
+        save_to = spec.save_to
+        out["checkpoint"] = CheckpointPlan(
+            save=lambda carry: write_checkpoint(save_to, carry, run),
+            at_s=float("inf") if spec.at_s is None else spec.at_s,
+            after_jobs=spec.after_jobs,
+        )
+    return out
+
+
+def _what(name: str) -> str:
+    return {"version": "gavel version", "trace": "another trace:", "settings": "mechanism settings",
+            "estimation": "estimator settings"}.get(name, name)
+
+
+def _version() -> str:
+    try:
+        return version("gavel-scheduler")
+    except PackageNotFoundError:  # a source tree never installed
+        return "unknown"
