@@ -277,12 +277,13 @@ def _table(
     reference: ThroughputTable, rows: Sequence[tuple[JobRecord, tuple[float, ...]]], types: tuple[str, ...]
 ) -> tuple[dict[str, str], ThroughputTable]:
     """job id -> its job type in the replay's table, and that table: one type per distinct row,
-    the reference's name for the reference's own row (its pairs kept), a name of its own for any
-    other (alone only: a pair was never measured for it)."""
+    the reference's name for the reference's own row (its pairs kept as they are), a name of its
+    own for any other (its pairs derived: ``_derived_pairs``)."""
     names: dict[str, str] = {}
     kind_of: dict[tuple[str, int, tuple[float, ...]], str] = {}
     per_type: collections.Counter[str] = collections.Counter()
     isolated: dict[tuple[str, int, str], float] = {}
+    own_rows: dict[str, tuple[str, int, tuple[float, ...]]] = {}  # a renamed kind -> (job type, size, row)
     for job, row in rows:
         key = (job.job_type, job.scale_factor, row)
         name = kind_of.get(key)
@@ -293,14 +294,47 @@ def _table(
             else:
                 per_type[job.job_type] += 1
                 name = f"{job.job_type} [row {per_type[job.job_type]}]"
+                own_rows[name] = key
             kind_of[key] = name
             isolated.update({(name, job.scale_factor, w): value for w, value in zip(types, row)})
         names[job.job_id] = name
-    kept = {name for name in kind_of.values()}
+    kept = {name for name in kind_of.values() if name not in own_rows}
     pairs = {
         k: v for k, v in reference.pair_steps_per_s.items() if k[0] in kept and k[1] in kept and k[3] in types
     }
+    if len(kind_of) <= MAX_PAIRED_KINDS:
+        pairs.update(_derived_pairs(reference, {n: k for k, n in kind_of.items()}, own_rows, types))
     return names, ThroughputTable(types, MappingProxyType(isolated), MappingProxyType(pairs))
+
+
+# A renamed kind is paired with every kind of its size: kinds^2 x types entries. Beyond this many
+# kinds (40,000 pairs per type) the renamed ones are left unpaired (docs/whatif.md).
+MAX_PAIRED_KINDS = 200
+
+
+def _derived_pairs(
+    reference: ThroughputTable, kinds: Mapping[str, tuple[str, int, tuple[float, ...]]],
+    own_rows: Mapping[str, tuple[str, int, tuple[float, ...]]], types: tuple[str, ...],
+) -> dict[tuple[str, str, int, str], tuple[float, float]]:
+    """A pair with a kind of its own row keeps, of each member's steps/s alone, the share the
+    reference's pair of their job types keeps (the estimator's factorised model: a job's row times
+    its class pair's fractions, docs/estimator.md); none where the reference has no such pair."""
+    out = {}
+    for a in own_rows:
+        type_a, size, row_a = kinds[a]
+        for b, (type_b, size_b, row_b) in kinds.items():
+            if size_b != size:
+                continue
+            for k, w in enumerate(types):
+                base = reference.pair_steps_per_s.get((type_a, type_b, size, w))
+                alone_a = reference.isolated_steps_per_s.get((type_a, size, w), 0.0)
+                alone_b = reference.isolated_steps_per_s.get((type_b, size, w), 0.0)
+                if base is None or alone_a <= 0 or alone_b <= 0:
+                    continue
+                fa, fb = base[0] / alone_a, base[1] / alone_b
+                out[(a, b, size, w)] = (row_a[k] * fa, row_b[k] * fb)
+                out[(b, a, size, w)] = (row_b[k] * fb, row_a[k] * fa)
+    return out
 
 
 # --- what really happened --------------------------------------------------------------------

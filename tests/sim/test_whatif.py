@@ -154,8 +154,13 @@ def test_each_job_keeps_its_own_measured_steps_per_s():
         "b": {"v100": 3.0, "k80": TABLE.isolated_steps_per_s[(RESNET, 1, "k80")]},
     }
     assert (s.cells.measured, s.cells.assumed, dict(s.cells.by_source)) == (3, 1, {"measured": 3, "table": 1})
-    # jobs of one type with different rows are different kinds in the replay's table
-    assert len({j.job_type for j in s.trace}) == 2
+    # jobs of one type with different rows are different kinds in the replay's table; packed,
+    # each keeps the share of its own speed that the table's pair of ResNet-18s keeps
+    kind = {j.job_id: j.job_type for j in s.trace}
+    assert len(set(kind.values())) == 2
+    both, alone = TABLE.pair(RESNET, RESNET, 1, "v100"), TABLE.isolated(RESNET, 1, "v100")
+    assert s.table.pair(kind["a"], kind["b"], 1, "v100") == pytest.approx((1.5 * both[0] / alone, 3.0 * both[1] / alone))
+    assert s.table.pair(kind["b"], kind["a"], 1, "v100") == pytest.approx((3.0 * both[1] / alone, 1.5 * both[0] / alone))
     # b completed at the end of its lease on the v100 (100 s + 300 / 3.0): its JCT is 200 s;
     # a never finished, so it is load, not compared
     assert history.ends["b"].completion_s == pytest.approx(200.0)
@@ -196,3 +201,15 @@ def test_the_boundaries_lag_is_measured_over_the_rounds_they_closed():
     leases = [lease(0.0, 90.0), lease(0.0, 100.0), lease(103.0, 97.0), lease(1_000.0, 90.0), lease(1_100.0, 50.0)]
     assert boundary_lag_s(leases, 360.0) == pytest.approx((3.0 + 10.0) / 2)
     assert boundary_lag_s(leases[:1], 360.0) is None
+
+
+@pytest.mark.slow  # ~6-8 s: a packing policy's run of the services under the gavel preset, and its replay
+def test_a_packing_policys_run_is_replayed_exactly_under_the_gavel_preset(tmp_path):
+    policy = "max_min_fairness_packed"
+    result = journal_of_run(tmp_path / "m.sqlite", arriving_trace(), policy=policy, preset_name="gavel")
+    history = read_history(str(tmp_path / "m.sqlite"))
+    assert history.packed_leases > 0
+    s = setup(history, TABLE)
+    assert (s.preset, s.policy) == ("gavel", policy)
+    replayed = replay(s, policy, PRICES)
+    assert {j.job_id: j.jct_s for j in replayed.jobs} == pytest.approx({j.job_id: j.jct_s for j in result.jobs}, abs=1e-6)
