@@ -3,7 +3,9 @@
 A team that submits a hundred jobs at once would otherwise fill the scheduler's queue, and a
 fair-share policy would still give each of its jobs a share; here each entity has at most
 ``max_jobs`` jobs admitted and not ended, and the rest of its jobs wait in the admission queue
-in arrival order (``gavel job ID --why`` says why). Jobs with no entity are admitted at once.
+in arrival order (``gavel job ID --why`` says why). Jobs submitted without an entity count as
+one entity of their own (the seam's usage names it ""), so a trace without entities runs at
+most ``max_jobs`` jobs at a time.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ class PerEntityJobs:
         scheduled = {entity: used.jobs for entity, used in usage.items()}
         admitted, reasons = [], {}
         for job in view.waiting:  # arrival order
-            if job.entity is None:
-                admitted.append(job.job_id)
-                continue
-            count = scheduled.get(job.entity, 0)
+            entity = job.entity or ""  # no entity: one anonymous entity, as the usage counts it
+            count = scheduled.get(entity, 0)
             if count < self.max_jobs:
                 admitted.append(job.job_id)
-                scheduled[job.entity] = count + 1
+                scheduled[entity] = count + 1
             else:
-                reasons[job.job_id] = f"entity {job.entity} has {count} jobs scheduled, at most {self.max_jobs}"
+                who = f"entity {entity}" if entity else "jobs without an entity"
+                reasons[job.job_id] = f"{who}: {count} scheduled, at most {self.max_jobs}"
         return AdmissionDecision(tuple(admitted), reasons=reasons)
