@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import multiprocessing
 import time
 from collections.abc import Callable, Mapping
@@ -91,7 +92,7 @@ class LocalEngine:
         for cell in cells:
             future = self._executor.submit(_run_in_worker, cell)
             # a worker process runs one cell at a time: the cell it took is the one running
-            future.add_done_callback(lambda f, c=cell: loop.call_soon_threadsafe(self._done, c, f))
+            future.add_done_callback(lambda f, c=cell: _call_soon(loop, self._done, c, f))
 
     def _done(self, cell: SweepCellRequested, future: concurrent.futures.Future[SweepCellFinished]) -> None:
         if future.cancelled():
@@ -113,6 +114,13 @@ class LocalEngine:
     def close(self) -> None:
         # On an error or Ctrl-C, drop the cells not started yet instead of finishing them.
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, *call: object) -> None:
+    """From the executor's thread onto the loop, unless the loop is gone (the sweep stopped:
+    Ctrl-C, an error) and nobody waits for the cell any more."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(*call)  # type: ignore[arg-type]
 
 
 _contexts: dict[str, SolveContext] = {}

@@ -76,8 +76,13 @@ class AmqpEngine:
     async def simulators(self) -> int | None:
         return await self._bus.consumer_count(CELLS_QUEUE)
 
-    def close(self) -> None:
-        self._settle()
+    def close(self, *, complete: bool) -> None:
+        """``complete``: the loop handled its last event, which is acknowledged; otherwise (an
+        error, Ctrl-C) the event in hand is not, and the broker keeps it for the restart."""
+        if complete:
+            self._settle()
+        elif self._handled is not None and not self._handled.done():
+            self._handled.cancel()
 
 
 async def delete_results_queue(settings: BusSettings, sweep_id: str) -> None:

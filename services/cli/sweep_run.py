@@ -89,10 +89,12 @@ async def run_amqp(
         )
         if not simulators:
             _say("sweep: no simulator takes cells yet: the cells wait in the queue; start `gavel serve simulator` (any machine)")
+        complete = False
         try:
             await drive(plan, spec, book, ledger, engine, kept, _reporter(book, total))
+            complete = True
         finally:
-            engine.close()
+            engine.close(complete=complete)
     finally:
         await bus.close()
     await delete_results_queue(bus_settings, spec.sweep_id)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.sweep_cells import SweepSpec, table_digest
 from tests.support.broker import delete_topology
 from tests.support.processes import Cluster, logged
 from tests.support.waiting import eventually
@@ -23,6 +24,7 @@ GRID = (
     "--policies", "fifo_perf,max_min_fairness_perf", "--rates", "2,4,8", "--seeds", "0,1,2,3",
     "--jobs", "30", "--cluster", "2:2:2",
 )  # 2 x 3 x 4 = 24 cells
+SWEEP_ID = SweepSpec(30, False, {"v100": 2, "p100": 2, "k80": 2}, table_digest(None)).sweep_id  # GRID's
 
 
 def ledger(out: Path) -> list[dict[str, object]]:
@@ -70,7 +72,7 @@ async def test_a_sweep_over_rabbitmq_survives_a_killed_simulator_and_its_own_res
         again = {str(e["cell_id"]) for e in events_after(b_log, b_offset, "cell_started")}
         assert not again & finished_before
         cells = [str(entry["cell_id"]) for entry in ledger(out)]
-        assert len(cells) == len(set(cells)) == 24
+        assert len(cells) == len(set(cells)) == 24 and {e["sweep_id"] for e in ledger(out)} == {SWEEP_ID}
         assert any(e["redelivered"] for e in logged(b_log, "cell_started"))
 
         # the same table as the local sweep
@@ -80,5 +82,4 @@ async def test_a_sweep_over_rabbitmq_survives_a_killed_simulator_and_its_own_res
         assert restarted.stdout.splitlines()[:7] == local.stdout.splitlines()[:7]  # the printed table
     finally:
         cluster.stop_all()
-        sweep_id = next((str(e["sweep_id"]) for e in ledger(out)), "")
-        await delete_topology(cluster.url, cluster.exchange, ("sweep.cells", f"sweep.results.{sweep_id}"))
+        await delete_topology(cluster.url, cluster.exchange, ("sweep.cells", f"sweep.results.{SWEEP_ID}"))
