@@ -16,10 +16,16 @@ from collections.abc import Mapping
 
 from common.errors import PluginError
 from common.plugins import check_method, resolve
-from mechanism_service.core.seams.admission_builtins import ADMISSION_BUILTINS, DEFAULT_ADMISSION
+from mechanism_service.core.seams.admission_builtins import (
+    ADMISSION_BUILTINS,
+    DEFAULT_ADMISSION,
+)
 from mechanism_service.core.seams.chosen import DEFAULTS, Chosen
 from mechanism_service.core.seams.launch_builtins import DEFAULT_LAUNCH, LAUNCH_BUILTINS
-from mechanism_service.core.seams.placement_builtins import DEFAULT_PLACEMENT, PLACEMENT_BUILTINS
+from mechanism_service.core.seams.placement_builtins import (
+    DEFAULT_PLACEMENT,
+    PLACEMENT_BUILTINS,
+)
 from mechanism_service.core.settings import MechanismSettings
 
 

@@ -12,8 +12,16 @@ import pytest
 from mechanism_service.core.admission import NewJob
 from mechanism_service.core.memory import Memory
 from mechanism_service.core.rounds import admit_through
-from mechanism_service.core.seams.admission import AdmissionDecision, AdmissionView, WaitingJob
-from mechanism_service.core.seams.admission_builtins import ADMISSION_BUILTINS, LoadAdmission, QuotaAdmission
+from mechanism_service.core.seams.admission import (
+    AdmissionDecision,
+    AdmissionView,
+    WaitingJob,
+)
+from mechanism_service.core.seams.admission_builtins import (
+    ADMISSION_BUILTINS,
+    LoadAdmission,
+    QuotaAdmission,
+)
 from mechanism_service.core.seams.admitting import entity_usage, view_of
 from mechanism_service.core.why import ADMISSION, explain, reason_codes
 from tests.unit.mechanism.builders import GAVEL, RATES, state

@@ -11,7 +11,11 @@ import pytest
 from mechanism_service.core.model import Placement
 from mechanism_service.core.rounds import open_round
 from mechanism_service.core.seams.chosen import Chosen
-from mechanism_service.core.seams.placement import Gang, PlacementRequest, answer_problem
+from mechanism_service.core.seams.placement import (
+    Gang,
+    PlacementRequest,
+    answer_problem,
+)
 from mechanism_service.core.seams.placement_builtins import (
     PLACEMENT_BUILTINS,
     CheckpointLocal,
