@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from services.cli.common import CommandFailed, print_json, print_lines, print_table
 from services.cli.module_flags import add_module_flags, module_settings
 from services.cli.simulate_cmd import add_cluster_flags
+from services.cli.simulate_flags import add_job_option_flags, job_options
 
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
 if TYPE_CHECKING:
@@ -68,6 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", default="0", metavar="S1,S2,...", help="trace and scheduler seeds (default 0)")
     p.add_argument("--jobs", type=int, required=True, metavar="N", help="jobs per generated trace")
     p.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
+    add_job_option_flags(p)
+    p.add_argument(
+        "--ideal", action="store_true",
+        help="every cell the fluid run of its policy (gavel simulate --ideal; Gavel's sweeps' --ideal)",
+    )
     add_cluster_flags(p)
     add_module_flags(p)
     p.add_argument(
@@ -121,14 +127,21 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.jobs < 1:
         raise bad_input("--jobs", f"expected a whole number >= 1, got {args.jobs}")
     window = parse_window(args.window, args.jobs)
+    if args.fixed_run_time_s is not None and not 0 < args.fixed_run_time_s < float("inf"):
+        raise bad_input("--fixed-run-time-s", f"expected a number of seconds > 0, got {args.fixed_run_time_s:g}")
+    trace_options = job_options(args, cluster)  # Gavel's generated-jobs options, in every cell's trace
+    scenario_options = ({"mechanism": modules} if modules else {}) | ({"engine": "ideal"} if args.ideal else {})
     plan = sweep_plan(args, policies, seeds, cluster, context.table)
     for seed in seeds:  # the jobs are the same at every rate: one check per seed
-        trace = generated_trace(args.jobs, plan.rates[0] if plan.rates else 1.0, args.multi_gpu, seed, context.table)
+        trace = generated_trace(
+            args.jobs, plan.rates[0] if plan.rates else 1.0, args.multi_gpu, seed, context.table, **trace_options
+        )
         check_trace(trace, context.table, cluster, f"the trace generated with seed {seed}")
     digest = table_digest(_table_text(args.throughputs))
     spec = SweepSpec(
         args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window,
-        scenario_json=json.dumps({"mechanism": modules}) if modules else "",
+        scenario_json=json.dumps(scenario_options) if scenario_options else "",
+        trace_json=json.dumps(trace_options) if any(trace_options.values()) else "",
     )
     out = pathlib.Path(args.out) if args.out else pathlib.Path("out") / f"sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     ledger = LedgerFile(out)

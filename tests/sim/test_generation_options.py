@@ -5,6 +5,7 @@ steady-state start, priority weights and SLOs, in the generator, `gavel trace ge
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -106,3 +107,16 @@ def test_simulate_generates_with_the_options_and_says_so(tmp_path, capsys):
 def test_simulate_refuses_contradicting_or_bad_options(extra, message, capsys):
     assert main(["simulate", "--cluster", "4:4:4", "--policy", "fifo_perf", "--no-plots", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_sweep_runs_each_cell_as_simulate_runs_it_with_the_options(tmp_path, capsys):
+    """Gavel's sweeps take the generated jobs' options and --ideal: a cell's average JCT is the
+    `gavel simulate` run's with the same flags. Two runs of 20 jobs: about 2 s."""
+    options = ["--jobs", "20", "--cluster", "2:2:2", "--steady-state", "--slos", "--fixed-run-time-s", "3600", "--ideal"]
+    assert main(["sweep", "--policies", "max_min_fairness_perf", "--rates", "3", "--processes", "1",
+                 "--out", str(tmp_path / "sweep"), *options]) == 0
+    (row,) = list(csv.DictReader((tmp_path / "sweep" / "sweep.csv").read_text().splitlines()))
+    capsys.readouterr()
+    assert main(["simulate", "--policy", "max_min_fairness_perf", "--jobs-per-hour", "3", "--no-plots", "--json",
+                 "--out", str(tmp_path / "run"), *options]) == 0
+    assert float(row["avg_jct_s"]) == pytest.approx(json.loads(capsys.readouterr().out)["avg_jct_s"], rel=1e-12)
