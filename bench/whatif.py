@@ -27,14 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.journal import Journal  # noqa: E402
-from policy_service.service import shipped_context  # noqa: E402
-from sim.driver import simulate_services  # noqa: E402
-from sim.scenario import Scenario, generated_trace, parse_cluster  # noqa: E402
-from sim.whatif.compare import REAL, run_figures  # noqa: E402
-from sim.whatif.history import read_history  # noqa: E402
-from sim.whatif.replay import setup, shifted  # noqa: E402
-from sim.whatif.runs import replay  # noqa: E402
+from common.journal import Journal
+from policy_service.service import shipped_context
+from sim.driver import simulate_services
+from sim.scenario import Scenario, generated_trace, parse_cluster
+from sim.whatif.compare import REAL, run_figures
+from sim.whatif.history import read_history
+from sim.whatif.replay import setup, shifted
+from sim.whatif.runs import replay
 
 
 def main() -> None:
