@@ -5,6 +5,7 @@ of the total, running, failed, the ETA from this run's pace).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
 
@@ -56,6 +57,9 @@ async def run_local(
     engine = LocalEngine(contexts, processes)
     try:
         await drive(plan, spec, book, ledger, engine, kept, _reporter(book, total, processes))
+    except asyncio.CancelledError:  # Ctrl-C
+        _say(_stopped(book, ledger, ""))
+        raise
     except concurrent.futures.process.BrokenProcessPool as e:
         raise CommandFailed(
             f"a sweep worker process died ({e}); try fewer --processes (the finished cells are kept: the same command "
@@ -93,11 +97,21 @@ async def run_amqp(
         try:
             await drive(plan, spec, book, ledger, engine, kept, _reporter(book, total))
             complete = True
+        except asyncio.CancelledError:  # Ctrl-C
+            _say(_stopped(book, ledger, "; the cells published stay queued for the simulators, and their results wait for it"))
+            raise
         finally:
             engine.close(complete=complete)
     finally:
         await bus.close()
     await delete_results_queue(bus_settings, spec.sweep_id)
+
+
+def _stopped(book: SweepBook, ledger: LedgerFile, more: str) -> str:
+    return (
+        f"sweep: stopped with {len(book.finished)} cell(s) done, kept in {ledger.path}: the same command again "
+        f"goes on from them{more}"
+    )
 
 
 def _restored_line(plan: SweepPlan, spec: SweepSpec, kept: Mapping[str, SweepCellFinished]) -> str:
