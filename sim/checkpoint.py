@@ -68,7 +68,10 @@ def fingerprint(trace: Sequence[TraceJob], config: RunConfig) -> dict[str, str]:
 def write_checkpoint(path: pathlib.Path, carry: Carry, run: dict[str, str]) -> None:
     """Write the file whole or not at all (a temporary file renamed over it)."""
     header = {"run": run, "at_s": carry.now_s, "rounds": len(carry.rounds)}
-    payload = pickle.dumps(carry, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        payload = pickle.dumps(carry, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # e.g. a plug-in holding a lock or a lambda
+        raise CheckpointError(f"--checkpoint-to {path}: the run's state cannot be saved ({type(e).__name__}: {e})") from None
     partial = path.with_name(path.name + ".partial")
     with open(partial, "wb") as f:
         f.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
@@ -98,7 +101,7 @@ def read_checkpoint(path: pathlib.Path, run: dict[str, str]) -> Carry:
                 "the run that wrote it (same trace, flags and version)"
             )
     try:
-        carry = pickle.loads(payload)  # noqa: S301 - the user's own file, checked against this run first
+        carry = pickle.loads(payload)  # the user's own file, checked against this run first
     except Exception as e:  # noqa: BLE001 - a truncated or foreign pickle fails in many ways
         raise CheckpointError(f"--resume {path}: its state cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(carry, Carry):

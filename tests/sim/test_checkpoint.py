@@ -118,3 +118,16 @@ def test_simulate_saves_and_resumes_from_the_command_line(tmp_path, capsys):
 def test_checkpoint_flags_that_contradict_are_refused(extra, message, capsys):
     assert main([*RUN, *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_state_that_cannot_be_pickled_is_refused_in_one_line(tmp_path):
+    """A plug-in holding something no pickle takes (a lambda here) cannot be checkpointed: said,
+    not a traceback from deep in pickle."""
+    from sim.carry import Carry
+    from sim.checkpoint import write_checkpoint
+
+    carry = Carry(*([None] * 17))
+    carry.chosen, carry.now_s, carry.rounds = (lambda: 0), 0.0, []
+    with pytest.raises(CheckpointError, match=r"--checkpoint-to .*: the run's state cannot be saved \(\w+Error"):
+        write_checkpoint(tmp_path / "x.ckpt", carry, {})
+    assert not (tmp_path / "x.ckpt").exists()
