@@ -15,7 +15,9 @@ Delivery, as RabbitMQ gives it (the bus: common/transport/rabbit.py):
   cell gets a new process; a cell that raises is answered the same way. Neither is retried:
   a poison cell cannot loop. A result the broker cannot route (the sweep is over and deleted its
   results queue) is logged and dropped; a result that cannot be published at all makes the
-  handler fail, and the bus dead-letters the cell with the reason (``<exchange>.dead-letters``).
+  handler fail, and the bus dead-letters the cell with the reason (``<exchange>.dead-letters``);
+- a cell whose sweep has no results queue any more (it completed; a copy was left in the queue by
+  its restart) is acknowledged without running.
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ class SimulatorService:
             raise TypeError(f"{type(cell).__name__} arrived on {delivery.routing_key}")
         assert self._bus is not None
         log_ = self._log.bind(sweep_id=cell.sweep_id, cell_id=cell.cell_id)
+        # 0. a cell of a sweep that is over (its results queue deleted: a copy left in the queue
+        # after a restart published it again) is not worth running
+        if await self._bus.consumer_count(results_queue(cell.sweep_id)) is None:
+            log_.info("sweep_gone", reason="no results queue for this sweep: it is over or was given up; cell skipped")
+            return
         # 1. say it runs (the sweep's progress; not mandatory: a sweep that is gone needs no word)
         log_.info("cell_started", cell=describe(cell), redelivered=delivery.redelivered)
         await self._bus.publish(SweepCellStarted(cell.sweep_id, cell.cell_id, self.simulator), mandatory=False)

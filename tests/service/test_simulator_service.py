@@ -10,6 +10,7 @@ import os
 import signal
 
 import pytest
+from structlog.testing import capture_logs
 
 from common.messages import SweepCellFinished, SweepCellStarted
 from policy_service.service import shipped_context
@@ -46,17 +47,20 @@ def finished(answers: Collector) -> list[SweepCellFinished]:
     return [m for m in answers.messages if isinstance(m, SweepCellFinished)]
 
 
-@pytest.mark.slow  # ~4-8 s: the child process, three small cells
+@pytest.mark.slow  # ~4-8 s: the child process, two small cells
 async def test_a_cell_is_answered_as_the_local_sweep_runs_it_and_a_bad_one_with_why(memory):
     simulator, sweep, answers = await started(memory)
     try:
         good = SPEC.cell("max_min_fairness_perf", 4.0, 1)
         unknown_policy = SPEC.cell("no_such_policy", 4.0, 1)
-        other_table = SweepSpec(20, False, {"v100": 2}, "ab" * 32).cell("fifo", 4.0, 0)
-        for cell in (unknown_policy, other_table, good):
-            await sweep.publish(cell)
-        # other_table's answer went to its own sweep's key, where nobody listens: dropped unroutable
-        await answers.wait_until(lambda: any(r.cell_id == good.cell_id for r in finished(answers)), timeout_s=60)
+        gone = SweepSpec(20, False, {"v100": 2}, DIGEST).cell("fifo", 4.0, 0)  # a sweep with no results queue
+        with capture_logs() as logs:
+            for cell in (unknown_policy, gone, good):
+                await sweep.publish(cell)
+            await answers.wait_until(lambda: any(r.cell_id == good.cell_id for r in finished(answers)), timeout_s=60)
+        # the cell of a sweep that is over: acknowledged without running
+        assert [e["cell_id"] for e in logs if e["event"] == "sweep_gone"] == [gone.cell_id]
+        assert gone.cell_id not in {e.get("cell_id") for e in logs if e["event"] == "cell_started"}
         by_id = {r.cell_id: r for r in finished(answers)}
         assert set(by_id) == {unknown_policy.cell_id, good.cell_id}
         assert "unknown policy 'no_such_policy'" in by_id[unknown_policy.cell_id].error
