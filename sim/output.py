@@ -8,7 +8,8 @@ Files:
   Undefined statistics are null.
 - ``jobs.csv``: one row per job of the run, in the result's order; columns JOB_COLUMNS, then one
   ``gpu_seconds_<type>`` column per accelerator type (the cluster's, then any other a job used),
-  then ``dropped`` and ``measured`` (true/false). An unknown value (None) is an empty cell.
+  then ``dropped`` and ``measured`` (true/false), then, where an admission policy ran
+  (docs/mechanism.md, "Seams"), ``admitted_s``. An unknown value (None) is an empty cell.
 - ``jct_cdf.png``, ``utilization.png``, ``queue.png``.
 - A comparison: ``comparison.json`` (the table's rows and each run's summary.json object),
   ``comparison.txt`` (the table), ``comparison_jct_cdf.png``, ``comparison_utilization.png``.
@@ -169,9 +170,14 @@ def write_jobs_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pa
     types = list(result.cluster)
     types += sorted({w for job in result.jobs for w in job.gpu_seconds_by_type} - set(types))
     measured = set(result.measured_job_ids)
+    # when each job left the admission queue: only where an admission policy ran (a default
+    # run's file stays as it was)
+    admitted = any(job.admitted_s is not None for job in result.jobs)
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow([*JOB_COLUMNS, *(f"gpu_seconds_{w}" for w in types), "dropped", "measured"])
+        writer.writerow([
+            *JOB_COLUMNS, *(f"gpu_seconds_{w}" for w in types), "dropped", "measured", *(["admitted_s"] if admitted else []),
+        ])
         for job in result.jobs:
             writer.writerow(
                 [
@@ -179,6 +185,7 @@ def write_jobs_csv(result: SimulationResult, path: str | os.PathLike[str]) -> pa
                     *(_cell(float(job.gpu_seconds_by_type.get(w, 0.0))) for w in types),
                     _cell(job.dropped),
                     _cell(job.job_id in measured),
+                    *([_cell(job.admitted_s)] if admitted else []),
                 ]
             )
     return path

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # Every state a job can be in, as `gavel jobs` says it (core/status.py): each is exported, 0 when
 # none is in it, so a dashboard's series do not come and go.
 JOB_STATES = (
-    "submitted", "held", "queued", "running", "retrying", "cancelling", "completed", "failed", "cancelled", "rejected",
+    "submitted", "held", "admission", "queued", "running", "retrying", "cancelling", "completed", "failed", "cancelled", "rejected",
 )
 WORKER_STATES = ("up", "lost", "refused")
 GPU_STATES = ("busy", "idle", "lost")
@@ -43,6 +43,7 @@ def read(memory: Memory, now_s: float) -> Gauges:
     jobs = dict.fromkeys(JOB_STATES, 0)
     jobs["submitted"] = len(memory.submitted)
     jobs["held"] = len(memory.held)
+    jobs["admission"] = len(memory.queued)  # in the admission queue (core/seams/admission.py)
     jobs["rejected"] = len(obs.rejected)
     jobs["cancelled"] = len(obs.cancelled)
     allocated: dict[str, float] = {}

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 GAP = "  "
 RUNNING = ("running",)
-WAITING = ("retrying", "cancelling", "queued", "held", "submitted")  # in the order shown
+WAITING = ("retrying", "cancelling", "queued", "admission", "held", "submitted")  # in the order shown
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ def test_jobs_per_state_gpus_per_type_and_the_allocation_in_force():
         s.completed.append(done)
     memory.submitted.append(NewJob("later", "a", 1, 100, 900.0, 1.0, None, None))
     memory.held.append((NewJob("huge", "a", 64, 100, 0.0, 1.0, None, None), "no type has 64 GPUs"))
+    memory.queued.append((NewJob("over", "a", 1, 100, 0.0, 1.0, None, "team"), "quota: ..."))  # the admission queue
     memory.observations.rejected["bad"] = "unknown type"
     memory.observations.allocation_solved_at_s = 40.0
     memory.cancelling["j0"] = "by its owner"
@@ -47,11 +48,12 @@ def test_jobs_per_state_gpus_per_type_and_the_allocation_in_force():
     g = gauges.read(memory, now_s=100.0)
 
     assert g.jobs == {
-        "submitted": 1, "held": 1, "queued": 1, "running": 1, "retrying": 0, "cancelling": 1, "completed": 1,
+        "submitted": 1, "held": 1, "admission": 1, "queued": 1, "running": 1, "retrying": 0, "cancelling": 1, "completed": 1,
         "failed": 1, "cancelled": 0, "rejected": 1,
     }
     assert g.pending == why.pending_counts(memory)
     assert g.pending[why.BEGIN_TIME] == 1 and g.pending[why.HELD] == 1 and why.RUNNING not in g.pending
+    assert g.pending[why.ADMISSION] == 1
     assert g.gpus == {
         ("v100", "busy"): 3, ("v100", "idle"): 1, ("v100", "lost"): 0,
         ("k80", "busy"): 0, ("k80", "idle"): 2, ("k80", "lost"): 2,
