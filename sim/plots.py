@@ -207,6 +207,10 @@ def utilization_overlay_figure(results: Mapping[str, SimulationResult]) -> Figur
     return fig
 
 
+# (line style, marker) of the sweep's lines, ten policies each (one per colour)
+SWEEP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
 def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
     """sweep_figure(rows, title), written to path."""
     return _save(sweep_figure(rows, title), path)
@@ -219,8 +223,13 @@ def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
     lines = sweep_lines(rows)
     for i, line in enumerate(lines):
         color = f"C{i % 10}"
+        # past ten policies the colours come round again: the line and marker tell them apart
+        style, marker = SWEEP_STYLES[i // 10 % len(SWEEP_STYLES)]
         seeds = int(line.seeds.max()) if len(line.seeds) else 0
-        ax.plot(line.jobs_per_hour, line.mean_jct_h, marker="o", color=color, label=f"{line.policy} ({seeds} seeds)")
+        ax.plot(
+            line.jobs_per_hour, line.mean_jct_h, marker=marker, linestyle=style, color=color,
+            label=f"{line.policy} ({seeds} seeds)",
+        )
         if seeds > 1:
             ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)
     if title:

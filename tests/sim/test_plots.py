@@ -346,3 +346,13 @@ def test_the_sweep_legend_covers_no_data():
     legend = ax.get_legend() or fig.legends[0]
     # Outside the plot area: whatever the lines and bands do, the legend cannot hide them.
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_past_ten_policies_the_sweep_lines_still_differ():
+    # Thirteen policies (the comparison of docs/policies.md): the colours come round after ten,
+    # so policies 0 and 10 share one; the line style and marker tell them apart.
+    rows = [SweepRow(f"p{i}", rate, 0, 3600.0 * (i + rate)) for i in range(13) for rate in (1.0, 2.0)]
+    (ax,) = sweep_figure(rows).axes
+    looks = [(line.get_color(), line.get_linestyle(), line.get_marker()) for line in ax.get_lines()]
+    assert len(looks) == 13 and len(set(looks)) == 13
+    assert looks[0][0] == looks[10][0]
