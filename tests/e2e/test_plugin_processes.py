@@ -1,8 +1,9 @@
 """Policy plug-ins over RabbitMQ, in service processes (issue 26, "plug-ins without forking"): the
 example package (examples/gavel-example-plugins, pip-installed into a temporary directory and on
 PYTHONPATH) runs a cluster's jobs by package.module:Name in separate `gavel serve` processes and
-by entry point in `gavel up --bus amqp`; a plug-in that raises in allocate costs answers, and
-the mechanism keeps running on its last allocation until the policy answers again.
+by entry point in `gavel up --bus amqp`, and so do its placement and admission plug-ins; a
+policy plug-in that raises in allocate costs answers, and the mechanism keeps running on its last
+allocation until the policy answers again.
 
 Clusters run on a scaled clock (--time-scale 1000: a 360 s round lasts 0.36 s).
 """
@@ -47,8 +48,8 @@ async def ready(cluster: Cluster, workers: int) -> None:
     await eventually(up, timeout_s=60, poll_s=0.3)
 
 
-def submit(cluster: Cluster, job_id: str, job_type: str, steps: int) -> None:
-    done = cluster.gavel("submit", "--job-type", job_type, "--steps", str(steps), "--job-id", job_id, timeout_s=60)
+def submit(cluster: Cluster, job_id: str, job_type: str, steps: int, *more: str) -> None:
+    done = cluster.gavel("submit", "--job-type", job_type, "--steps", str(steps), "--job-id", job_id, *more, timeout_s=60)
     assert done.returncode == 0, done.stderr
 
 
@@ -87,7 +88,7 @@ async def test_separate_processes_run_the_example_policy_by_module_reference(plu
     assert not logged(tmp_path / "policy.log", "allocation_failed")
 
 
-@pytest.mark.slow  # ~12 s: one `gavel up` process, two jobs
+@pytest.mark.slow  # ~7 s: one `gavel up` process, two jobs
 async def test_gavel_up_runs_the_example_policy_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
     """Installed, the policy is found by its entry point's name by the mechanism and the replica
     alike (gavel up's replica serves the mechanism's policy)."""
@@ -138,3 +139,55 @@ async def test_a_plugin_raising_in_allocate_leaves_the_mechanism_on_its_last_all
     assert [e["error"] for e in logged(mechanism_log, "allocation_degraded")] == [reason]
     assert len(logged(mechanism_log, "allocation_restored")) == 1
     assert {e["reason"] for e in logged(tmp_path / "policy.log", "allocation_failed")} == {reason}
+
+
+SEAMS = ("--gpus-per-server", "4")  # two v100 servers of 4 GPUs: a 4-GPU gang fits one whole
+
+
+async def placed_best_fit_and_admitted_per_entity(c: Cluster) -> None:
+    """fewest_servers and per_entity_jobs (max_jobs=1) at work on two servers of 4 v100s. A
+    4-GPU job fills the first server, so a 2-GPU job arriving then takes the second; once the
+    first ends, a new 2-GPU job goes to the fullest server that holds it (best fit: the second,
+    beside the other; the default's first fit would take the first, now empty, and leave no
+    server whole). A second job of an entity with one scheduled waits in the admission queue,
+    saying why, until that one ends."""
+    resnet = "ResNet-18 (batch size 64)"
+    submit(c, "a4", resnet, 400_000, "--entity", "u", "--scale-factor", "4")
+    await eventually(lambda: states(c).get("a4") == "running", timeout_s=30, poll_s=0.1)
+    submit(c, "b2", resnet, 600_000, "--entity", "t", "--scale-factor", "2")
+    await eventually(lambda: states(c).get("a4") == "completed" and states(c).get("b2") == "running", timeout_s=30, poll_s=0.1)
+    submit(c, "c2", resnet, 20_000, "--entity", "v", "--scale-factor", "2")
+    submit(c, "t1", "A3C", 2_000, "--entity", "t")
+    await eventually(lambda: states(c).get("t1") == "admission", timeout_s=30, poll_s=0.1)
+    assert c.answer("job", "t1", "--why")["why"]["reason"] == "in the admission queue: entity t: 1 scheduled, at most 1"  # type: ignore[index]
+    await all_completed(c, {"a4", "b2", "c2", "t1"})
+    where = {job: [span["workers"] for span in c.answer("job", job)["placements"]] for job in ("a4", "b2", "c2")}  # type: ignore[index]
+    assert where == {"a4": [["v100-0"]], "b2": [["v100-1"]], "c2": [["v100-1"]]}, where
+    b2, t1 = c.answer("job", "b2"), c.answer("job", "t1")
+    assert t1["placements"][0]["from_s"] >= b2["arrival_s"] + b2["jct_s"]  # type: ignore[index,operator]
+
+
+@pytest.mark.slow  # ~22 s: one `gavel up` process, four jobs
+async def test_gavel_up_runs_the_example_placement_and_admission_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
+    c = plugged
+    c.start(
+        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--policy", "max_min_fairness_perf",
+        "--placement", "fewest_servers", "--admission", "per_entity_jobs", "--admission-param", "max_jobs=1",
+        "--cluster", "v100=8", *SEAMS, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
+    )
+    await ready(c, 2)
+    await placed_best_fit_and_admitted_per_entity(c)
+
+
+@pytest.mark.slow  # ~26 s: three service processes, four jobs
+async def test_separate_processes_run_the_example_placement_and_admission_by_module_reference(plugged: Cluster, tmp_path: Path) -> None:
+    c = plugged
+    c.start("policy", "serve", "policy", "--solving", "inline")
+    c.start(
+        "mechanism", "serve", "mechanism", "--placement", "gavel_example_plugins.placement:FewestServers",
+        "--admission", "gavel_example_plugins.admission:PerEntityJobs", "--admission-param", "max_jobs=1",
+        *SEAMS, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
+    )
+    c.start("fleet", "serve", "fleet", "--cluster", "v100=8", *SEAMS, *SCALE)
+    await ready(c, 2)
+    await placed_best_fit_and_admitted_per_entity(c)
