@@ -1,10 +1,12 @@
 """A placement plug-in: each gang on as few servers as it can, without fragmenting the others.
 
-Gavel's consolidation takes the lowest free workers, so a 4-GPU gang facing servers with 2, 3
-and 4 free workers spans two servers (2 + 2) although one holds it whole. Here each gang, largest
-first, goes whole to the server with the fewest free workers that still holds it (best fit: the
-emptier servers stay whole for the next large gang); a gang no server holds takes the servers
-with the most free workers first, so it spans as few as it can.
+Gavel's consolidation (the gavel preset) takes the lowest free workers, so a 4-GPU gang facing
+servers with 2, 3 and 4 free workers spans two servers (2 + 2) although one holds it whole; the
+default preset takes the first server that holds a gang whole (first fit), which can break up an
+empty server while a fuller one had room. Here each gang, largest first, goes whole to the server
+with the fewest free workers that still holds it (best fit: the emptier servers stay whole for
+the next large gang); a gang no server holds takes the servers with the most free workers first,
+so it spans as few as it can.
 """
 
 from __future__ import annotations
