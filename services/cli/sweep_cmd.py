@@ -120,6 +120,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         raise bad_input("--processes", f"expected a whole number >= 1, got {args.processes}")
     if args.amqp and args.bus != "amqp":
         raise bad_input("--amqp", "names the broker of --bus amqp; add --bus amqp")
+    if args.processes is not None and args.bus == "amqp":
+        raise bad_input("--processes", "with --bus amqp the cells run on `gavel serve simulator` processes: start as many as you want")
     context = load_context(args.throughputs)
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)

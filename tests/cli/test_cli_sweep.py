@@ -37,6 +37,7 @@ def rows(out) -> list[tuple[str, float, int]]:
         (["--until-saturated", "1.5"], "--until-saturated: expected a utilisation in (0, 1]"),
         (["--rates", "1", "--cutoffs", "/nonexistent/cutoffs.json"], "--cutoffs: cannot read /nonexistent/cutoffs.json"),
         (["--rates", "1", "--amqp", "amqp://x"], "--amqp: names the broker of --bus amqp"),
+        (["--rates", "1", "--bus", "amqp", "--processes", "4"], "--processes: with --bus amqp the cells run on `gavel serve simulator`"),
     ],
 )
 def test_a_bad_range_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
