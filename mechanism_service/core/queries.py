@@ -100,7 +100,7 @@ def job_eta(memory: Memory, job_id: str, now_s: float) -> dict[str, object]:
     state = memory.state
     index = state.jobs.index_of.get(job_id) if state is not None else None
     if state is None or index is None:
-        return {"eta_s": None, "eta_range_s": [None, None], "eta_basis": "no estimate: it is not admitted yet (its arrival is ahead, or it is held)"}
+        return {"eta_s": None, "eta_range_s": [None, None], "eta_basis": "no estimate: it is not admitted yet (its arrival is ahead, it is held, or it is in the admission queue)"}
     return eta_core.as_fields(eta_core.job_eta(state, state.jobs[index], now_s, since_s=steps_counted_at(memory)))
 
 
