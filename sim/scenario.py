@@ -410,13 +410,17 @@ class Scenario:
     fault_seed: int = 0
     fault_journal_dir: pathlib.Path | None = None  # where a run with mechanism crashes keeps its journal
     mechanism: tuple[tuple[str, object], ...] = ()  # MechanismSettings fields set apart from the preset
+    boundary_lag_s: float = 0.0  # the fast engine only: RunConfig.boundary_lag_s (gavel whatif)
     checkpoint: CheckpointSpec | None = None  # the fast engine only (gavel simulate --checkpoint-to, --resume)
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
         if self.mechanism:
             settings = dataclasses.replace(settings, **dict(self.mechanism))
-        return RunConfig(policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation)
+        return RunConfig(
+            policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation,
+            boundary_lag_s=self.boundary_lag_s,
+        )
 
 
 def _fault_journal(scenario: Scenario, policy: str):  # noqa: ANN202 - a common.journal.Journal, or None
