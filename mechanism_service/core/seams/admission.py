@@ -31,9 +31,9 @@ The contract:
   again at the next boundary. An id that is not waiting is an invalid answer.
 - ``reason`` (or ``reasons[job_id]``) says why a job waits; `gavel job ID --why` shows it under
   the reason code ``Admission``.
-- It must be a pure function of the view: the mechanism's journal replays a boundary by
-  calling it again, and the simulator's two engines must agree. Keep no state between calls
-  (what a policy needs to remember is in the view, or should be asked for in an issue).
+- It must be a pure function of the view. Keep no state between calls: a restarted mechanism
+  builds a new policy and goes on from its journal's memory, and the simulator's two engines
+  must make the same schedule (what a policy needs to remember belongs in the view).
 - It should be fast: it runs inside every boundary while jobs wait.
 - If it raises, or answers what the mechanism cannot use, the mechanism admits every waiting
   job for that boundary (``accept_all``) and logs one error line naming the policy; the cluster

@@ -31,8 +31,8 @@ The contract:
 - It returns one sequence of worker ids per gang, in the order of ``request.gangs``: exactly
   ``gang.gpus`` distinct ids, each free (in ``request.free``), no id given to two gangs. The
   greedy pick made sure they fit in number, so an answer always exists.
-- It must be a pure function of the request (the journal replays; the two simulator engines
-  must agree), and fast: it runs in every round.
+- It must be a pure function of the request (a restarted mechanism builds a new strategy; the
+  simulator's two engines must make the same schedule), and fast: it runs in every round.
 - If it raises, or answers what breaks a rule above, the mechanism places the whole round with
   ``consolidated`` (Gavel's) and logs one error line naming the strategy; the cluster goes on.
 """
