@@ -139,3 +139,48 @@ def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(site: Path, tmp_
     pattern = re.compile(rf"policy plug-in {re.escape(repr(spec))}: allocate raised RuntimeError: cannot share between [2-8] jobs")
     assert failed and all(pattern.fullmatch(e["reason"]) for e in failed), failed[:3]
     assert [e["event"] for e in events if e["event"].startswith("allocation_degraded")] == ["allocation_degraded"]
+
+
+SEAMS_BY_ENTRY_POINT = ("--placement", "fewest_servers", "--admission", "per_entity_jobs", "--admission-param", "max_jobs=2")
+SEAMS_BY_REFERENCE = (
+    "--placement", "gavel_example_plugins.placement:FewestServers",
+    "--admission", "gavel_example_plugins.admission:PerEntityJobs", "--admission-param", "max_jobs=2",
+)
+
+
+def most_at_once(rows: list[dict[str, str]]) -> int:
+    """The most jobs between their first start and their completion at one time (each inside the
+    time it was scheduled, so never more than were scheduled)."""
+    events = sorted([(float(r["start_s"]), 1) for r in rows] + [(float(r["completion_s"]), -1) for r in rows])
+    running = most = 0
+    for _, step in events:  # an end sorts before a start at the same instant
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.slow  # ~20-35 s (a loaded machine): three simulations and three sweeps, each a process
+def test_simulate_and_sweep_take_the_example_placement_and_admission(site: Path, tmp_path: Path) -> None:
+    """per_entity_jobs with max_jobs=2 (a generated trace's jobs have no entity: one entity)
+    keeps at most 2 jobs running at once where accept-all runs more; by entry point and by
+    module:Name the same schedule, in `gavel simulate` and in `gavel sweep`."""
+    runs = {}
+    for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
+        out = tmp_path / label
+        done = gavel(site, "simulate", *GENERATED, "--policy", "max_min_fairness_perf", *seams, "--out", str(out), "--no-plots")
+        assert done.returncode == 0, done.stderr
+        runs[label] = jobs_csv(out)
+        assert len(runs[label]) == 8 and all(r["completion_s"] for r in runs[label])
+    assert runs["entry"] == runs["module"]
+    assert most_at_once(runs["entry"]) == 2 < most_at_once(runs["default"])
+
+    sweeps = {}
+    for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
+        out = tmp_path / f"sweep-{label}"
+        done = gavel(
+            site, "sweep", "--policies", "fifo,max_min_fairness_perf", "--rates", "4", "--jobs", "8", "--cluster", "2:2:2",
+            "--processes", "2", *seams, "--out", str(out),
+        )
+        assert done.returncode == 0, done.stderr
+        sweeps[label] = (out / "sweep.csv").read_text()
+    assert sweeps["entry"] == sweeps["module"] != sweeps["default"]  # the cap reaches the sweep's workers
