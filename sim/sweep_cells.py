@@ -113,10 +113,14 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
             "(start `gavel serve simulator` with --throughputs FILE, the sweep's table)",
         )
     try:
-        from sim.scenario import check_policies, run_policy
+        from policy_service.plugins import policy_entry
+        from sim.scenario import run_policy
 
         scenario = cell_scenario(cell, context)
-        check_policies("policy", [cell.policy])
+        # A cell is anybody's message on the bus: this simulator runs the built-ins, the installed
+        # plug-ins and those it was started with (serve simulator --policy), and never imports a
+        # module a cell names (policy_service/plugins.py)
+        policy_entry(cell.policy, context.plugins)
         _, summary = run_policy(cell.policy, scenario, context)
     except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
         # the run: either way the sweep must hear which cell and why, and the simulator goes on

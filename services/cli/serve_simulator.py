@@ -5,8 +5,10 @@ parser is registered by services/cli/serve_cmd.py, the process run by services/c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from common.host import Service
+from services.cli.plugin_flags import served_plugins
 
 DESCRIPTION = (
     "Take cells of distributed sweeps (`gavel sweep --bus amqp`) from RabbitMQ, one at a time, run each on the "
@@ -22,6 +24,11 @@ def add_simulator_options(p: argparse.ArgumentParser) -> None:
         "--table", dest="tables", action="append", default=[], metavar="TABLE.json",
         help="another throughput table a sweep may name (repeat for several; --throughputs is one too)",
     )
+    p.add_argument(
+        "--policy", dest="plugin_policies", action="append", default=[], metavar="MODULE:NAME",
+        help="a policy plug-in this simulator runs when a cell names it, besides the built-ins and the installed ones "
+        "(repeatable); it never imports a module a cell names (docs/extending.md)",
+    )
 
 
 def build_simulator(args: argparse.Namespace) -> Service:
@@ -29,11 +36,12 @@ def build_simulator(args: argparse.Namespace) -> Service:
     from sim.sweep_cells import table_digest
     from sim.sweep_service import SimulatorService
 
-    contexts = {table_digest(None): load_context(None)}
+    served = served_plugins("--policy", args.plugin_policies)  # a broken one: one line naming it, exit 2
+    contexts = {table_digest(None): dataclasses.replace(load_context(None), plugins=served)}
     for path in [args.throughputs, *args.tables]:
         if path is not None:
             context = load_context(path)  # a bad file: one line naming it, exit 2
-            contexts[table_digest(_read(path))] = context
+            contexts[table_digest(_read(path))] = dataclasses.replace(context, plugins=served)
     return SimulatorService(contexts, name=args.simulator_name)
 
 

@@ -1,0 +1,56 @@
+"""A sweep cell naming a policy plug-in (sim/sweep_cells.py run_cell): a simulator runs it when it
+was started with it (SolveContext.plugins: `gavel serve simulator --policy`) or has it installed,
+and answers any other module:Name with the reason, never importing it: a cell is anybody's
+message on the bus. The example package is pip-installed into a temporary directory (~1.5 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from policy_service.service import shipped_context
+from sim.sweep_cells import SweepSpec, run_cell, table_digest
+from tests.support.example_plugins import (
+    POLICY_ENTRY_POINT,
+    POLICY_REFERENCE,
+    install_example,
+)
+
+SPEC = SweepSpec(num_jobs=6, multi_gpu=False, cluster={"v100": 2, "p100": 2, "k80": 2}, table_sha256=table_digest(None))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+
+
+@pytest.fixture
+def on_path(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def _contexts(*plugins: str) -> dict[str, object]:
+    return {table_digest(None): dataclasses.replace(shipped_context(), plugins=plugins)}
+
+
+def test_a_cell_runs_a_plugin_the_simulator_serves(on_path: Path) -> None:
+    by_reference = run_cell(SPEC.cell(POLICY_REFERENCE, 4.0, 0), _contexts(POLICY_REFERENCE), "sim-a")  # type: ignore[arg-type]
+    by_entry_point = run_cell(SPEC.cell(POLICY_ENTRY_POINT, 4.0, 0), _contexts(), "sim-a")  # type: ignore[arg-type]
+    assert by_reference.error == by_entry_point.error == ""
+    assert by_reference.jobs_completed == 6 and by_reference.avg_jct_s == by_entry_point.avg_jct_s > 0
+
+
+def test_a_cell_naming_a_module_the_simulator_does_not_serve_is_refused_unimported(
+    on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = tmp_path / "imported"
+    (tmp_path / "plugb_cell_side_effect.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass P: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = run_cell(SPEC.cell("plugb_cell_side_effect:P", 4.0, 0), _contexts(POLICY_REFERENCE), "sim-a")  # type: ignore[arg-type]
+    assert done.error.startswith("PluginError: policy plug-in 'plugb_cell_side_effect:P': not served here")
+    assert not marker.exists() and "plugb_cell_side_effect" not in sys.modules
