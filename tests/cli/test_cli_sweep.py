@@ -54,7 +54,7 @@ def test_cutoffs_that_leave_nothing_to_run_are_refused(tmp_path, capsys):
     assert code == 2 and "--cutoffs: every rate is at or above its policy's cutoff" in stderr
 
 
-@pytest.mark.slow  # ~6-10 s: two sweeps of 5 cells of 12 jobs on worker processes
+@pytest.mark.slow  # ~6-12 s (the load): three sweeps of at most 4 cells of 12 jobs on worker processes
 def test_an_interval_with_cutoffs_runs_gavels_points_and_a_second_run_redoes_nothing(tmp_path, capsys):
     out = tmp_path / "sweep"
     cutoffs = tmp_path / "cutoffs.json"
@@ -82,7 +82,7 @@ def test_an_interval_with_cutoffs_runs_gavels_points_and_a_second_run_redoes_not
     assert sum(line.startswith("[") for line in stderr.splitlines()) == 1
 
 
-@pytest.mark.slow  # ~5-10 s: the search of one policy on a 1-GPU cluster, cells of 12 jobs run one after another
+@pytest.mark.slow  # ~5-12 s (the load): the search of one policy on a 1-GPU cluster, cells of 12 jobs one after another
 def test_until_saturated_runs_gavels_search_per_policy(tmp_path, capsys):
     out = tmp_path / "search"
     code, _, stderr = gavel(
