@@ -201,8 +201,13 @@ def simulate(
         # 5. allocation, priorities, pick, place
         reset = begin_reset(state, now_s, settings, rates=rates)
         if reset:
+            failed_before = solve_failed
             solve_s, solve_failed = _reallocate(state, now_s, config, context, rates, learning)
             solve_times.append(solve_s)
+            if solve_failed and not failed_before:  # said once, as the services' mechanism says it
+                log.warning("allocation_degraded", error=solve_failed, t_s=now_s, action="keeping the last allocation")
+            elif failed_before and not solve_failed:
+                log.info("allocation_restored", t_s=now_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
         plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
         for seam, error in plan.seam_errors:
@@ -252,7 +257,8 @@ def simulate(
 
 def new_job(job: TraceJob) -> NewJob:
     return NewJob(
-        job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s
+        job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s,
+        job.entity,
     )
 
 
