@@ -6,6 +6,16 @@ from __future__ import annotations
 
 import pickle
 
+import msgpack
+
+from common.codec import DEFAULT_CODEC
+from common.messages import (
+    AllocationComputed,
+    AllocationRequested,
+    PolicyJob,
+    PolicyProblem,
+    SolveStatus,
+)
 from mechanism_service.core.memory import Memory, upgraded
 from mechanism_service.core.reducers import apply_allocation
 from mechanism_service.core.rounds import begin_reset
@@ -31,3 +41,20 @@ def test_a_snapshot_without_the_new_fields_loads_with_their_defaults():
         delattr(memory.state, name)
     memory = upgraded(memory)
     assert memory.state.resolve_at_s is None and memory.state.run_started_s == {}
+
+
+def test_messages_written_before_the_new_fields_decode_with_their_defaults():
+    job = PolicyJob("j0", "a", 1, 1.0, 10, 5.0, attained_service_gpu_s=7.0, time_since_last_run_s=2.0, last_run_s=3.0)
+    request = AllocationRequested("r", "tiresias_perf", PolicyProblem({"k80": 1}, (job,)), deadline_s=1.0)
+    reply = AllocationComputed("r", "tiresias_perf", SolveStatus.OPTIMAL, None, 0.0, (), valid_for_s=60.0)
+    for message in (request, reply):
+        assert DEFAULT_CODEC.decode(DEFAULT_CODEC.encode(message, source="t", sent_at_s=0.0)).message == message
+    # as an older sender wrote them: without the fields
+    wire = msgpack.unpackb(DEFAULT_CODEC.encode(request, source="t", sent_at_s=0.0))
+    for name in ("attained_service_gpu_s", "time_since_last_run_s", "last_run_s"):
+        del wire["body"]["problem"]["jobs"][0][name]
+    old_job = DEFAULT_CODEC.decode(msgpack.packb(wire)).message.problem.jobs[0]
+    assert (old_job.attained_service_gpu_s, old_job.time_since_last_run_s, old_job.last_run_s) == (0.0, 0.0, 0.0)
+    wire = msgpack.unpackb(DEFAULT_CODEC.encode(reply, source="t", sent_at_s=0.0))
+    del wire["body"]["valid_for_s"]
+    assert DEFAULT_CODEC.decode(msgpack.packb(wire)).message.valid_for_s is None
