@@ -155,7 +155,7 @@ def _checked_columns(
     slo = np.full(num_jobs, np.nan)
     isolated_time = np.zeros(num_jobs)
     entity_of_job = np.full(num_jobs, -1, dtype=np.int64)
-    service = np.zeros((3, num_jobs))  # attained GPU-seconds, since the last run, the last run
+    service: list[tuple[float, float, float]] = []  # attained GPU-seconds, since the last run, the last run
     seen: dict[str, int] = {}
     table_rows: dict[tuple[str, int], tuple[float, ...]] = {}  # the table looked up once per job key
     count_list = counts.tolist()
@@ -170,11 +170,7 @@ def _checked_columns(
             steps[i] = check_number(job.steps_remaining, f"{path}.steps_remaining", maximum=MAX_TOTAL_STEPS)
             waited[i] = check_number(job.time_since_arrival_s, f"{path}.time_since_arrival_s", maximum=MAX_TIME_S)
             isolated_time[i] = check_number(job.isolated_time_s, f"{path}.isolated_time_s", maximum=MAX_TIME_S)
-            service[:, i] = (
-                check_number(job.attained_service_gpu_s, f"{path}.attained_service_gpu_s", maximum=MAX_SERVICE_GPU_S),
-                check_number(job.time_since_last_run_s, f"{path}.time_since_last_run_s", maximum=MAX_TIME_S),
-                check_number(job.last_run_s, f"{path}.last_run_s", maximum=MAX_TIME_S),
-            )
+            service.append(_service(job, path))
             if job.slo_s is not None:
                 slo[i] = float(job.slo_s)
             if job.entity is not None:
@@ -187,7 +183,25 @@ def _checked_columns(
             # This job alone is at fault: say which, so a caller can set it aside and solve the rest.
             raise ProblemError(str(e), job_ids=(job.id,) if isinstance(job.id, str) else ()) from None
         seen[job.id] = i
-    return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen, service
+    service_columns = np.array(service, dtype=float).reshape(num_jobs, 3).T.copy()
+    return throughputs, scale_factors, weights, steps, waited, slo, isolated_time, entity_of_job, seen, service_columns
+
+
+def _service(job: JobSpec, path: str) -> tuple[float, float, float]:
+    """What the job has run, checked: plain floats in range as they are (what a mechanism sends,
+    without building three field paths a job), anything else through check_number."""
+    attained, since_s, last_s = job.attained_service_gpu_s, job.time_since_last_run_s, job.last_run_s
+    if (
+        # (exactly float: anything else, a bool or a numpy scalar, goes through check_number)
+        type(attained) is float and type(since_s) is float and type(last_s) is float
+        and 0.0 <= attained <= MAX_SERVICE_GPU_S and 0.0 <= since_s <= MAX_TIME_S and 0.0 <= last_s <= MAX_TIME_S
+    ):
+        return attained, since_s, last_s
+    return (
+        check_number(attained, f"{path}.attained_service_gpu_s", maximum=MAX_SERVICE_GPU_S),
+        check_number(since_s, f"{path}.time_since_last_run_s", maximum=MAX_TIME_S),
+        check_number(last_s, f"{path}.last_run_s", maximum=MAX_TIME_S),
+    )
 
 
 def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None:
