@@ -36,6 +36,7 @@ from common.errors import UnroutableError
 from common.messages import SweepCellFinished, SweepCellRequested, SweepCellStarted
 from policy_service.answer import SolveContext
 from sim.sweep_cells import describe, failed, run_cell
+from sim.sweep_driver import die_with_parent
 
 log = structlog.get_logger("gavel.simulator")
 
@@ -140,6 +141,7 @@ _contexts: dict[str, SolveContext] = {}
 
 
 def _init_child(contexts: dict[str, SolveContext]) -> None:
+    die_with_parent()  # a simulator killed with SIGKILL leaves no child behind
     _contexts.update(contexts)
 
 

@@ -39,6 +39,19 @@ def holds_a_cell(log: Path) -> bool:
     return len(logged(log, "cell_started")) > len(logged(log, "cell_finished")) + len(logged(log, "cell_failed"))
 
 
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie nobody reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
 def events_after(log: Path, offset: int, event: str) -> list[dict[str, object]]:
     text = log.read_bytes()[offset:].decode()
     records = (json.loads(line) for line in text.splitlines() if line.startswith("{"))
@@ -55,7 +68,10 @@ async def test_a_sweep_over_rabbitmq_survives_a_killed_simulator_and_its_own_res
 
         # a simulator killed while it holds a cell: the broker gives that cell to the other
         await eventually(lambda: len(ledger(out)) >= 4 and holds_a_cell(tmp_path / "simA.log"), timeout_s=60, poll_s=0.02)
+        cell_process = children(cluster.processes["simA"].pid)  # the child that runs its cells
+        assert cell_process
         cluster.kill("simA")
+        await eventually(lambda: not any(alive(pid) for pid in cell_process), timeout_s=10)  # it died with it
         # the sweep killed midway: what its ledger holds is what a restart must not redo
         await eventually(lambda: len(ledger(out)) >= 10, timeout_s=60, poll_s=0.02)
         cluster.kill("sweep1")
