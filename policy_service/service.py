@@ -29,6 +29,7 @@ import structlog
 from common.bus import Bus, Delivery
 from common.clock import Clock
 from common.messages import AllocationComputed, AllocationFailed, AllocationRequested
+from common.plugins import installed
 from common.metrics import CollectorRegistry, Counter, Gauge, Histogram, build_info, registry_or_private
 from common.throughputs import throughput_table_from_json
 from common.topics import POLICY_REQUEST_QUEUE
@@ -50,7 +51,8 @@ class PolicyMetrics:
     def __init__(self, registry: CollectorRegistry | None, plugins: tuple[str, ...] = ()) -> None:
         r = registry_or_private(registry)
         build_info(r, "policy")  # "policy" whatever the replica's name: one series per kind of service
-        self._known = frozenset(policy_names()) | frozenset(plugins)  # the plug-ins it was started with
+        # the built-ins, the plug-ins it was started with and those installed: a bounded set
+        self._known = frozenset(policy_names()) | frozenset(plugins) | frozenset(installed("policy"))
         self.solve_duration = Histogram(
             "gavel_policy_solve_duration_seconds", "wall time of a solve", ("policy",), buckets=SOLVE_BUCKETS_S, registry=r
         )

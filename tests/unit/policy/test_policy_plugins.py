@@ -173,3 +173,13 @@ def test_a_plugin_gets_only_the_parameters_its_factory_takes(on_path: Path, tmp_
         reply = answer(request, SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
         assert isinstance(reply, AllocationComputed), reply
     assert sys.modules["plugb_params"].SEEN[-1] == 7
+
+
+def test_the_metrics_label_a_plugin_it_serves_by_its_name(on_path: Path) -> None:
+    from policy_service.service import PolicyMetrics
+
+    metrics = PolicyMetrics(None, plugins=(POLICY_REFERENCE,))
+    assert metrics.policy(POLICY_REFERENCE) == POLICY_REFERENCE
+    assert metrics.policy(POLICY_ENTRY_POINT) == POLICY_ENTRY_POINT  # installed
+    assert metrics.policy("fifo") == "fifo"
+    assert metrics.policy("someone.elses:Module") == "unknown"  # a label set stays bounded
