@@ -19,8 +19,9 @@ At each solve (Themis: each lease's end):
    x*_{-i} is the proportionally fair allocation without i (the hidden payment that makes
    bidding one's true rho the best strategy);
 3. the leftover (what the payments withheld, and what the bidders could not use) goes to the
-   jobs that did not bid, worst rho first, each to its fastest type with room, up to all of its
-   time; what is still left returns to the bidders, up to their x*.
+   jobs that did not bid, in equal parts (each 1/m of every type's leftover it can run on, as
+   the isolated share), then what they cannot use to them worst rho first, each on its fastest
+   type with room, up to all of its time; what is still left returns to the bidders, up to x*.
 
 Convex: ``V_i`` is concave and increasing in T_i, so ``log V_i`` is, written for the solver as
 ``log(1 - inv_pos(1 + a_i T_i / T_iso_i))`` plus a constant (``a_i = t_i T_iso_i / R_i``; a
@@ -37,7 +38,7 @@ Where it differs from Gavel's FTF (``finish_time_fairness``, ftf.py): Gavel solv
 over every job, ``min max_j w_j rho_j``, a global min-max that every job takes part in; Themis
 lets only the worst ``1 - f`` bid, maximises the product of their ``1 / rho`` (proportional
 fairness, not min-max), charges each bidder the share its presence costs the others (so its
-bidders get less than x*) and hands the rest to the jobs that did not bid, greedily. Gavel's LP
+bidders get less than x*) and shares the rest among the jobs that did not bid. Gavel's LP
 is the allocation Themis approximates over many leases with f -> 1 and no payments.
 """
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -147,7 +149,11 @@ def auction(problem: Problem, jobs: np.ndarray, baseline: np.ndarray, options: S
         terms.append(weights[bidder_of[linear]] @ cp.log(speed[linear] @ x))
     constraints = [time_rows @ x <= 1, capacity @ x <= np.tile(problem.worker_counts, m + 1)]
     program = cp.Problem(cp.Maximize(cp.sum(cp.hstack(terms)) if terms else 0), constraints)
-    outcome = solve(program, options, build_s=time.perf_counter() - started)
+    with warnings.catch_warnings():
+        # cvxpy warns "Solution may be inaccurate" on stderr; the status says it already
+        # (optimal_inaccurate, with its reason), and the mechanism takes such an answer
+        warnings.simplefilter("ignore", UserWarning)
+        outcome = solve(program, options, build_s=time.perf_counter() - started)
     if not outcome.status.startswith("optimal") or x.value is None:
         return Auction(np.zeros((m, num_types)), np.zeros(m), outcome.status, outcome.reason, dict(outcome.timings))
     shares = np.zeros((rows, num_types))
@@ -164,6 +170,17 @@ def auction(problem: Problem, jobs: np.ndarray, baseline: np.ndarray, options: S
     np.add.at(gain, copy_of[others] - 1, log_value_all[bidder_of[others]] - log_value[others])
     kept = np.minimum(1.0, np.exp(np.minimum(gain, 0.0)))
     return Auction(shares[copy_of == 0], kept, outcome.status, outcome.reason, dict(outcome.timings))
+
+
+def equal_shares(problem: Problem, fractions: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+    """(len(jobs), K) the GPUs ``fractions`` leave free, in equal parts for ``jobs`` (each 1/m of
+    every type's free GPUs it can run on, as the isolated share), each scaled to at most all
+    its time."""
+    free = np.maximum(problem.worker_counts - (problem.scale_factors[:, None] * fractions).sum(axis=0), 0.0)
+    if not len(jobs):
+        return np.zeros((0, problem.num_types))
+    x = np.where(runnable_types(problem)[jobs], free[None, :] / len(jobs), 0.0) / problem.scale_factors[jobs, None]
+    return x / np.maximum(x.sum(axis=1), 1.0)[:, None]
 
 
 def hand_out(problem: Problem, fractions: np.ndarray, order: np.ndarray, upto: np.ndarray | None = None) -> np.ndarray:
@@ -222,8 +239,10 @@ class Themis:
             )
         fractions = np.zeros((problem.num_jobs, problem.num_types))
         fractions[bidding] = result.proportionally_fair * result.kept[:, None]
-        # the leftover: to the jobs that did not bid, worst rho first; then back to the bidders
+        # the leftover: to the jobs that did not bid, in equal shares, then what they leave
+        # worst rho first; then back to the bidders
         rest = np.setdiff1d(np.arange(problem.num_jobs), bidding)
+        fractions[rest] = equal_shares(view, fractions, rest)
         previous = problem.previous.job_fractions if problem.previous is not None else np.zeros_like(fractions)
         rest = rest[np.lexsort((rest, -problem.time_since_arrival_s[rest], -rho(view, previous, baseline)[rest]))]
         fractions = hand_out(view, fractions, rest)
