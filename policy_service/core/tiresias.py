@@ -70,7 +70,8 @@ def queues(
     offset = np.minimum(offset, attained)  # (a promotion never counts more than the job ran)
     thresholds = np.asarray(thresholds_gpu_s, dtype=float)
     below_top = np.searchsorted(thresholds, (attained - offset) / problem.priority_weights, side="right") > 0
-    starving = below_top & (last_run_s > 0) & (since_s > 0) & (since_s >= starve_limit * last_run_s)
+    with np.errstate(invalid="ignore"):  # (an infinite starve_limit times a zero run: never starving)
+        starving = below_top & (last_run_s > 0) & (since_s > 0) & (since_s >= starve_limit * last_run_s)
     offset = np.where(starving, attained, offset)
     service = (attained - offset) / problem.priority_weights
     queue = np.searchsorted(thresholds, service, side="right")
@@ -92,7 +93,8 @@ def valid_for_s(
     with np.errstate(divide="ignore", invalid="ignore"):
         crossing = np.where(running & np.isfinite(upper), (upper - state.service_gpu_s) / np.where(running, rate, 1.0), np.inf)
     # (a job in the highest queue has nothing to be promoted to)
-    starving = np.where(~running & (last_run_s > 0) & (state.queue > 0), starve_limit * last_run_s - since_s, np.inf)
+    with np.errstate(invalid="ignore"):
+        starving = np.where(~running & (last_run_s > 0) & (state.queue > 0), starve_limit * last_run_s - since_s, np.inf)
     soonest = float(min(crossing.min(initial=np.inf), starving.min(initial=np.inf)))
     return max(soonest, 0.0) if np.isfinite(soonest) else None
 

@@ -50,3 +50,25 @@ def test_a_job_crossing_the_first_threshold_is_preempted_by_a_newer_one(policy):
     # (at the first boundary after the crossing, or the next: boundaries drift by the leases' overheads)
     assert 3600.0 <= b.start_s <= 3600.0 + 2 * 360.0
     assert b.start_s < a.completion_s
+
+
+def test_the_starvation_guard_runs_a_job_that_short_jobs_keep_below():
+    # One v100. A (12 h of work) arrives at 0 and runs until it crosses 3,600 GPU-s (queue 1);
+    # from 0.5 h a 0.5 h job arrives every 0.5 h for 40 h, so queue 0 always has one waiting and
+    # A, alone, would wait until they stop (its service stays at ~3,960 GPU-s through 20 h).
+    # Waiting 8 x its last run (~1 h) promotes it: by 20 h it has run again, more than once.
+    steps_per_s = CONTEXT.table.isolated("A3C", 1, "v100")
+    trace = [TraceJob("A", "A3C", int(12 * 3600 * steps_per_s), 1, 0.0)] + [
+        TraceJob(f"s{i}", "A3C", int(1800 * steps_per_s), 1, 1800.0 * (i + 1)) for i in range(80)
+    ]
+    service_of_a: dict[float, float] = {}
+
+    def observe(state, now_s):
+        for job in state.jobs.values():
+            if job.job_id == "A":
+                service_of_a[now_s] = sum(job.gpu_seconds_by_type.values())
+
+    config = RunConfig("tiresias_perf", {"v100": 1}, preset("default", "tiresias_perf"), seed=0)
+    simulate(trace, config, CONTEXT, observe=observe)
+    by_20_h = max(v for t, v in service_of_a.items() if t <= 20 * 3600)
+    assert by_20_h > 2 * 3600

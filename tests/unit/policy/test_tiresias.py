@@ -136,3 +136,10 @@ def test_what_a_job_ran_round_trips_through_the_json_problem_and_is_checked() ->
     data["jobs"][0]["last_run_s"] = -1.0
     with pytest.raises(ProblemError, match=r"jobs\[0\]\.last_run_s"):
         problem_from_json(data)
+
+
+def test_an_infinite_starvation_limit_never_promotes() -> None:
+    allocation = make_policy("tiresias_perf", thresholds_gpu_s=THRESHOLDS, starve_limit=np.inf).allocate(
+        _problem({"v100": 2, "k80": 2})
+    )
+    assert allocation.policy_state is None  # C stays in queue 2
