@@ -69,9 +69,11 @@ def allocation_request(
                 {w: v[0] for w, v in state.entries[(job.index,)].throughputs.items()} if explicit else None
             ),
             colocation_class=rates.class_of(job) if explicit and packing else "",  # type: ignore[union-attr]
-            **dict(zip(_SERVICE_FIELDS, service_of(state, job, now_s))),
+            attained_service_gpu_s=attained_gpu_s,
+            time_since_last_run_s=since_run_s,
+            last_run_s=last_run_s,
         )
-        for job in running
+        for job, (attained_gpu_s, since_run_s, last_run_s) in zip(running, [service_of(state, j, now_s) for j in running])
     )
     colocations = class_colocations(state, running, rates) if explicit and packing else None  # type: ignore[arg-type]
     previous = previous_entries(state)
@@ -93,9 +95,6 @@ def allocation_request(
         seed=seed,
         policy_state=state.policy_state,
     )
-
-
-_SERVICE_FIELDS = ("attained_service_gpu_s", "time_since_last_run_s", "last_run_s")
 
 
 def service_of(state: MechanismState, job: JobState, now_s: float) -> tuple[float, float, float]:
