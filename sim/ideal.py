@@ -4,7 +4,9 @@ event): its allocation realised exactly, with no rounds.
 Every job progresses continuously at sum over types w of x[w] x T[w] steps/s (its allocation's
 share of time on w times its steps/s there, alone or in its packed pair), from the moment the
 policy gives it a share; the policy is solved again at every arrival and every completion (Gavel's
-ideal mode solves at arrivals only and credits the steps at the next one). Nothing is lost to what a
+ideal mode solves at arrivals only and credits the steps at the next one), and when an answer says
+it holds only so long (``valid_for_s``: Tiresias's queue thresholds; at most once a simulated
+minute). Nothing is lost to what a
 real cluster pays for: no integer placement (a job holds 0.37 of a V100 if the LP says so), no
 wait for a round boundary, no idle GPU after a job ends mid-round, no restore after a move.
 
@@ -41,6 +43,7 @@ from sim.results import JobOutcome, RoundRecord, SimulationResult
 from sim.traces import TraceJob
 
 DONE_STEPS = 1e-6  # a job with fewer steps left than this is done (float progress)
+MIN_HOLD_S = 60.0  # the shortest time an answer that expires is kept before solving again
 
 
 @dataclass(slots=True)
@@ -55,6 +58,8 @@ class _Job:
     isolated_time_s: float = 0.0  # finish-time fairness: time its done steps would take on its isolated share
     remaining_at_last_solve: float | None = None
     isolated_rate_at_last_solve: float = 0.0
+    run_started_s: float | None = None  # its current (or last) continuous run began, as the mechanism keeps it
+    last_finish_s: float | None = None  # the end of the last interval it ran in
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
 
 
@@ -85,6 +90,10 @@ def simulate_ideal(
         # 2. solve the policy for the jobs here (every event changes the set)
         reply = _solve(active, now_s, config, context, policy_state, previous, len(solve_times))
         solve_times.append(reply.solve_time_s)
+        # an answer that holds only so long (Tiresias: a job crossing a queue's threshold) is solved again
+        # then, but not sooner than MIN_HOLD_S: least-attained-service sharing is processor sharing in the
+        # fluid limit, whose answers would hold for ever shorter times (a starvation guard of a run of 1 s)
+        valid_for_s = max(reply.valid_for_s, MIN_HOLD_S) if reply.valid_for_s is not None else math.inf
         policy_state, previous = reply.policy_state, reply.entries
         rates, gpu_shares = _rates(active, reply.entries, table, types)
         # 3. the next event: an arrival, or the first job to finish at its rate
@@ -92,7 +101,7 @@ def simulate_ideal(
         with np.errstate(divide="ignore"):
             finish_in_s = np.where(rates > 0, remaining / np.where(rates > 0, rates, 1.0), math.inf)
         arrival_in_s = trace[arrivals[next_arrival]].arrival_time_s - now_s if next_arrival < len(arrivals) else math.inf
-        step_s = min(float(finish_in_s.min(initial=math.inf)), arrival_in_s)
+        step_s = min(float(finish_in_s.min(initial=math.inf)), arrival_in_s, valid_for_s)
         if not math.isfinite(step_s):
             stuck = ", ".join(j.trace.job_id for j in active[:5])
             raise SimulationStalled(f"t={now_s:.1f} s: jobs {stuck} get no share of any GPU and no job will arrive")
@@ -101,8 +110,12 @@ def simulate_ideal(
         done = remaining - rates * step_s <= DONE_STEPS
         done |= finish_in_s <= step_s  # the job that defines the step, exactly
         for i, job in enumerate(active):
-            if rates[i] > 0 and job.start_s is None:
-                job.start_s = now_s
+            if rates[i] > 0:
+                if job.start_s is None:
+                    job.start_s = now_s
+                if job.last_finish_s is None or job.last_finish_s < now_s:  # a new continuous run
+                    job.run_started_s = now_s
+                job.last_finish_s = end_s
             job.remaining_steps = 0.0 if done[i] else float(remaining[i] - rates[i] * step_s)
             for w, share in zip(types, gpu_shares[i], strict=True):
                 if share > 0:
@@ -153,6 +166,13 @@ def _solve(
                     priority_weight=j.trace.priority_weight, steps_remaining=max(1, math.ceil(j.remaining_steps)),
                     time_since_arrival_s=now_s - j.trace.arrival_time_s, slo_s=j.trace.slo_s,
                     isolated_time_s=j.isolated_time_s,
+                    # what it has run, as the mechanism reports it (least-attained-service policies)
+                    attained_service_gpu_s=float(sum(j.gpu_seconds_by_type.values())),
+                    time_since_last_run_s=now_s - (j.trace.arrival_time_s if j.last_finish_s is None else j.last_finish_s),
+                    last_run_s=(
+                        j.last_finish_s - j.run_started_s
+                        if j.last_finish_s is not None and j.run_started_s is not None else 0.0
+                    ),
                 )
                 for j in active
             ),

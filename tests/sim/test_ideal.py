@@ -16,6 +16,8 @@ What is asserted, and why (docs/simulator.md, "The fluid bound"):
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sim.ideal import simulate_ideal
@@ -57,6 +59,17 @@ def test_two_jobs_on_one_gpu_progress_as_worked_out_by_hand(policy, expected_h):
     summary = summarize(result, CONTEXT.prices_per_hour)
     assert summary.cluster_utilization == pytest.approx(1.0)  # the GPU is never idle in the fluid run
     assert all(j.steps_done == steps for j in result.jobs)
+
+
+def test_an_answer_that_expires_is_solved_again_when_it_does():
+    """Tiresias (thresholds of 3,600 GPU-s): A (2 h of work) alone from t = 0, B (1 h) from 0.5 h.
+    Both in the first queue, A first (FIFO) until it has 3,600 GPU-s at t = 1 h, which its answer
+    says (valid_for_s): solved again then, A drops a queue and B runs its hour to t = 2 h, then A its
+    last hour to t = 3 h. No arrival or completion happens at t = 1 h: only the expiry re-solves."""
+    a, b = one_hour_job("A", 0.0), one_hour_job("B", 0.5 * HOUR_S)
+    a = dataclasses.replace(a, total_steps=2 * a.total_steps)
+    result = simulate_ideal((a, b), Scenario((a, b), {"v100": 1}).config("tiresias_perf"), CONTEXT)
+    assert jcts_h(result) == pytest.approx({"A": 3.0, "B": 1.5}, rel=1e-4)
 
 
 def runs(trace, policy: str, preset: str):
