@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.set_defaults(run=run_generate)
 
     conv = trace_sub.add_parser("convert", help="rewrite a trace in another format (chosen by the output file's extension)")
-    conv.add_argument("input", metavar="INPUT", help="a .trace (10- or 7-column) or .jsonl trace")
+    conv.add_argument("input", metavar="INPUT", help="a .trace (10- or 7-column) or .jsonl trace, or philly:VC[:SEED]")
     conv.add_argument("--output", required=True, metavar="FILE", help="FILE.trace or FILE.jsonl")
     conv.add_argument(
         "--renumber", action="store_true", help="number the jobs 0, 1, 2, ... in file order (needed for .trace when ids differ)"
@@ -92,13 +92,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.set_defaults(run=run_convert)
 
     show = trace_sub.add_parser("show", help="describe a trace: its jobs, arrival span, job types and GPU counts, GPU-hours on a V100")
-    show.add_argument("file", metavar="FILE", help="a .trace (10- or 7-column) or .jsonl trace")
+    show.add_argument("file", metavar="FILE", help="a .trace (10- or 7-column) or .jsonl trace, or philly:VC[:SEED]")
     show.add_argument("--throughputs", metavar="TABLE.json", help="throughput table for the GPU-hours (default: the shipped one)")
     show.add_argument("--json", action="store_true")
     show.set_defaults(run=run_show)
 
 
 def _read(path: str) -> tuple[tuple[TraceJob, ...], TraceFormat | None]:
+    """A trace file's jobs and format, or a shipped Philly trace's (philly:VC[:SEED])."""
+    from sim.traces.philly import parse_name, philly_trace
+
+    try:
+        philly = parse_name(path)
+    except TraceError as e:
+        raise CommandFailed(f"{path}: {e}", exit_code=2) from None
+    if philly is not None:
+        return philly_trace(*philly), TraceFormat.PHILLY
     text = read_trace_text(path)
     trace_format = input_format(path, text)
     return parse_trace(text, source=path, trace_format=trace_format), trace_format

@@ -58,3 +58,13 @@ def test_a_bad_philly_name_is_refused_in_one_line(name, message, capsys):
     assert main(["simulate", "--trace", name, "--cluster", "4:4:4", "--policy", "fifo_perf", "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_trace_show_and_convert_take_a_philly_name(tmp_path, capsys):
+    assert main(["trace", "show", "philly:ed69ec:1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_jobs"] == len(philly_trace("ed69ec", 1)) == 951
+    assert main(["trace", "convert", "philly:51b7ef", "--output", str(tmp_path / "t.trace")]) == 0
+    assert read_trace(tmp_path / "t.trace") == philly_trace("51b7ef", 0)  # 10 columns: the same jobs
+    capsys.readouterr()
+    assert main(["trace", "show", "philly:zz"]) == 2
+    assert "philly:zz: unknown virtual cluster 'zz'" in capsys.readouterr().err
