@@ -154,6 +154,13 @@ def _check_plugin(flag: str, name: str) -> None:
         raise bad_input(flag, str(e)) from None
 
 
+def serving(context: SolveContext, policies: Iterable[str]) -> SolveContext:
+    """``context`` serving the plug-ins among ``policies`` besides its own: the policies the user
+    named for this run (policy_service/plugins.py; a process a spec travels to resolves it)."""
+    plugins = tuple(dict.fromkeys([*context.plugins, *(p for p in policies if not is_builtin(p))]))
+    return context if plugins == context.plugins else dataclasses.replace(context, plugins=plugins)
+
+
 def check_solvers(policies: Sequence[str], preset: str) -> None:
     """Refuse at once a preset whose solver is not installed (preset gavel solves with ECOS, an
     optional package): each solve would fail, and the run would end saying its jobs can never be
@@ -442,8 +449,7 @@ def run_policy(
     """Simulate one policy on the scenario's engine and summarise the run. A plug-in ``policy``
     is served by this run's policy (policy_service/plugins.py): the spec travels (a sweep's worker
     process gets the name) and is resolved where it runs."""
-    if not is_builtin(policy) and policy not in context.plugins:
-        context = dataclasses.replace(context, plugins=(*context.plugins, policy))
+    context = serving(context, [policy])
     config = scenario.config(policy)
     if scenario.engine == "services":
         import asyncio  # the services engine's runtime: the fast path (the default) never loads it

@@ -106,6 +106,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         parse_numbers,
         parse_window,
         seed_number,
+        serving,
     )
     from sim.sweep_cells import SweepSpec, table_digest
     from sim.sweep_ledger import LedgerFile, SweepBook
@@ -122,7 +123,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         raise bad_input("--amqp", "names the broker of --bus amqp; add --bus amqp")
     if args.processes is not None and args.bus == "amqp":
         raise bad_input("--processes", "with --bus amqp the cells run on `gavel serve simulator` processes: start as many as you want")
-    context = load_context(args.throughputs)
+    context = serving(load_context(args.throughputs), policies)  # a local sweep's cells run the plug-ins named here
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
     check_prices(cluster, context)
