@@ -257,7 +257,8 @@ def simulate(
 
 def new_job(job: TraceJob) -> NewJob:
     return NewJob(
-        job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s
+        job.job_id, job.job_type, job.scale_factor, job.total_steps, job.arrival_time_s, job.priority_weight, job.slo_s,
+        job.entity,
     )
 
 

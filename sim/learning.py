@@ -88,7 +88,7 @@ def spec_of(job: TraceJob, user_estimates: Mapping[str, Mapping[str, float]] | N
     estimate = (user_estimates or {}).get(job.job_id)
     return JobSpec(
         job.job_id, job.job_type, job.total_steps, job.scale_factor, job.priority_weight, job.slo_s,
-        None, job.command, job.arrival_time_s, throughput_estimate_steps_per_s=dict(estimate) if estimate else None,
+        job.entity, job.command, job.arrival_time_s, throughput_estimate_steps_per_s=dict(estimate) if estimate else None,
     )
 
 

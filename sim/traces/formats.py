@@ -230,6 +230,7 @@ def _job_from_json(obj: Mapping[str, Any], default_id: str) -> TraceJob:
         working_directory=_json_value(obj, "working_directory", (str,), "a string", ""),
         num_steps_arg=_json_value(obj, "num_steps_arg", (str,), "a string", ""),
         needs_data_dir=bool(needs_data_dir),
+        entity=_json_value(obj, "entity", (str, type(None)), "a string or null", None),
     )
 
 
@@ -293,6 +294,7 @@ def format_jsonl_trace(jobs: Iterable[TraceJob]) -> str:
 
 
 def _job_to_json(job: TraceJob) -> dict[str, Any]:
+    entity = {} if job.entity is None else {"entity": job.entity}  # a file without entities stays as it was
     return {
         "job_id": int(job.job_id) if _CANONICAL_ID.fullmatch(job.job_id) else job.job_id,
         "arrival_time_s": float(job.arrival_time_s),
@@ -305,6 +307,7 @@ def _job_to_json(job: TraceJob) -> dict[str, Any]:
         "scale_factor": job.scale_factor,
         "priority_weight": float(job.priority_weight),
         "slo_s": None if job.slo_s is None else float(job.slo_s),
+        **entity,
     }
 
 

@@ -30,6 +30,7 @@ class TraceJob:
     working_directory: str = ""
     num_steps_arg: str = ""
     needs_data_dir: bool = False
+    entity: str | None = None  # the team or account it is charged to (an admission quota's entity)
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -49,7 +50,7 @@ def _problem(job: TraceJob) -> tuple[str, str] | None:
         check_job(
             job_id=job.job_id, job_type=job.job_type, scale_factor=job.scale_factor,
             priority_weight=job.priority_weight, slo_s=job.slo_s, total_steps=job.total_steps,
-            command=job.command, arrival_s=job.arrival_time_s,
+            command=job.command, arrival_s=job.arrival_time_s, entity=job.entity,
         )
     except JobFieldError as e:
         return _TRACE_FIELD.get(e.field, e.field), e.reason
@@ -72,4 +73,5 @@ def to_job_spec(job: TraceJob) -> JobSpec:
         slo_s=None if job.slo_s is None else float(job.slo_s),
         command=job.command,
         submit_time_s=float(job.arrival_time_s),
+        entity=job.entity,
     )

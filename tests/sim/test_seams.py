@@ -4,6 +4,7 @@ plug-in that raises gives each round to the default with one error line, the run
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -14,8 +15,10 @@ from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
 from sim.admission_curve import waits
 from sim.driver import simulate_services
-from sim.fastpath import RunConfig, simulate
-from sim.traces import TraceSpec, generate_trace
+from sim.fastpath import RunConfig, new_job, simulate
+from sim.learning import spec_of
+from sim.traces import TraceSpec, generate_trace, read_trace, write_trace
+from sim.traces.job import TraceJob, to_job_spec
 
 CONTEXT = shipped_context()
 POLICY = "max_min_fairness_perf"
@@ -107,3 +110,44 @@ def test_plugins_that_raise_leave_the_default_schedule_and_one_error_line_each_t
     }
     assert placement[0]["reason"].endswith("raised RuntimeError: plug-in bug")
     assert admission and all(e["fallback"] == "accept_all" for e in admission)
+
+
+def _in_flight(trace, unit):
+    """At each boundary while both teams still have jobs not admitted: (A's, B's) jobs scheduled."""
+    per_team = collections.Counter(job.entity for job in trace)
+    seen = []
+
+    def observe(state, now_s):
+        scheduled = collections.Counter(job.entity for job in state.jobs.values())
+        admitted = scheduled + collections.Counter(job.entity for job in state.completed)
+        if admitted["A"] < per_team["A"] and admitted["B"] < per_team["B"]:
+            seen.append((scheduled["A"], scheduled["B"]))
+
+    settings = dataclasses.replace(
+        preset("default", POLICY), admission="quota", admission_params=(("hours", "2"), ("unit", unit))
+    )
+    simulate(trace, RunConfig(POLICY, {"v100": 1, "k80": 1}, settings, seed=0), CONTEXT, observe=observe)
+    return seen
+
+
+def test_a_quota_in_v100_hours_holds_both_teams_to_the_same_work_on_a_mixed_cluster():
+    """~1 s: 10 jobs twice on the bus-free path. Teams A and B each submit five jobs of one V100-
+    hour (ResNet-50: 4.39 steps/s on a v100, 0.62 on a k80) on one v100 and one k80; quota 2
+    hours each. In V100-hours each team holds two jobs, 2 V100-hours, at every boundary while
+    both have jobs waiting, wherever the policy runs them; in device-hours a team whose job ran on
+    the k80 is charged up to 7x more for the same work, and the two teams' work in flight differs."""
+    steps = round(CONTEXT.table.isolated("ResNet-50 (batch size 64)", 1, "v100") * 3600)
+    trace = [TraceJob(f"{team}{i}", "ResNet-50 (batch size 64)", steps, 1, 0.0, entity=team) for i in range(5) for team in "AB"]
+    in_v100 = _in_flight(trace, "v100")
+    assert len(in_v100) > 20 and set(in_v100) == {(2, 2)}
+    in_gpu = _in_flight(trace, "gpu")
+    assert {a != b for a, b in in_gpu} == {True, False}  # equal device-hours: unequal work, at times
+
+
+def test_a_traces_entity_reaches_the_mechanism_and_round_trips_through_json_lines(tmp_path):
+    job = TraceJob("a0", "ResNet-50 (batch size 64)", 100, 1, 0.0, entity="vision")
+    path = tmp_path / "t.jsonl"
+    write_trace([job, dataclasses.replace(job, job_id="a1", entity=None)], path)
+    assert [j.entity for j in read_trace(path)] == ["vision", None]
+    assert '"entity"' not in path.read_text().splitlines()[1]  # a job without one is written as before
+    assert to_job_spec(job).entity == "vision" and spec_of(job).entity == "vision" and new_job(job).entity == "vision"
