@@ -26,7 +26,7 @@ def test_two_new_jobs_bid_for_one_gpu_and_each_pays_half_of_its_share() -> None:
     # A and B have not waited: their valuations are linear in their share x, and the
     # proportionally fair split of the GPU is x* = 1/2 each. Without A, B would get all of it:
     # A's payment keeps c_A = V_B(1/2) / V_B(1) = 1/2 of x*_A, so A runs 1/4 (B likewise).
-    # The half withheld goes to the jobs that did not bid, worst rho first: C takes it all.
+    # The half withheld goes to the jobs that did not bid, in equal parts: C and D a quarter each.
     jobs = [_job("A"), _job("B"), _job("C", waited=1000.0), _job("D", waited=10.0)]
     previous = [AllocationEntry(("C",), {"v100": 0.5}), AllocationEntry(("D",), {"v100": 0.5})]
     problem = build_problem({"v100": 1}, jobs, previous=previous)
@@ -35,8 +35,19 @@ def test_two_new_jobs_bid_for_one_gpu_and_each_pays_half_of_its_share() -> None:
     assert bidders(problem, baseline, 0.5).tolist() == [0, 1]
 
     allocation = make_policy("themis_perf", fairness_knob=0.5).allocate(problem)
-    assert allocation.job_fractions[:, 0] == pytest.approx([0.25, 0.25, 0.5, 0.0], abs=1e-4)
+    assert allocation.job_fractions[:, 0] == pytest.approx([0.25, 0.25, 0.25, 0.25], abs=1e-4)
     assert_feasible(problem, allocation)
+
+
+def test_the_jobs_that_did_not_bid_share_the_leftover_equally() -> None:
+    # The jobs above on three v100s: A and B bid and get all their time (a GPU each; neither
+    # pays: each would get no more without the other). One GPU is left: C and D half of it each,
+    # though C's rho is worse (equal parts first; worst rho first only for what they leave).
+    jobs = [_job("A"), _job("B"), _job("C", waited=1000.0), _job("D", waited=10.0)]
+    previous = [AllocationEntry(("C",), {"v100": 0.5}), AllocationEntry(("D",), {"v100": 0.5})]
+    problem = build_problem({"v100": 3}, jobs, previous=previous)
+    allocation = make_policy("themis_perf", fairness_knob=0.5).allocate(problem)
+    assert allocation.job_fractions[:, 0] == pytest.approx([1.0, 1.0, 0.5, 0.5], abs=1e-4)
 
 
 def test_a_bidder_that_waited_pays_by_its_finish_time_valuation() -> None:
