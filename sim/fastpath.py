@@ -82,9 +82,10 @@ class RunConfig:
     window: tuple[int, int] | None = None  # measured jobs: trace positions [start, end)
     solver: str | None = None
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
-    # A live mechanism's time from a round's last lease end to its next boundary (hearing every
-    # report, deciding): a what-if replay of a live cluster sets the one it measured (sim/whatif);
-    # 0, at once, as the services in virtual time, which the fast path then matches exactly.
+    # A live mechanism's time from a round's last lease end (or, idle, from an arrival) to its next
+    # boundary (hearing every report, deciding): a what-if replay of a live cluster sets the one it
+    # measured (sim/whatif); 0, at once, as the services in virtual time, which the fast path then
+    # matches exactly.
     boundary_lag_s: float = 0.0
 
 
@@ -168,8 +169,8 @@ def simulate(
             end_s = max(r.finish_s for r in running)
             round_start_s = clock.close(end_s, settings)
             now_s = end_s + config.boundary_lag_s
-        elif arrivals:
-            now_s = max(now_s, arrivals[0].arrival_time_s)
+        elif arrivals:  # an idle mechanism woken by an arrival decides as long
+            now_s = max(now_s, arrivals[0].arrival_time_s + config.boundary_lag_s)
         arrived_jobs = []
         while arrivals and arrivals[0].arrival_time_s <= now_s:
             arrived_jobs.append(arrivals.popleft())
