@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
+from common.errors import PluginError
 from common.messages import SweepCellFinished, SweepCellRequested
 from policy_service.answer import SolveContext
 
@@ -121,6 +122,7 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
         # plug-ins and those it was started with (serve simulator --policy), and never imports a
         # module a cell names (policy_service/plugins.py)
         policy_entry(cell.policy, context.plugins)
+        _refuse_seam_modules(scenario, context.plugins)
         _, summary = run_policy(cell.policy, scenario, context)
     except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
         # the run: either way the sweep must hear which cell and why, and the simulator goes on
@@ -135,6 +137,20 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
         jobs_measured=summary.jobs_measured,
         wall_s=time.perf_counter() - started_s,
     )
+
+
+def _refuse_seam_modules(scenario, served: tuple[str, ...]) -> None:  # noqa: ANN001 - a sim.scenario.Scenario
+    """A cell's admission, placement or launch named as package.module:Name is refused unless this
+    process serves it (a local sweep serves what its own flags name), for the reason a policy's
+    is: a simulator never imports a module a message names. Built-ins and installed entry points
+    (gavel.admission, gavel.placement) run."""
+    for field, value in scenario.mechanism:
+        if field in ("admission", "placement", "launch") and isinstance(value, str) and ":" in value and value not in served:
+            instead = (
+                "a distributed sweep runs the built-in launch strategies only" if field == "launch"
+                else f"install it as an entry point of gavel.{field} on the simulators and name it so (docs/extending.md)"
+            )
+            raise PluginError(field, value, f"a simulator never imports a module a cell names: {instead}")
 
 
 def cell_scenario(cell: SweepCellRequested, context: SolveContext):

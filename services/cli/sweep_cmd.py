@@ -123,7 +123,9 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         raise bad_input("--amqp", "names the broker of --bus amqp; add --bus amqp")
     if args.processes is not None and args.bus == "amqp":
         raise bad_input("--processes", "with --bus amqp the cells run on `gavel serve simulator` processes: start as many as you want")
-    context = serving(load_context(args.throughputs), policies)  # a local sweep's cells run the plug-ins named here
+    # a local sweep's cells run the plug-ins named here: its policies, and its seams' module:Name
+    named = [*policies, *(value for _, value in modules if isinstance(value, str) and ":" in value)]
+    context = serving(load_context(args.throughputs), named)
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
     check_prices(cluster, context)

@@ -1,12 +1,13 @@
 """A sweep cell naming a policy plug-in (sim/sweep_cells.py run_cell): a simulator runs it when it
 was started with it (SolveContext.plugins: `gavel serve simulator --policy`) or has it installed,
 and answers any other module:Name with the reason, never importing it: a cell is anybody's
-message on the bus. The example package is pip-installed into a temporary directory (~1.5 s).
+message on the bus. The same for a cell's placement, admission or launch named as module:Name. The example package is pip-installed into a temporary directory (~1.5 s).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -54,3 +55,29 @@ def test_a_cell_naming_a_module_the_simulator_does_not_serve_is_refused_unimport
     done = run_cell(SPEC.cell("plugb_cell_side_effect:P", 4.0, 0), _contexts(POLICY_REFERENCE), "sim-a")  # type: ignore[arg-type]
     assert done.error.startswith("PluginError: policy plug-in 'plugb_cell_side_effect:P': not served here")
     assert not marker.exists() and "plugb_cell_side_effect" not in sys.modules
+
+
+def test_a_cell_naming_a_seam_by_module_is_refused_unimported(on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A placement or admission named by entry point runs; by package.module:Name it is refused
+    with the reason, its module not imported."""
+    marker = tmp_path / "imported"
+    (tmp_path / "plugb_seam_side_effect.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass P: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def spec(**mechanism: str) -> SweepSpec:
+        return dataclasses.replace(SPEC, scenario_json=json.dumps({"mechanism": [list(kv) for kv in mechanism.items()]}))
+
+    ran = run_cell(spec(placement="fewest_servers", admission="per_entity_jobs").cell("fifo", 4.0, 0), _contexts(), "sim")  # type: ignore[arg-type]
+    assert ran.error == "" and ran.jobs_completed == 6
+    for seam in ("placement", "admission", "launch"):
+        refused = run_cell(spec(**{seam: "plugb_seam_side_effect:P"}).cell("fifo", 4.0, 0), _contexts(), "sim")  # type: ignore[arg-type]
+        assert refused.error.startswith(
+            f"PluginError: {seam} plug-in 'plugb_seam_side_effect:P': a simulator never imports a module a cell names: "
+        ), refused.error
+    assert not marker.exists() and "plugb_seam_side_effect" not in sys.modules
+    # a local sweep serves the module:Name seams its own flags named (services/cli/sweep_cmd.py)
+    served = run_cell(
+        spec(placement="gavel_example_plugins.placement:FewestServers").cell("fifo", 4.0, 0),
+        _contexts("gavel_example_plugins.placement:FewestServers"), "sim",  # type: ignore[arg-type]
+    )
+    assert served.error == "" and served.jobs_completed == 6
