@@ -152,7 +152,8 @@ class MechanismService:
 
     @property
     def has_submissions(self) -> bool:
-        return bool(self.cell.memory.submitted)
+        """Jobs accepted and not admitted: their arrival ahead, or in the admission queue."""
+        return bool(self.cell.memory.submitted or self.cell.memory.queued)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

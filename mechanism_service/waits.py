@@ -91,9 +91,17 @@ class RoundWaits:
             return  # jobs due now
         if memory.held and self._pool.cluster_grew:
             return  # a worker joined: held jobs may fit now
-        if memory.queued and not (memory.state is not None and memory.state.jobs) and self.idle_boundaries < 2:
+        if memory.queued and not (memory.state is not None and memory.state.jobs):
+            # the admission queue waits while nothing is scheduled: its policy decides at once; one
+            # that still admits none (a plug-in) stops a simulation, as jobs that can never run do
             self.idle_boundaries += 1
-            return  # the admission queue waits while nothing is scheduled: its policy decides at once
+            if self.idle_boundaries <= 2:
+                return
+            if config.round_timeout_s is None and not future and not self._more_arrivals():
+                raise ServiceError(
+                    f"t={self._clock.now_s():.1f} s: {len(memory.queued)} jobs wait in the admission queue with "
+                    f"nothing scheduled, and the admission policy admits none (first: {memory.queued[0][0].job_id})"
+                )
         if future:
             # Submitted with an arrival still ahead (a replayed trace, a skewed client clock):
             # wait for it, or for anything else that comes meanwhile.

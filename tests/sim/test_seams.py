@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 import structlog
 
+from common.errors import ServiceError
+from mechanism_service.core.seams.admission import AdmissionDecision
 from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
 from sim.admission_curve import waits
+from sim.clock import SimulationStalled
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig, new_job, simulate
 from sim.learning import spec_of
@@ -151,3 +154,18 @@ def test_a_traces_entity_reaches_the_mechanism_and_round_trips_through_json_line
     assert [j.entity for j in read_trace(path)] == ["vision", None]
     assert '"entity"' not in path.read_text().splitlines()[1]  # a job without one is written as before
     assert to_job_spec(job).entity == "vision" and spec_of(job).entity == "vision" and new_job(job).entity == "vision"
+
+
+class AdmitsNothing:
+    def admit(self, view):
+        return AdmissionDecision((), reason="closed")
+
+
+async def test_an_admission_policy_that_admits_nothing_stops_a_simulation_saying_why():
+    """~1 s: 3 jobs on both engines; neither hangs."""
+    trace = _trace(3)
+    config = _config(admission=f"{__name__}:AdmitsNothing")
+    with pytest.raises(SimulationStalled, match=r"3 jobs wait in the admission queue of tests.sim.test_seams:AdmitsNothing"):
+        simulate(trace, config, CONTEXT)
+    with pytest.raises(ServiceError, match=r"3 jobs wait in the admission queue with nothing scheduled"):
+        await simulate_services(trace, config, CONTEXT)
