@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from services.cli.common import (
     CommandFailed,
+    non_negative_number,
     positive_number,
     print_json,
     print_lines,
@@ -67,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--throughputs", metavar="TABLE.json",
         help="the table the mechanism ran with, for the cells never measured (default: the shipped one)",
+    )
+    p.add_argument(
+        "--boundary-lag-s", type=non_negative_number, metavar="S",
+        help="the time the replays' rounds take from their last lease's end to the next boundary (default: the real "
+        "run's mean, from the journal; 0: none, as a simulation)",
     )
     p.add_argument("--round-s", type=positive_number, metavar="S", help="the round length, if the journal does not record it")
     p.add_argument("--preset", choices=PRESET_NAMES, help="the mechanism's preset, if the journal does not record it")
@@ -132,12 +138,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for policy in policies:
         bar = ProgressBar(f"whatif {policy.ljust(width)}")
         try:
-            results[policy] = replay(replay_setup, policy, prices, bar)
+            results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s)
         finally:
             bar.close()
         runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s))
     # 4. what it says, and the files
-    report = _report(path, replay_setup, as_run, notes, runs)
+    lag_s = replay_setup.boundary_lag_s if args.boundary_lag_s is None else args.boundary_lag_s
+    report = _report(path, replay_setup, as_run, notes, runs, lag_s or 0.0)
     (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = table_rows(runs)
     (out / "comparison.txt").write_text(_text_table(HEADERS, rows))
@@ -166,14 +173,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _report(
-    path: pathlib.Path, s: ReplaySetup, as_run: str | None, notes: Sequence[str], runs: Sequence[RunFigures]
+    path: pathlib.Path, s: ReplaySetup, as_run: str | None, notes: Sequence[str], runs: Sequence[RunFigures],
+    lag_s: float,
 ) -> dict[str, object]:
     return {
         "journal": str(path),
         "real_run": {
             "policy": as_run, "preset": s.preset, "round_s": s.round_s, "cluster": dict(s.cluster),
             "gpus_per_server": s.gpus_per_server, "origin_s": s.origin_s, "jobs_measured": s.window[1] - s.window[0],
-            "jobs_replayed": len(s.trace),
+            "jobs_replayed": len(s.trace), "clocks": list(s.clocks), "boundary_lag_s": lag_s,
+            # the fleet at each change, from the comparison's time zero (the replay runs on the last)
+            "fleets": [{"at_s": at_s - s.origin_s, "gpus": dict(gpus)} for at_s, gpus in s.fleets],
         },
         "cells": {"measured": s.cells.measured, "assumed": s.cells.assumed, "by_source": dict(s.cells.by_source)},
         "notes": list(notes),

@@ -3,7 +3,7 @@ happened as a ``SimulationResult``, so that both are measured by the same code (
 Pure: values in, values out.
 
 The replay is the real run's by construction where the journal says how it ran: the same jobs
-(arrival on the mechanism's clock, size, steps, priority, SLO), the same fleet (the last one the
+(arrival on the mechanism's clock, size, steps, priority, SLO, entity), the same fleet (the last one the
 boundaries recorded), the same round length and preset, and each job's own steps/s on each type:
 
 - measured: what its workers reported while stepping, over its leases alone on that type
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +73,11 @@ class ReplaySetup:
     real: SimulationResult  # what happened, on the mechanism's clock
     cells: Cells
     notes: tuple[str, ...]  # what the replay cannot reproduce of this run
+    # the real run's mean time from a round's last lease end to the next boundary, which the
+    # replays' rounds take too (None: no round was closed by the next boundary)
+    boundary_lag_s: float | None = None
+    fleets: tuple[tuple[float, Mapping[str, int]], ...] = ()  # the real fleet at each change (mechanism's clock)
+    clocks: tuple[str, ...] = ()  # what the real workers' leases ran on ("scaled x100", ...)
 
 
 def setup(
@@ -106,15 +110,15 @@ def setup(
     rows, cells = _rows(history, reference, [j for j, _, _ in replayed], tuple(cluster))
     names, table = _table(reference, [(j, rows[j.job_id]) for j, _, _ in replayed], tuple(cluster))
     trace = tuple(
-        TraceJob(j.job_id, names[j.job_id], steps, j.scale_factor, arrival_s, j.priority_weight, j.slo_s)
+        TraceJob(j.job_id, names[j.job_id], steps, j.scale_factor, arrival_s, j.priority_weight, j.slo_s, entity=j.entity)
         for j, steps, arrival_s in replayed
     )
     window = (len(load), len(replayed))
     real = _real_result(history, replayed, window, names, cluster, round_s, preset_name, origin_s)
-    notes.extend(_differences(history, jobs, round_s))
+    notes.extend(_differences(history, round_s, origin_s))
     return ReplaySetup(
         trace, table, cluster, gpus_per_server, round_s, preset_name, history.last_policy, window, origin_s, real,
-        cells, tuple(notes),
+        cells, tuple(notes), _lag_s(history, origin_s), history.fleets, history.clocks,
     )
 
 
@@ -163,7 +167,7 @@ def _preset(history: History, given: str | None, notes: list[str]) -> str:
     )
 
 
-def _differences(history: History, jobs: Sequence[JobRecord], round_s: float) -> list[str]:
+def _differences(history: History, round_s: float, origin_s: float) -> list[str]:
     """What the journal shows of this run that a replay does not reproduce."""
     notes = []
     if len(history.policies) > 1:
@@ -175,29 +179,43 @@ def _differences(history: History, jobs: Sequence[JobRecord], round_s: float) ->
         notes.append(f"{history.workers_lost} worker(s) were lost during the run; the replay loses none")
     if any(lease.crashed for lease in history.leases):
         notes.append("some leases crashed in the real run; the replay's leases never do")
-    if any(j.entity for j in jobs):
-        notes.append("jobs name entities; the simulator's trace carries none (hierarchical policies see one entity)")
-    lag_s = boundary_lag_s(history.leases, round_s)
+    lag_s = _lag_s(history, origin_s)
     if lag_s is not None and lag_s > 0.001 * round_s:
         clock = f" (its workers' clock: {', '.join(history.clocks)})" if history.clocks else ""
         notes.append(
-            f"its boundaries came {lag_s:.3g} s after their round's leases ended, on average ({lag_s / round_s:.1%} of a "
-            f"round: the time to hear every report and decide, times the clock's scale{clock}); the replay's come at once"
+            f"its boundaries came {lag_s:.3g} s after their round's leases ended (or an arrival woke it), on average "
+            f"({lag_s / round_s:.1%} of a round: the time to hear every report and decide, times the clock's scale{clock}); "
+            "every replay's do too"
         )
     return notes
 
 
-def boundary_lag_s(leases: Sequence[LeaseRun], round_s: float) -> float | None:
-    """The mean time from a round's last lease end to the next boundary, over the rounds that
-    the next boundary closed (it came within a round; not an idle cluster waiting for work)."""
+def _lag_s(history: History, origin_s: float) -> float | None:
+    return boundary_lag_s(history.leases, {j.job_id: j.arrival_s for j in history.jobs}, origin_s)
+
+
+def boundary_lag_s(leases: Sequence[LeaseRun], arrivals_s: Mapping[str, float], from_s: float = -math.inf) -> float | None:
+    """The mean time a boundary (from ``from_s`` on) came after what called for it: the end of
+    the round before, when it dispatched a job that had arrived by then (work was waiting: it
+    closed that round); else the first arrival among the jobs it dispatched (an idle mechanism
+    woken by a job). A cold start (a fresh policy process's first solve) counts like any other:
+    over a long history it is one boundary among many."""
     ends: dict[float, float] = {}
+    dispatched: dict[float, list[str]] = collections.defaultdict(list)
     for lease in leases:
         if lease.reported:
             ends[lease.dispatched_at_s] = max(ends.get(lease.dispatched_at_s, lease.end_s), lease.end_s)
+            dispatched[lease.dispatched_at_s].extend(lease.job_ids)
     starts = sorted(ends)
-    lags = [
-        after - ends[before] for before, after in itertools.pairwise(starts) if 0.0 <= after - ends[before] < round_s
-    ]
+    lags = []
+    for before, after in zip([None, *starts], starts):
+        if after < from_s:
+            continue
+        arrived = [arrivals_s[j] for j in dispatched[after] if j in arrivals_s]
+        if before is not None and any(a <= ends[before] for a in arrived):
+            lags.append(max(0.0, after - ends[before]))
+        elif arrived:
+            lags.append(max(0.0, after - min(arrived)))
     return sum(lags) / len(lags) if lags else None
 
 

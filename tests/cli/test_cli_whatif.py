@@ -45,7 +45,9 @@ def test_the_comparison_as_json_replays_the_policy_it_ran_and_the_candidates(jou
     assert all(r["jobs_completed"] == 12 for r in runs.values())
     assert report["real_run"] == {
         "policy": POLICY, "preset": "default", "round_s": 360.0, "cluster": {"k80": 2, "p100": 2, "v100": 2},
-        "gpus_per_server": 1, "origin_s": 0.0, "jobs_measured": 12, "jobs_replayed": 12,
+        "gpus_per_server": 1, "origin_s": 0.0, "jobs_measured": 12, "jobs_replayed": 12, "clocks": [],
+        "boundary_lag_s": 0.0,
+        "fleets": [{"at_s": 0.0, "gpus": {"k80": 2, "p100": 2, "v100": 2}}],
     }
     assert report["cells"]["measured"] + report["cells"]["assumed"] == 36 and report["cells"]["measured"] > 0
     written = json.loads((out / "comparison.json").read_text())

@@ -126,7 +126,7 @@ def hand_written_journal() -> list[tuple[int, str, bytes, float | None]]:
     round2 = audit.BoundaryRecord(1, 200.0, 2, (_lease("2:0", "a", "k80", "k80-0"),), (), None, None, round_s=100.0)
     events: list[tuple[str, bytes, float | None]] = [
         ("submitted", _body(JobSubmitted(JobSpec("a", RESNET, 10_000))), 0.0),
-        ("submitted", _body(JobSubmitted(JobSpec("b", RESNET, 420))), 0.0),
+        ("submitted", _body(JobSubmitted(JobSpec("b", RESNET, 420, entity="team-x"))), 0.0),
         ("allocation", _body(AllocationComputed("r", POLICY, SolveStatus.OPTIMAL, 0.0, 0.0, ())), None),
         ("boundary", audit.encode_boundary(round0), 0.0),
         ("progress", _report("a", "0:0", 150, 1.5, "v100", finished=False), None),
@@ -165,6 +165,7 @@ def test_each_job_keeps_its_own_measured_steps_per_s():
     # a never finished, so it is load, not compared
     assert history.ends["b"].completion_s == pytest.approx(200.0)
     assert s.window == (1, 2) and s.trace[0].job_id == "a"
+    assert [j.entity for j in s.trace] == [None, "team-x"]
 
 
 def test_jains_index():
@@ -192,15 +193,22 @@ def test_a_lockstep_journal_s_arrivals_are_the_trace_s():
     assert [j.arrival_s for j in history.jobs] == [42.0]
 
 
-def test_the_boundaries_lag_is_measured_over_the_rounds_they_closed():
-    """Rounds dispatched at 0 (leases ending at 90 and 100), 103 (ending at 200), 1,000 (after an
-    idle cluster: 800 s is no lag) and 1,100: the lags are 103 - 100 and 1,100 - 1,090."""
-    def lease(at_s: float, elapsed_s: float) -> LeaseRun:
-        return LeaseRun(f"{at_s}", ("a",), "v100", 1, at_s, False, (1,), (1.0,), elapsed_s, True, False)
+def test_the_boundaries_lag_is_measured_from_what_called_for_each():
+    """Job a arrives at -5 and runs at 0 (leases ending at 90 and 100) and at 103 (ending at 200);
+    job b arrives at 990 into an idle cluster, runs at 1,000 (ending at 1,090) and at 1,100. The
+    lags: 0 - (-5) (woken by a), 103 - 100 (closing the round), 1,000 - 990 (woken by b: the 800 s
+    before were idle), 1,100 - 1,090; from 500 on, only b's two."""
+    def lease(job_id: str, at_s: float, elapsed_s: float) -> LeaseRun:
+        return LeaseRun(f"{at_s}", (job_id,), "v100", 1, at_s, False, (1,), (1.0,), elapsed_s, True, False)
 
-    leases = [lease(0.0, 90.0), lease(0.0, 100.0), lease(103.0, 97.0), lease(1_000.0, 90.0), lease(1_100.0, 50.0)]
-    assert boundary_lag_s(leases, 360.0) == pytest.approx((3.0 + 10.0) / 2)
-    assert boundary_lag_s(leases[:1], 360.0) is None
+    leases = [
+        lease("a", 0.0, 90.0), lease("a", 0.0, 100.0), lease("a", 103.0, 97.0), lease("b", 1_000.0, 90.0),
+        lease("b", 1_100.0, 50.0),
+    ]
+    arrivals = {"a": -5.0, "b": 990.0}
+    assert boundary_lag_s(leases, arrivals) == pytest.approx((5.0 + 3.0 + 10.0 + 10.0) / 4)
+    assert boundary_lag_s(leases, arrivals, from_s=500.0) == pytest.approx(10.0)
+    assert boundary_lag_s([], arrivals) is None
 
 
 @pytest.mark.slow  # ~6-8 s: a packing policy's run of the services under the gavel preset, and its replay
@@ -213,3 +221,21 @@ def test_a_packing_policys_run_is_replayed_exactly_under_the_gavel_preset(tmp_pa
     assert (s.preset, s.policy) == ("gavel", policy)
     replayed = replay(s, policy, PRICES)
     assert {j.job_id: j.jct_s for j in replayed.jobs} == pytest.approx({j.job_id: j.jct_s for j in result.jobs}, abs=1e-6)
+
+
+def test_a_boundary_lag_delays_every_boundary():
+    """One job alone on one v100 for exactly three full leases (gavel preset: no restore): each
+    lease runs d = steps / rate, so its JCT is 3d; with a lag L before each boundary (the first
+    woken by its arrival, the others closing a round), 3d + 3L."""
+    from mechanism_service.core.settings import preset
+    from sim.fastpath import RunConfig, simulate
+    from sim.traces import TraceJob
+
+    rate = TABLE.isolated(RESNET, 1, "v100")
+    steps = int(rate * 360.0)
+    trace = (TraceJob("0", RESNET, 3 * steps, 1, 0.0),)
+    jct_s = {
+        lag_s: simulate(trace, RunConfig(POLICY, {"v100": 1}, preset("gavel", POLICY), boundary_lag_s=lag_s), CONTEXT).jobs[0].jct_s
+        for lag_s in (0.0, 36.0)
+    }
+    assert jct_s == {0.0: pytest.approx(3 * steps / rate), 36.0: pytest.approx(3 * steps / rate + 3 * 36.0)}
