@@ -4,7 +4,7 @@
 
 The file: a first line naming the format, a JSON line saying what run it is of (the trace's
 digest, the policy, the preset, the cluster, the seed, the window, the mechanism's and the
-estimator's settings, the version that wrote it, and where the run was), then the bus-free loop's
+estimator's settings, the version that wrote it and its source's digest, and where the run was), then the bus-free loop's
 whole state (sim/carry.py) as a pickle. Resuming reads the JSON line first and refuses, in one
 line naming what differs, a checkpoint of another trace, another run or another version, before
 anything is unpickled; the run then goes on from the boundary it was saved at and ends exactly as
@@ -14,6 +14,7 @@ resume only checkpoints you wrote.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,8 +33,10 @@ if TYPE_CHECKING:
     from sim.traces import TraceJob
 
 MAGIC = b"gavel simulation checkpoint, format 1\n"  # a new format changes this line
+# the packages whose objects a checkpoint holds (their source is digested: "code")
+STATE_PACKAGES = ("common", "mechanism_service", "policy_service", "estimator_service", "sim")
 # What the JSON line says of the run, in the order a difference is reported
-RUN_FIELDS = ("version", "trace", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation")
+RUN_FIELDS = ("version", "code", "trace", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ def fingerprint(trace: Sequence[TraceJob], config: RunConfig) -> dict[str, str]:
 
     return {
         "version": _version(),
+        "code": _code_digest(),
         "trace": f"{len(trace)} jobs, sha256 {digest(tuple(trace))}",
         "policy": config.policy,
         "preset": config.settings.preset,
@@ -128,8 +132,20 @@ def hooks(spec: CheckpointSpec | None, trace: Sequence[TraceJob], config: RunCon
 
 
 def _what(name: str) -> str:
-    return {"version": "gavel version", "trace": "another trace:", "settings": "mechanism settings",
+    return {"version": "gavel version", "code": "other code: the source's digest", "trace": "another trace:", "settings": "mechanism settings",
             "estimation": "estimator settings"}.get(name, name)
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A digest of the source of the packages a run's state is made of: the package version alone
+    stays the same across the commits of a checkout, whose objects may pickle differently."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for package in STATE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _version() -> str:

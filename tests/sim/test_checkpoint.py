@@ -74,6 +74,10 @@ def test_a_checkpoint_of_another_trace_run_or_version_is_refused_naming_what_dif
         older = path.read_bytes().replace(json.dumps(run["version"]).encode(), b'"0.0.0-other"', 1)
         (tmp_path / "older.ckpt").write_bytes(older)
         read_checkpoint(tmp_path / "older.ckpt", run)
+    with pytest.raises(CheckpointError, match=r"a checkpoint of other code: the source's digest '0{16}', not "):
+        edited = path.read_bytes().replace(json.dumps(run["code"]).encode(), b'"' + b"0" * 16 + b'"', 1)
+        (tmp_path / "edited.ckpt").write_bytes(edited)  # as a checkout at another commit would write it
+        read_checkpoint(tmp_path / "edited.ckpt", run)
     (tmp_path / "cut.ckpt").write_bytes(path.read_bytes()[:-100])  # a file cut short
     with pytest.raises(CheckpointError, match="its state cannot be read"):
         read_checkpoint(tmp_path / "cut.ckpt", run)
