@@ -22,7 +22,7 @@ import pytest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    install_example,
+    example_site,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ GENERATED = ("--jobs", "8", "--static", "--multi-gpu", "--cluster", "v100=8,p100
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 def gavel(site: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

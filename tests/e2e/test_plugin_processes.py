@@ -18,7 +18,7 @@ import pytest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    install_example,
+    example_site,
 )
 from tests.support.processes import Cluster, logged
 from tests.support.waiting import eventually
@@ -31,7 +31,7 @@ FLEET = "v100=1,p100=1,k80=1"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from policy_service.service import shipped_context
 from sim.fastpath import simulate
 from sim.scenario import Scenario, generated_trace
-from tests.support.example_plugins import install_example
+from tests.support.example_plugins import example_site
 
 CONTEXT = shipped_context()
 CLUSTER = {"v100": 8, "p100": 8, "k80": 8}
@@ -23,7 +23,7 @@ POLICY = "max_min_fairness_perf"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from sim.sweep_cells import SweepSpec, run_cell, table_digest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    install_example,
+    example_site,
 )
 
 SPEC = SweepSpec(num_jobs=6, multi_gpu=False, cluster={"v100": 2, "p100": 2, "k80": 2}, table_sha256=table_digest(None))
@@ -26,7 +26,7 @@ SPEC = SweepSpec(num_jobs=6, multi_gpu=False, cluster={"v100": 2, "p100": 2, "k8
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ plug-ins beside it.
 ``install_example(dir)`` runs ``pip install --no-deps --target dir`` on a copy of the package (the
 build leaves its ``build/`` and ``*.egg-info`` in the copy, not in the repository): the project's
 venv is not changed, and a process with ``dir`` on its path (sys.path, PYTHONPATH) finds the
-package's entry points as an installed distribution's. About 1.5 s.
+package's entry points as an installed distribution's. About 1.5 s; ``example_site`` does it once
+per test session (per xdist worker) for every module that needs it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ def factory_that_raises():
     raise ValueError("no configuration file")
 ''',
 }
+
+
+def example_site(tmp_path_factory) -> Path:
+    """The example package installed once per session, under the session's temporary directory."""
+    target = tmp_path_factory.getbasetemp() / "gavel-example-plugins" / "site"
+    if not (target / MODULE).is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        install_example(target)
+    return target
 
 
 def install_example(target: Path) -> Path:

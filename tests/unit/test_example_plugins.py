@@ -23,12 +23,12 @@ from mechanism_service.core.seams.placement import (
     PlacementRequest,
     answer_problem,
 )
-from tests.support.example_plugins import install_example
+from tests.support.example_plugins import example_site
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from policy_service.plugins import load_policy, policy_entry
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    install_example,
+    example_site,
 )
 from tests.unit.policy.builders import PRICES, gavel_table
 
@@ -37,7 +37,7 @@ COUNTS = {"v100": 2, "p100": 4, "k80": 4}
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_example(tmp_path_factory.mktemp("plugins") / "site")
+    return example_site(tmp_path_factory)
 
 
 @pytest.fixture
