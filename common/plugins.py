@@ -101,9 +101,11 @@ def _check_binds(kind: str, spec: str, function: Callable[..., object], count: i
     try:
         signature.bind(*([None] * count))
     except TypeError as error:
-        raise PluginError(
-            kind, spec, f"{label}{signature} cannot be called as {label}({', '.join(names)}): {error}"
-        ) from None
+        if label.isidentifier():  # a method: allocate(problem, extra) cannot be called as allocate(problem)
+            wrong = f"{label}{signature} cannot be called as {label}({', '.join(names)})"
+        else:  # "its factory" takes (x), not ()
+            wrong = f"{label} takes {signature}, not ({', '.join(names)})"
+        raise PluginError(kind, spec, f"{wrong}: {error}") from None
 
 
 def _group(kind: str) -> str:
