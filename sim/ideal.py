@@ -80,13 +80,16 @@ def simulate_ideal(
     intervals: list[RoundRecord] = []
     solve_times: list[float] = []
     policy_state, previous = "", ()
-    next_arrival = 0
+    next_arrival = completed = 0
     now_s = trace[arrivals[0]].arrival_time_s
     while waiting_for if config.window is not None else (next_arrival < len(arrivals) or active):
-        # 1. admit what has arrived by now
+        # 1. admit what has arrived by now; an empty cluster waits for the next arrival
         while next_arrival < len(arrivals) and trace[arrivals[next_arrival]].arrival_time_s <= now_s:
             active.append(jobs[arrivals[next_arrival]])
             next_arrival += 1
+        if not active:
+            now_s = trace[arrivals[next_arrival]].arrival_time_s
+            continue
         # 2. solve the policy for the jobs here (every event changes the set)
         reply = _solve(active, now_s, config, context, policy_state, previous, len(solve_times))
         solve_times.append(reply.solve_time_s)
@@ -123,7 +126,7 @@ def simulate_ideal(
             if done[i]:
                 job.completion_s = end_s
                 waiting_for.discard(job.trace.job_id)
-        busy = gpu_shares.sum(axis=0) if active else np.zeros(len(types))
+        busy = gpu_shares.sum(axis=0)
         intervals.append(RoundRecord(
             round_id=len(intervals), start_s=now_s, end_s=end_s,
             busy_gpus_by_type={w: math.ceil(b - 1e-9) for w, b in zip(types, busy, strict=True)},
@@ -133,8 +136,9 @@ def simulate_ideal(
         ))
         active = [job for i, job in enumerate(active) if not done[i]]
         now_s = end_s
+        completed += int(done.sum())
         if progress is not None:
-            progress(now_s, sum(j.completion_s is not None for j in jobs), len(trace))
+            progress(now_s, completed, len(trace))
     return SimulationResult(
         policy=config.policy, preset=settings.preset, cluster=dict(config.cluster), round_s=0.0, seed=config.seed,
         jobs=tuple(_outcome(j) for j in jobs if j.trace.arrival_time_s <= now_s),

@@ -61,6 +61,15 @@ def test_two_jobs_on_one_gpu_progress_as_worked_out_by_hand(policy, expected_h):
     assert all(j.steps_done == steps for j in result.jobs)
 
 
+def test_an_idle_cluster_waits_for_the_next_arrival():
+    trace = (one_hour_job("A", 0.0), one_hour_job("B", 5 * HOUR_S))  # idle from 1 h to 5 h
+    result = simulate_ideal(trace, Scenario(trace, {"v100": 1}).config("max_min_fairness_perf"), CONTEXT)
+    assert jcts_h(result) == pytest.approx({"A": 1.0, "B": 1.0}, rel=1e-4)
+    assert result.makespan_s / HOUR_S == pytest.approx(6.0, rel=1e-4)
+    assert summarize(result, CONTEXT.prices_per_hour).cluster_utilization == pytest.approx(2 / 6, rel=1e-4)
+    assert result.resets == 2  # a solve per arrival; none while the cluster is empty
+
+
 def test_an_answer_that_expires_is_solved_again_when_it_does():
     """Tiresias (thresholds of 3,600 GPU-s): A (2 h of work) alone from t = 0, B (1 h) from 0.5 h.
     Both in the first queue, A first (FIFO) until it has 3,600 GPU-s at t = 1 h, which its answer
