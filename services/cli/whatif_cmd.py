@@ -106,7 +106,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise bad_input("--out", f"{out} exists and is not a directory")
     # 2. the journal, and the replay's input
     try:
-        history = read_history(str(path))
+        history = read_history(
+            str(path), lambda events: print_lines([f"whatif: {events:,} journal events read"], stream=sys.stderr)
+        )
         replay_setup = setup(history, context.table, from_s=args.from_s, round_s=args.round_s, preset_name=args.preset)
     except ReplayError as e:
         flag = "" if str(e).startswith("--") else f"--journal {path}: "

@@ -20,7 +20,7 @@ Where each figure comes from (mechanism_service/core/audit.py for the audit trai
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from common.codec import DEFAULT_CODEC
@@ -100,9 +100,13 @@ class History:
     packed_leases: int
 
 
-def history_of(events: Iterable[Event]) -> History:
-    """Read the journal's events, in order. A body that does not decode is a ``JournalError``
-    naming the event."""
+PROGRESS_EVERY = 100_000  # events between two calls of history_of's progress
+
+
+def history_of(events: Iterable[Event], progress: Callable[[int], None] | None = None) -> History:
+    """Read the journal's events, in order; ``progress(events read)`` every PROGRESS_EVERY (a long
+    history takes ~0.1 ms an event). A body that does not decode is a ``JournalError`` naming the
+    event."""
     jobs: dict[str, JobRecord] = {}
     ends: dict[str, tuple[str, float]] = {}
     dispatched: dict[str, tuple[audit.LeaseRecord, float]] = {}
@@ -118,7 +122,9 @@ def history_of(events: Iterable[Event]) -> History:
     last_policy = None
     clocks: set[str] = set()
     starts = lost = 0
-    for seq, kind, body, at_s in events:
+    for count, (seq, kind, body, at_s) in enumerate(events, 1):
+        if progress is not None and count % PROGRESS_EVERY == 0:
+            progress(count)
         try:
             if kind == audit.BOUNDARY:
                 record = audit.decode_boundary(body)
@@ -233,8 +239,8 @@ def _completions(ends: Mapping[str, tuple[str, float]], leases: Iterable[LeaseRu
     }
 
 
-def read_history(path: str) -> History:
+def read_history(path: str, progress: Callable[[int], None] | None = None) -> History:
     """A journal file's history, read-only (a running mechanism's journal may be read)."""
     from common.journal import read_events
 
-    return history_of(read_events(path))
+    return history_of(read_events(path), progress)

@@ -239,3 +239,12 @@ def test_a_boundary_lag_delays_every_boundary():
         for lag_s in (0.0, 36.0)
     }
     assert jct_s == {0.0: pytest.approx(3 * steps / rate), 36.0: pytest.approx(3 * steps / rate + 3 * 36.0)}
+
+
+def test_reading_a_long_journal_says_how_far_it_got(monkeypatch):
+    import sim.whatif.history as history_module
+
+    monkeypatch.setattr(history_module, "PROGRESS_EVERY", 5)
+    said: list[int] = []
+    history_of(hand_written_journal(), said.append)
+    assert said == [5, 10]  # 12 events
