@@ -33,7 +33,8 @@ from sim.driver import simulate_services
 from sim.scenario import Scenario, generated_trace, parse_cluster
 from sim.whatif.compare import REAL, run_figures
 from sim.whatif.history import read_history
-from sim.whatif.replay import setup, shifted
+from sim.whatif.real import shifted
+from sim.whatif.replay import setup
 from sim.whatif.runs import replay
 
 

@@ -93,7 +93,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from sim.scenario import bad_input, check_policies, check_solvers, load_context
     from sim.whatif.compare import HEADERS, REAL, run_figures, table_rows
     from sim.whatif.history import read_history
-    from sim.whatif.replay import setup, shifted
+    from sim.whatif.real import shifted
+    from sim.whatif.replay import setup
     from sim.whatif.runs import replay
 
     # 1. the flags that need no journal

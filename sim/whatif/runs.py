@@ -10,7 +10,8 @@ from policy_service.answer import SolveContext
 from sim.fastpath import Progress
 from sim.results import SimulationResult
 from sim.scenario import Scenario, run_policy
-from sim.whatif.replay import ReplaySetup, shifted
+from sim.whatif.real import shifted
+from sim.whatif.replay import ReplaySetup
 
 
 def scenario_of(setup: ReplaySetup, boundary_lag_s: float | None = None) -> Scenario:

@@ -24,7 +24,8 @@ from mechanism_service.core import audit
 from policy_service.service import shipped_context
 from sim.whatif.compare import REAL, jain_index, run_figures
 from sim.whatif.history import LeaseRun, history_of, read_history
-from sim.whatif.replay import boundary_lag_s, setup, shifted
+from sim.whatif.real import boundary_lag_s, shifted
+from sim.whatif.replay import setup
 from sim.whatif.runs import replay
 from tests.support.whatif import POLICY, arriving_trace, journal_of_run
 
