@@ -7,8 +7,8 @@ The replay is the real run's by construction where the journal says how it ran: 
 one the boundaries recorded), the same round length and preset, boundaries as late as the real
 ones were on average, and each job's own steps/s on each type:
 
-- measured: what its workers reported while stepping, over its leases alone on that type
-  (steps / stepping time: restores and start-up are the preset's ``restore_s``, not the rate);
+- measured: over its leases alone on that type, the rate at which a replayed lease does what the
+  real ones did (``measured_steps_per_s``: their steps over their time less the preset's restore);
 - otherwise assumed, as the mechanism would have: the estimator's latest word in the journal, the
   submitter's ``--throughput``, the reference table's row for its job type, or the typical job of
   its size (mechanism_service/core/rates.py's order).
@@ -34,10 +34,10 @@ from types import MappingProxyType
 
 from common.errors import ReplayError
 from common.throughputs import ThroughputTable
-from mechanism_service.core.settings import PRESETS
+from mechanism_service.core.settings import PRESETS, preset
 from sim.results import SimulationResult
 from sim.traces import TraceJob
-from sim.whatif.history import History, JobRecord
+from sim.whatif.history import History, JobRecord, LeaseRun
 from sim.whatif.real import boundary_lag_s, real_result
 
 SOURCES = ("measured", "estimated", "submitter", "table", "typical")
@@ -106,7 +106,8 @@ def setup(
     load = _load(history, origin_s, {j.job_id for j in measured})
 
     replayed = [*load, *((j, j.total_steps, j.arrival_s) for j in measured)]
-    rows, cells = _rows(history, reference, [j for j, _, _ in replayed], tuple(cluster))
+    restore_s = preset(preset_name, history.last_policy or "max_min_fairness").restore_s
+    rows, cells = _rows(history, reference, [j for j, _, _ in replayed], tuple(cluster), restore_s)
     names, table = _table(reference, [(j, rows[j.job_id]) for j, _, _ in replayed], tuple(cluster))
     trace = tuple(
         TraceJob(j.job_id, names[j.job_id], steps, j.scale_factor, arrival_s, j.priority_weight, j.slo_s, entity=j.entity)
@@ -222,32 +223,18 @@ def _load(history: History, origin_s: float, measured: set[str]) -> list[tuple[J
 
 
 def _rows(
-    history: History, reference: ThroughputTable, jobs: Sequence[JobRecord], types: tuple[str, ...]
+    history: History, reference: ThroughputTable, jobs: Sequence[JobRecord], types: tuple[str, ...], restore_s: float,
 ) -> tuple[dict[str, tuple[float, ...]], Cells]:
     """Each job's steps/s per type (``types`` order), and where each came from."""
-    steps: dict[tuple[str, str], float] = collections.defaultdict(float)
-    stepping_s: dict[tuple[str, str], float] = collections.defaultdict(float)
-    rates: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
-    for lease in history.leases:
-        if len(lease.job_ids) != 1 or lease.crashed or not lease.reported:
-            continue  # a packed lease measures the pair, not the job alone
-        job_id, done, rate = lease.job_ids[0], lease.steps[0], lease.steps_per_s[0]
-        if done > 0 and rate > 0:
-            key = (job_id, lease.accelerator_type)
-            steps[key] += done
-            stepping_s[key] += done / rate
-            rates[key].add(rate)
+    measured = measured_steps_per_s(history.leases, restore_s)
     sources: collections.Counter[str] = collections.Counter()
     rows = {}
     typical: dict[int, dict[str, float]] = {}
     for job in jobs:
         row = []
         for w in types:
-            key = (job.job_id, w)
-            if key in rates:
-                # one reported figure is kept exactly (a simulated fleet's table rate), several are
-                # pooled by the time stepped
-                value, source = (next(iter(rates[key])) if len(rates[key]) == 1 else steps[key] / stepping_s[key]), "measured"
+            if (job.job_id, w) in measured:
+                value, source = measured[(job.job_id, w)], "measured"
             elif w in history.estimates.get(job.job_id, {}):
                 value, source = history.estimates[job.job_id][w], "estimated"
             elif job.user_estimate_steps_per_s and w in job.user_estimate_steps_per_s:
@@ -263,6 +250,35 @@ def _rows(
             sources[source] += 1
         rows[job.job_id] = tuple(row)
     return rows, Cells(dict(sources))
+
+
+def measured_steps_per_s(leases: Sequence[LeaseRun], restore_s: float) -> dict[tuple[str, str], float]:
+    """(job id, accelerator type) -> the steps/s a replayed lease must run at to do what the job's
+    real leases alone on that type did: their steps over their time less what the simulator
+    charges apart (``restore_s`` for a lease that is not an extension). So a real worker's
+    start-up and checkpoints, which the simulator does not model, slow the rate as they slowed
+    the leases. Where the reported steps/s while stepping explains every lease's time to the
+    microsecond (a simulated fleet's, one figure), that figure is kept exactly."""
+    done: dict[tuple[str, str], int] = collections.defaultdict(int)
+    run_s: dict[tuple[str, str], float] = collections.defaultdict(float)
+    reported: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
+    explained: dict[tuple[str, str], bool] = collections.defaultdict(lambda: True)
+    for lease in leases:
+        if len(lease.job_ids) != 1 or lease.crashed or not lease.reported:
+            continue  # a packed lease measures the pair, not the job alone
+        steps, rate = lease.steps[0], lease.steps_per_s[0]
+        ran_s = lease.elapsed_s - (0.0 if lease.extended else restore_s)
+        if steps <= 0 or ran_s <= 0:
+            continue
+        key = (lease.job_ids[0], lease.accelerator_type)
+        done[key] += steps
+        run_s[key] += ran_s
+        reported[key].add(rate)
+        explained[key] &= rate > 0 and abs(steps / rate - ran_s) <= 1e-6 * max(ran_s, 1.0)
+    return {
+        key: next(iter(reported[key])) if explained[key] and len(reported[key]) == 1 else done[key] / run_s[key]
+        for key in done
+    }
 
 
 def _table(

@@ -107,37 +107,43 @@ def _lease(lease_id: str, job_id: str, accelerator_type: str, worker: str) -> au
     return audit.LeaseRecord(lease_id, (job_id,), accelerator_type, ((worker, 0),), False)
 
 
-def _report(job_id: str, lease_id: str, steps: int, rate: float, accelerator_type: str, *, finished: bool) -> bytes:
+def _report(
+    job_id: str, lease_id: str, steps: int, rate: float, accelerator_type: str, *, finished: bool, elapsed_s: float,
+) -> bytes:
     return _body(JobProgress(
-        job_id, "w", lease_id, 0, steps, steps / rate, rate, finished=finished, accelerator_type=accelerator_type,
+        job_id, "w", lease_id, 0, steps, elapsed_s, rate, finished=finished, accelerator_type=accelerator_type,
     ))
 
 
 def hand_written_journal() -> list[tuple[int, str, bytes, float | None]]:
-    """Two ResNet-18 jobs on a v100 and a k80 worker: job a steps at 1.5/s on the v100, b at 3.0/s
-    (the table says one figure for the type: each job keeps its own); a also ran on the k80 at two
-    different speeds (pooled by time stepped); b never ran on the k80 (assumed: the table's)."""
+    """Two ResNet-18 jobs on a v100 and a k80 worker, rounds of 100 s under the default preset (a
+    lease that is not an extension restores for 20 s first). On the v100, a steps at 1.5/s and b
+    at 3.0/s: the table says one figure for the type, each job keeps its own. On the k80, a runs
+    a fresh lease (50 steps in 20 + 100 s) and an extension that took 30 s beyond its stepping
+    (a real worker's checkpoint: 100 steps at 1.0/s in 130 s); b never ran on the k80 (its lease
+    there made no step): the table's figure, assumed."""
     workers = (("v100-0", "v100", 1), ("k80-0", "k80", 1))
     round0 = audit.BoundaryRecord(
         1, 0.0, 0, (_lease("0:0", "a", "v100", "v100-0"), _lease("0:1", "b", "k80", "k80-0")), (), workers, None, round_s=100.0,
     )
     round1 = audit.BoundaryRecord(
-        1, 100.0, 1, (_lease("1:0", "a", "k80", "k80-0"), _lease("1:1", "b", "v100", "v100-0")), (), None, None, round_s=100.0,
+        1, 120.0, 1, (_lease("1:0", "a", "k80", "k80-0"), _lease("1:1", "b", "v100", "v100-0")), (), None, None, round_s=100.0,
     )
-    round2 = audit.BoundaryRecord(1, 200.0, 2, (_lease("2:0", "a", "k80", "k80-0"),), (), None, None, round_s=100.0)
+    extension = audit.LeaseRecord("2:0", ("a",), "k80", (("k80-0", 0),), True)
+    round2 = audit.BoundaryRecord(1, 240.0, 2, (extension,), (), None, None, round_s=100.0)
     events: list[tuple[str, bytes, float | None]] = [
         ("submitted", _body(JobSubmitted(JobSpec("a", RESNET, 10_000))), 0.0),
         ("submitted", _body(JobSubmitted(JobSpec("b", RESNET, 420, entity="team-x"))), 0.0),
         ("allocation", _body(AllocationComputed("r", POLICY, SolveStatus.OPTIMAL, 0.0, 0.0, ())), None),
         ("boundary", audit.encode_boundary(round0), 0.0),
-        ("progress", _report("a", "0:0", 150, 1.5, "v100", finished=False), None),
-        ("progress", _report("b", "0:1", 0, 1.0, "k80", finished=False), None),  # no step: no measurement
-        ("boundary", audit.encode_boundary(round1), 100.0),
-        ("progress", _report("a", "1:0", 50, 0.5, "k80", finished=False), None),
-        ("progress", _report("b", "1:1", 300, 3.0, "v100", finished=True), None),
-        ("ended", audit.encode_end(audit.EndRecord("b", "completed", "", 200.0, 1)), 200.0),
-        ("boundary", audit.encode_boundary(round2), 200.0),
-        ("progress", _report("a", "2:0", 100, 1.0, "k80", finished=False), None),
+        ("progress", _report("a", "0:0", 150, 1.5, "v100", finished=False, elapsed_s=120.0), None),
+        ("progress", _report("b", "0:1", 0, 1.0, "k80", finished=False, elapsed_s=120.0), None),  # no step: no figure
+        ("boundary", audit.encode_boundary(round1), 120.0),
+        ("progress", _report("a", "1:0", 50, 0.5, "k80", finished=False, elapsed_s=120.0), None),
+        ("progress", _report("b", "1:1", 300, 3.0, "v100", finished=True, elapsed_s=120.0), None),
+        ("ended", audit.encode_end(audit.EndRecord("b", "completed", "", 240.0, 1)), 240.0),
+        ("boundary", audit.encode_boundary(round2), 240.0),
+        ("progress", _report("a", "2:0", 100, 1.0, "k80", finished=False, elapsed_s=130.0), None),
     ]
     return [(seq, kind, body, at_s) for seq, (kind, body, at_s) in enumerate(events, 1)]
 
@@ -145,13 +151,13 @@ def hand_written_journal() -> list[tuple[int, str, bytes, float | None]]:
 def test_each_job_keeps_its_own_measured_steps_per_s():
     history = history_of(hand_written_journal())
     s = setup(history, TABLE)
+    assert s.preset == "default"
     rows = {
         j.job_id: {w: s.table.isolated_steps_per_s[(j.job_type, 1, w)] for w in ("k80", "v100")} for j in s.trace
     }
-    # a: 1.5 on the v100; on the k80 150 steps in 100 + 100 s of stepping. b: 3.0 measured, the
-    # k80 the table's (its lease there made no step)
+    # a on the k80: 150 steps in (120 - 20) + 130 s, its extension's checkpoint time included
     assert rows == {
-        "a": {"v100": 1.5, "k80": pytest.approx(150 / 200)},
+        "a": {"v100": 1.5, "k80": pytest.approx(150 / 230)},
         "b": {"v100": 3.0, "k80": TABLE.isolated_steps_per_s[(RESNET, 1, "k80")]},
     }
     assert (s.cells.measured, s.cells.assumed, dict(s.cells.by_source)) == (3, 1, {"measured": 3, "table": 1})
@@ -162,9 +168,9 @@ def test_each_job_keeps_its_own_measured_steps_per_s():
     both, alone = TABLE.pair(RESNET, RESNET, 1, "v100"), TABLE.isolated(RESNET, 1, "v100")
     assert s.table.pair(kind["a"], kind["b"], 1, "v100") == pytest.approx((1.5 * both[0] / alone, 3.0 * both[1] / alone))
     assert s.table.pair(kind["b"], kind["a"], 1, "v100") == pytest.approx((3.0 * both[1] / alone, 1.5 * both[0] / alone))
-    # b completed at the end of its lease on the v100 (100 s + 300 / 3.0): its JCT is 200 s;
+    # b completed at the end of its lease on the v100 (dispatched at 120, 120 s): its JCT is 240 s;
     # a never finished, so it is load, not compared
-    assert history.ends["b"].completion_s == pytest.approx(200.0)
+    assert history.ends["b"].completion_s == pytest.approx(240.0)
     assert s.window == (1, 2) and s.trace[0].job_id == "a"
     assert [j.entity for j in s.trace] == [None, "team-x"]
 
