@@ -25,7 +25,7 @@ from policy_service.service import shipped_context
 from sim.whatif.compare import REAL, jain_index, run_figures
 from sim.whatif.history import LeaseRun, history_of, read_history
 from sim.whatif.real import boundary_lag_s, shifted
-from sim.whatif.replay import setup
+from sim.whatif.replay import measured_steps_per_s, setup
 from sim.whatif.runs import replay
 from tests.support.whatif import POLICY, arriving_trace, journal_of_run
 
@@ -255,3 +255,24 @@ def test_reading_a_long_journal_says_how_far_it_got(monkeypatch):
     said: list[int] = []
     history_of(hand_written_journal(), said.append)
     assert said == [5, 10]  # 12 events
+
+
+@pytest.mark.slow  # ~4-6 s: a run of the services with the learned estimator, and its replay
+def test_cells_never_measured_take_the_estimators_latest_word(tmp_path):
+    from sim.learning import EstimationConfig
+
+    unknown = EstimationConfig("learned", unknown_types=("LM (batch size 5)", "CycleGAN"))
+    result = journal_of_run(tmp_path / "m.sqlite", arriving_trace(), estimation=unknown)
+    history = read_history(str(tmp_path / "m.sqlite"))
+    s = setup(history, TABLE)
+    assert s.cells.by_source.keys() == {"measured", "estimated"} and s.cells.by_source["estimated"] > 0
+    measured = measured_steps_per_s(history.leases, 20.0)  # the default preset's restore
+    assumed = [(j, w) for j in s.trace for w in s.cluster if (j.job_id, w) not in measured]
+    assert assumed and all(
+        s.table.isolated_steps_per_s[(j.job_type, 1, w)] == history.estimates[j.job_id][w] for j, w in assumed
+    )
+    # the real mechanism learned the rates the replay's knows from the start: close, not exact
+    replayed = replay(s, POLICY, PRICES)
+    real = {j.job_id: j.jct_s for j in result.jobs}
+    mean = sum(j.jct_s for j in replayed.jobs) / len(replayed.jobs)
+    assert mean == pytest.approx(sum(real.values()) / len(real), rel=0.05)
