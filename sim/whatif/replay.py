@@ -185,7 +185,7 @@ def _differences(history: History, round_s: float, origin_s: float) -> list[str]
         notes.append(
             f"its boundaries came {lag_s:.3g} s after their round's leases ended (or an arrival woke it), on average "
             f"({lag_s / round_s:.1%} of a round: the time to hear every report and decide, times the clock's scale{clock}); "
-            "every replay's do too"
+            "the replays' boundaries take as long unless --boundary-lag-s says otherwise"
         )
     return notes
 
