@@ -41,6 +41,7 @@ from mechanism_service.core.reducers import (
     reset_ledgers,
     settle_round,
 )
+from mechanism_service.core.seams.admission import AdmissionPolicy
 from mechanism_service.core.seams.admitting import decide, view_of
 from mechanism_service.core.seams.chosen import DEFAULTS, Chosen
 from mechanism_service.core.seams.launching import launch_with
@@ -124,7 +125,7 @@ class Admitted:
 
 def admit_through(
     state: MechanismState,
-    policy: object,
+    policy: AdmissionPolicy,
     queue: Sequence[NewJob],
     jobs: Iterable[NewJob],
     settings: MechanismSettings,
@@ -146,7 +147,7 @@ def admit_through(
             others.append((job, verdict))
     if not feasible:
         return Admitted(others, [])
-    decision, error = decide(policy, view_of(state, feasible, rates, now_s))  # type: ignore[arg-type]
+    decision, error = decide(policy, view_of(state, feasible, rates, now_s))
     chosen = set(decision.admit)
     queued: list[tuple[NewJob, str]] = []
     for job in feasible:
