@@ -5,7 +5,8 @@ simulator's input and the real run as a result; compare: the figures; plots); th
 
 Files in the output directory: comparison.json (what --json prints), comparison.txt (the table),
 jct_cdf.png and summary.png (unless --no-plots). Progress on stderr while the replays run.
-Exit codes: 0 done; 1 the plots could not be drawn (the numbers are written); 2 bad input (a
+Exit codes: 0 done; 1 the plots could not be drawn, or a policy could not be replayed (it stalled,
+or its plug-in failed: a note says why; the others are compared); 2 bad input (a
 missing or corrupt journal, a journal with no finished job, an unknown policy, --from after the
 last arrival: one line naming the flag).
 """
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "priority, SLO), the throughputs its workers measured, its fleet, round length and preset. Replays them "
             "through the simulator under the policy the cluster ran and each of --policies, and prints average and tail "
             "JCT, makespan, utilisation and fairness against the real run (docs/whatif.md). Exit codes: 0 done; 1 the "
-            "plots could not be drawn; 2 bad input."
+            "plots could not be drawn, or a policy could not be replayed (the others are compared); 2 bad input."
         ),
     )
     p.add_argument(
@@ -87,8 +88,9 @@ def _duration(text: str) -> float:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from common.errors import JournalError, ReplayError
+    from common.errors import JournalError, PluginError, ReplayError
     from services.cli.serve_state import default_journal_path
+    from sim.clock import SimulationStalled
     from sim.progress import ProgressBar
     from sim.scenario import bad_input, check_policies, check_solvers, load_context
     from sim.whatif.compare import HEADERS, REAL, run_figures, table_rows
@@ -138,10 +140,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     runs = [run_figures(REAL, real, replay_setup.table, prices)]
     results = {REAL: real}
     width = max(len(p) for p in policies)
+    failed_policies = []
     for policy in policies:
         bar = ProgressBar(f"whatif {policy.ljust(width)}")
         try:
             results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s)
+        except (SimulationStalled, PluginError) as e:  # one policy's failure: the others are still compared
+            notes.append(f"{policy} could not be replayed: {e}")
+            failed_policies.append(policy)
+            continue
         finally:
             bar.close()
         runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s))
@@ -169,10 +176,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print_lines(_header(path, replay_setup, as_run, notes))
         print_table(HEADERS, rows)
         print_lines(["", f"written to {out}: {', '.join(files)}"])
-    if failed:
-        print_lines([f"gavel: {failed}"], stream=sys.stderr)
-        return 1
-    return 0
+    for problem in ([failed] if failed else []) + [f"{p} could not be replayed (see its note)" for p in failed_policies]:
+        print_lines([f"gavel: {problem}"], stream=sys.stderr)
+    return 1 if failed or failed_policies else 0
 
 
 def _report(

@@ -106,3 +106,30 @@ def test_bad_input_is_one_line_and_exit_2(journal, tmp_path, capsys, case, argv,
     assert stdout == "" and len(stderr.strip().splitlines()) == 1, stderr
     assert says.format(tmp=tmp_path) in stderr
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+BROKEN_POLICY = '''
+class AlwaysRaises:
+    """A policy plug-in whose every solve fails."""
+
+    name = "always_raises"
+
+    def allocate(self, problem):
+        raise RuntimeError("the solver's licence expired")
+'''
+
+
+def test_a_policy_that_cannot_be_replayed_is_said_and_the_others_are_compared(journal, tmp_path, capsys, monkeypatch):
+    """Under the gavel preset a job runs only where an allocation puts it: a policy that never
+    answers leaves every job waiting, and its replay stalls."""
+    (tmp_path / "whatife_broken.py").write_text(BROKEN_POLICY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, stdout, stderr = gavel(
+        capsys, "whatif", "--journal", str(journal), "--policies", "fifo,whatife_broken:AlwaysRaises", "--preset", "gavel",
+        "--json", "--no-plots", "--out", str(tmp_path / "out"),
+    )
+    assert code == 1
+    report = json.loads(stdout)
+    assert [r["label"] for r in report["runs"]] == ["real run", POLICY, "fifo"]
+    assert any(n.startswith("whatife_broken:AlwaysRaises could not be replayed") and "licence expired" in n for n in report["notes"])
+    assert "gavel: whatife_broken:AlwaysRaises could not be replayed (see its note)" in stderr
