@@ -298,7 +298,8 @@ def cluster_report(
         "jobs_failed": sum(j.steps_remaining > 0 for j in state.completed) if state is not None else 0,
         "jobs_forgotten": obs.forgotten_jobs,
         "rounds": rounds,
-        "jobs_held": len(obs.held),
+        "jobs_held": sum(row.get("state") == "held" for row in obs.held),
+        "jobs_in_admission_queue": sum(row.get("state") == "admission" for row in obs.held),  # core/seams/admission.py
         "jobs_cancelling": len(obs.cancelling),
         # times the allocation was solved anew and every job's time ledgers started over (Gavel's
         # "reset": when jobs arrive or leave, a worker joins or is lost, at most once per interval)

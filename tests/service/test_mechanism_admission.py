@@ -36,6 +36,8 @@ async def test_the_admission_queue_answers_why_survives_a_restart_and_drains(tmp
         "jobs join in arrival order while the load with them stays at most 1"
     )
     assert (job["why"]["admission_queue_position"], job["why"]["admission_queue_length"]) == (1, 1)
+    cluster = await ask_on(w.bus, "cluster")
+    assert isinstance(cluster, dict) and (cluster["jobs_in_admission_queue"], cluster["jobs_held"]) == (1, 0)
 
     await kill(w)  # the queue was in the snapshot of the boundary that admitted "first"
 
