@@ -49,6 +49,7 @@ from mechanism_service.core.rounds import (
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
 from mechanism_service.core.seams.chosen import failure_fields
+from mechanism_service.core.servers import add_server, remove_server
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.plugins import choose
 from policy_service.answer import (
@@ -87,6 +88,11 @@ class RunConfig:
     # measured (sim/whatif); 0, at once, as the services in virtual time, which the fast path then
     # matches exactly.
     boundary_lag_s: float = 0.0
+    # The fleet over time, after ``cluster`` at the start: (from s, ((accelerator type, GPUs), ...)),
+    # in time order; servers join and leave at the first boundary at or after each (as a live
+    # mechanism's workers do: mechanism_service/core/servers.py). gavel whatif replays a live
+    # cluster's; empty: the cluster throughout.
+    fleet_changes: tuple[tuple[float, tuple[tuple[str, int], ...]], ...] = ()
 
 
 def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
@@ -186,6 +192,8 @@ def simulate(
         if learning is not None:
             learning.ended(j.job_id for j in finished)
             learning.take(state, heard, rates)
+        if config.fleet_changes:
+            follow_fleet(state, config, now_s, rates)
         # 4. admit
         if chosen.admission is None:
             refused = admit_arrivals(state, [new_job(j) for j in arrived_jobs], settings, rates)
@@ -254,6 +262,25 @@ def simulate(
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
     )
+
+
+def follow_fleet(state: MechanismState, config: RunConfig, now_s: float, rates: Rates) -> None:
+    """Servers join or leave until the state has the fleet in force at ``now_s`` (the last of
+    ``config.fleet_changes`` from then or before, else ``config.cluster``): stateless, so a run
+    resumed from a checkpoint follows it too."""
+    target = dict(config.cluster)
+    for at_s, fleet in config.fleet_changes:
+        if at_s > now_s:
+            break
+        target = dict(fleet)
+    settings = config.settings
+    size = settings.gpus_per_server
+    for accelerator_type in sorted(set(target) | set(state.gpus)):
+        wanted = target.get(accelerator_type, 0)
+        while state.gpus.get(accelerator_type, 0) + size <= wanted:
+            add_server(state, accelerator_type, size, settings, rates)
+        while state.gpus.get(accelerator_type, 0) > wanted and state.servers.get(accelerator_type):
+            remove_server(state, accelerator_type, state.servers[accelerator_type][-1])
 
 
 def new_job(job: TraceJob) -> NewJob:

@@ -418,6 +418,7 @@ class Scenario:
     fault_journal_dir: pathlib.Path | None = None  # where a run with mechanism crashes keeps its journal
     mechanism: tuple[tuple[str, object], ...] = ()  # MechanismSettings fields set apart from the preset
     boundary_lag_s: float = 0.0  # the fast engine only: RunConfig.boundary_lag_s (gavel whatif)
+    fleet_changes: tuple[tuple[float, tuple[tuple[str, int], ...]], ...] = ()  # likewise RunConfig's
     checkpoint: CheckpointSpec | None = None  # the fast engine only (gavel simulate --checkpoint-to, --resume)
 
     def config(self, policy: str) -> RunConfig:
@@ -426,7 +427,7 @@ class Scenario:
             settings = dataclasses.replace(settings, **dict(self.mechanism))
         return RunConfig(
             policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation,
-            boundary_lag_s=self.boundary_lag_s,
+            boundary_lag_s=self.boundary_lag_s, fleet_changes=self.fleet_changes,
         )
 
 

@@ -276,3 +276,31 @@ def test_cells_never_measured_take_the_estimators_latest_word(tmp_path):
     real = {j.job_id: j.jct_s for j in result.jobs}
     mean = sum(j.jct_s for j in replayed.jobs) / len(replayed.jobs)
     assert mean == pytest.approx(sum(real.values()) / len(real), rel=0.05)
+
+
+def test_the_fleet_follows_its_changes_at_the_next_boundary():
+    """One ResNet-18 job for ~3 h on a v100. On one k80 alone; with a v100 joining at 500 s, it
+    moves there at the first boundary after (the second, ~720 s) and finishes sooner; with the
+    v100 leaving at 500 s instead, it ends on the k80."""
+    from mechanism_service.core.settings import preset
+    from sim.fastpath import RunConfig, simulate
+    from sim.traces import TraceJob
+
+    trace = (TraceJob("0", RESNET, int(TABLE.isolated(RESNET, 1, "v100") * 3 * 3600), 1, 0.0),)
+    settings = preset("gavel", POLICY)
+
+    def run(cluster: dict[str, int], changes: tuple = ()):
+        return simulate(trace, RunConfig(POLICY, cluster, settings, fleet_changes=changes), CONTEXT)
+
+    def types_used(result) -> list[tuple[str, ...]]:
+        return [tuple(w for w, n in r.busy_gpus_by_type.items() if n) for r in result.rounds]
+
+    alone = run({"k80": 1})
+    joined = run({"k80": 1}, ((500.0, (("k80", 1), ("v100", 1))),))
+    assert set(types_used(alone)) == {("k80",)}
+    used = types_used(joined)
+    assert used[:2] == [("k80",), ("k80",)] and set(used[2:]) == {("v100",)}
+    assert joined.jobs[0].jct_s < alone.jobs[0].jct_s
+    left = run({"k80": 1, "v100": 1}, ((500.0, (("k80", 1),)),))
+    used = types_used(left)
+    assert used[:2] == [("v100",), ("v100",)] and set(used[2:]) == {("k80",)}
