@@ -1,4 +1,5 @@
-"""The one loader of plug-ins: policies, placement strategies and admission policies found by name.
+"""The one loader of plug-ins: policies, placement strategies, admission policies and launch
+strategies found by name.
 
 A spec names a plug-in in one of three ways, tried in this order:
 
@@ -31,7 +32,9 @@ from common.errors import PluginError
 T = TypeVar("T")
 
 # The kinds of plug-in and the entry-point group each is looked up in.
-KINDS: Mapping[str, str] = {"policy": "gavel.policies", "placement": "gavel.placement", "admission": "gavel.admission"}
+KINDS: Mapping[str, str] = {
+    "policy": "gavel.policies", "placement": "gavel.placement", "admission": "gavel.admission", "launch": "gavel.launch",
+}
 
 
 def resolve(kind: str, spec: str, builtins: Mapping[str, T]) -> T | object:

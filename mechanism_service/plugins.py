@@ -1,7 +1,6 @@
 """The seams' choices resolved once at start (core/seams/): MechanismSettings names them as
 strings, this builds them. A name is a built-in, an installed entry point (gavel.admission,
-gavel.placement) or ``package.module:Name`` (common/plugins.py); the launch seam takes built-in
-names and ``package.module:Name``. The named callable is called with the parameters as keyword
+gavel.placement, gavel.launch) or ``package.module:Name`` (common/plugins.py). The named callable is called with the parameters as keyword
 arguments (strings); a choice that cannot be built, or lacks its method, is a PluginError naming
 it, so a bad plug-in is refused at start and never in a round.
 
@@ -11,7 +10,6 @@ rounds then run their own code, to the bit and at no cost.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
 from common.errors import PluginError
@@ -51,7 +49,7 @@ def build(
     """One seam's choice: None for the default without parameters, else the built object."""
     if spec == default and not params:
         return None
-    factory = _launch_factory(spec) if kind == "launch" else resolve(kind, spec, builtins)
+    factory = resolve(kind, spec, builtins)
     if not callable(factory):
         raise PluginError(kind, spec, f"is not callable (a {type(factory).__name__}): name a class or a factory")
     try:
@@ -62,21 +60,3 @@ def build(
         raise PluginError(kind, spec, f"raised at start: {type(error).__name__}: {error}") from None
     check_method(kind, spec, chosen, method, args=(argument,))
     return chosen
-
-
-def _launch_factory(spec: str) -> object:
-    """The launch seam has no entry-point group: a built-in name or ``package.module:Name``."""
-    if spec in LAUNCH_BUILTINS:
-        return LAUNCH_BUILTINS[spec]
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise PluginError("launch", spec, f"unknown; built-in: {', '.join(sorted(LAUNCH_BUILTINS))}; or give package.module:Name")
-    try:
-        target: object = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - a module's import may raise anything: say what
-        raise PluginError("launch", spec, f"module {module_name!r} does not import: {type(error).__name__}: {error}") from None
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise PluginError("launch", spec, f"module {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    return target

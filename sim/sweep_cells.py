@@ -143,13 +143,10 @@ def _refuse_seam_modules(scenario, served: tuple[str, ...]) -> None:  # noqa: AN
     """A cell's admission, placement or launch named as package.module:Name is refused unless this
     process serves it (a local sweep serves what its own flags name), for the reason a policy's
     is: a simulator never imports a module a message names. Built-ins and installed entry points
-    (gavel.admission, gavel.placement) run."""
+    (gavel.admission, gavel.placement, gavel.launch) run."""
     for field, value in scenario.mechanism:
         if field in ("admission", "placement", "launch") and isinstance(value, str) and ":" in value and value not in served:
-            instead = (
-                "a distributed sweep runs the built-in launch strategies only" if field == "launch"
-                else f"install it as an entry point of gavel.{field} on the simulators and name it so (docs/extending.md)"
-            )
+            instead = f"install it as an entry point of gavel.{field} on the simulators and name it so (docs/extending.md)"
             raise PluginError(field, value, f"a simulator never imports a module a cell names: {instead}")
 
 

@@ -150,8 +150,8 @@ def test_a_missing_attribute_or_a_half_reference_is_refused(plugin_path: Path) -
 
 
 def test_an_unknown_kind_is_refused() -> None:
-    assert set(KINDS) == {"policy", "placement", "admission"}
-    with pytest.raises(PluginError, match=r"no such kind of plug-in \(kinds: policy, placement, admission\)"):
+    assert set(KINDS) == {"policy", "placement", "admission", "launch"}
+    with pytest.raises(PluginError, match=r"no such kind of plug-in \(kinds: policy, placement, admission, launch\)"):
         resolve("scheduler", "x", {})
 
 
