@@ -96,7 +96,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from sim.whatif.compare import HEADERS, REAL, run_figures, table_rows
     from sim.whatif.history import read_history
     from sim.whatif.real import shifted
-    from sim.whatif.replay import setup
+    from sim.whatif.replay import fleet_gpus, setup
     from sim.whatif.runs import replay
 
     # 1. the flags that need no journal
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # 3. the replays, with progress on stderr
     real = shifted(replay_setup.real, replay_setup.origin_s)
     prices = context.prices_per_hour or {}
-    runs = [run_figures(REAL, real, replay_setup.table, prices)]
+    gpus = fleet_gpus(replay_setup)
+    runs = [run_figures(REAL, real, replay_setup.table, prices, fleet_gpus=gpus)]
     results = {REAL: real}
     width = max(len(p) for p in policies)
     failed_policies = []
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             continue
         finally:
             bar.close()
-        runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s))
+        runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s, gpus))
     # 4. what it says, and the files
     lag_s = replay_setup.boundary_lag_s if args.boundary_lag_s is None else args.boundary_lag_s
     report = _report(path, replay_setup, as_run, notes, runs, lag_s or 0.0)

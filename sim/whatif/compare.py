@@ -5,7 +5,8 @@ measured jobs, with the definitions of sim/metrics.py. Pure.
   percentiles (numpy's linear rule, as sim/metrics.py);
 - makespan: from the comparison's time zero (the first arrival, or ``--from``) to the end of the
   round in which the last measured job finished;
-- utilisation: busy GPU time / (the cluster's GPUs x makespan), a packed GPU counted once;
+- utilisation: busy GPU time / (the cluster's GPUs x makespan), a packed GPU counted once (a fleet
+  that changed: over the GPU time it had);
 - finish-time fairness rho (Themis, as Gavel's paper defines it; sim/metrics.py
   ``finish_time_fairness``): a job's JCT over the time it would have taken on an equal share of
   the cluster (1/n of every type, n the jobs in the system during its life); 1 is fair, above is
@@ -54,9 +55,11 @@ class RunFigures:
 
 def run_figures(
     label: str, result: SimulationResult, table: ThroughputTable, prices_per_hour: Mapping[str, float],
-    real_avg_jct_s: float | None = None,
+    real_avg_jct_s: float | None = None, fleet_gpus: Sequence[tuple[float, int]] = (),
 ) -> RunFigures:
-    """One run's figures (``result`` with the comparison's time zero at 0)."""
+    """One run's figures (``result`` with the comparison's time zero at 0). ``fleet_gpus``: the
+    cluster's GPUs from each time on, when its fleet changed (utilisation is then over the GPU
+    time it had); empty: ``result.cluster`` throughout."""
     isolated = isolated_throughputs_from_table(result, table)
     # every type a job ran on needs a price for the summary's costs, which this comparison does
     # not show: a type without one counts 0
@@ -68,11 +71,22 @@ def run_figures(
     avg = float(jct_s.mean()) if len(jct_s) else None
     return RunFigures(
         label=label, jobs_completed=len(jct_s), avg_jct_s=avg, p50_jct_s=p50, p90_jct_s=p90, p99_jct_s=p99,
-        makespan_s=float(result.makespan_s), utilization=summary.cluster_utilization,
+        makespan_s=float(result.makespan_s),
+        utilization=summary.cluster_utilization if not fleet_gpus else _utilization(result, fleet_gpus),
         rho_mean=float(rho.mean()) if len(rho) else None, rho_worst=float(rho.max()) if len(rho) else None,
         jain_index=jain_index(1.0 / rho) if len(rho) else None,
         avg_jct_vs_real=avg / real_avg_jct_s if avg is not None and real_avg_jct_s else None,
     )
+
+
+def _utilization(result: SimulationResult, fleet_gpus: Sequence[tuple[float, int]]) -> float | None:
+    """Busy GPU time over the GPU time the fleet had from 0 to the makespan (``fleet_gpus``: GPUs
+    from each time on, in time order)."""
+    busy_s = sum(sum(r.busy_gpu_seconds_by_type.values()) for r in result.rounds)
+    edges = [max(0.0, min(t, result.makespan_s)) for t, _ in fleet_gpus[1:]] + [result.makespan_s]
+    starts = [0.0, *edges[:-1]]
+    had_s = sum(gpus * max(0.0, end - start) for (_, gpus), start, end in zip(fleet_gpus, starts, edges))
+    return busy_s / had_s if had_s > 0 else None
 
 
 def jain_index(values: np.ndarray) -> float | None:

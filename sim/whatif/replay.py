@@ -62,7 +62,7 @@ class Cells:
 class ReplaySetup:
     trace: tuple[TraceJob, ...]  # the unmeasured load first, then the measured jobs (the window)
     table: ThroughputTable  # the replay's steps/s: a row per distinct job row
-    cluster: Mapping[str, int]  # accelerator type -> GPUs
+    cluster: Mapping[str, int]  # accelerator type -> GPUs at the comparison's start
     gpus_per_server: int
     round_s: float
     preset: str
@@ -76,6 +76,8 @@ class ReplaySetup:
     # replays' rounds take too (None: no round was closed by the next boundary)
     boundary_lag_s: float | None = None
     fleets: tuple[tuple[float, Mapping[str, int]], ...] = ()  # the real fleet at each change (mechanism's clock)
+    # the fleet's changes after the start, which the replays follow (RunConfig.fleet_changes)
+    fleet_changes: tuple[tuple[float, tuple[tuple[str, int], ...]], ...] = ()
     clocks: tuple[str, ...] = ()  # what the real workers' leases ran on ("scaled x100", ...)
 
 
@@ -100,15 +102,16 @@ def setup(
     measured = [j for j in completed if j.arrival_s >= origin_s]
     if not measured:
         raise ReplayError(f"--from {from_s:g}: no job that arrived after it finished in this journal")
-    cluster, gpus_per_server, notes = _cluster(history)
+    cluster, changes, gpus_per_server, notes = _cluster(history, origin_s)
+    types = tuple(sorted({*cluster, *(w for _, fleet in changes for w, _ in fleet)}))
     round_s = _round_s(history, round_s)
     preset_name = _preset(history, preset_name, notes)
     load = _load(history, origin_s, {j.job_id for j in measured})
 
     replayed = [*load, *((j, j.total_steps, j.arrival_s) for j in measured)]
     restore_s = preset(preset_name, history.last_policy or "max_min_fairness").restore_s
-    rows, cells = _rows(history, reference, [j for j, _, _ in replayed], tuple(cluster), restore_s)
-    names, table = _table(reference, [(j, rows[j.job_id]) for j, _, _ in replayed], tuple(cluster))
+    rows, cells = _rows(history, reference, [j for j, _, _ in replayed], types, restore_s)
+    names, table = _table(reference, [(j, rows[j.job_id]) for j, _, _ in replayed], types)
     trace = tuple(
         TraceJob(j.job_id, names[j.job_id], steps, j.scale_factor, arrival_s, j.priority_weight, j.slo_s, entity=j.entity)
         for j, steps, arrival_s in replayed
@@ -118,30 +121,49 @@ def setup(
     notes.extend(_differences(history, round_s, origin_s))
     return ReplaySetup(
         trace, table, cluster, gpus_per_server, round_s, preset_name, history.last_policy, window, origin_s, real,
-        cells, tuple(notes), _lag_s(history, origin_s), history.fleets, history.clocks,
+        cells, tuple(notes), _lag_s(history, origin_s), history.fleets, changes, history.clocks,
     )
 
 
 # --- the cluster and the settings -------------------------------------------------------------
 
 
-def _cluster(history: History) -> tuple[dict[str, int], int, list[str]]:
+def fleet_gpus(setup: ReplaySetup) -> tuple[tuple[float, int], ...]:
+    """The cluster's GPUs from each time on, from the comparison's time zero (compare.run_figures'
+    ``fleet_gpus``); empty when the fleet did not change after the start."""
+    if not setup.fleet_changes:
+        return ()
+    return ((0.0, sum(setup.cluster.values())),) + tuple(
+        (at_s - setup.origin_s, sum(gpus for _, gpus in fleet)) for at_s, fleet in setup.fleet_changes
+    )
+
+
+def _cluster(
+    history: History, origin_s: float
+) -> tuple[dict[str, int], tuple[tuple[float, tuple[tuple[str, int], ...]], ...], int, list[str]]:
+    """The fleet at the comparison's start (the last recorded by then, else the first), its
+    changes after (each fleet as (type, GPUs) pairs), the GPUs per server, and notes."""
     if not history.fleets:
         raise ReplayError("the journal records no worker: the cluster it ran on is unknown")
     notes = []
-    cluster = {w: gpus for w, gpus in history.fleets[-1][1].items() if gpus > 0}
-    if not cluster:
-        raise ReplayError("the journal's last fleet has no GPU")
-    if len(history.fleets) > 1:
+    before = [fleet for at_s, fleet in history.fleets if at_s <= origin_s]
+    start = before[-1] if before else history.fleets[0][1]
+    cluster = {w: gpus for w, gpus in start.items() if gpus > 0}
+    changes = tuple(
+        (at_s, tuple((w, gpus) for w, gpus in fleet.items() if gpus > 0)) for at_s, fleet in history.fleets if at_s > origin_s
+    )
+    if not cluster and not any(fleet for _, fleet in changes):
+        raise ReplayError("the journal's fleet has no GPU")
+    if changes:
         notes.append(
-            f"the fleet changed {len(history.fleets) - 1} time(s) during the run; the replay runs on the last one "
-            f"({', '.join(f'{g} {w}' for w, g in cluster.items())}) throughout"
+            f"the fleet changed {len(changes)} time(s) after the start; the replays follow it at their next boundary "
+            "(servers join and leave between rounds, not during a lease)"
         )
     sizes = set(history.gpus_per_worker) or {1}
     gpus_per_server = math.gcd(*sizes)
     if len(sizes) > 1:
         notes.append(f"its workers have {', '.join(map(str, sorted(sizes)))} GPUs; the replay's servers have {gpus_per_server}")
-    return cluster, gpus_per_server, notes
+    return cluster, changes, gpus_per_server, notes
 
 
 def _round_s(history: History, given: float | None) -> float:
@@ -176,7 +198,10 @@ def _differences(history: History, round_s: float, origin_s: float) -> list[str]
     if history.starts > 1:
         notes.append(f"the mechanism restarted {history.starts - 1} time(s); the replay runs without interruption")
     if history.workers_lost:
-        notes.append(f"{history.workers_lost} worker(s) were lost during the run; the replay loses none")
+        notes.append(
+            f"{history.workers_lost} worker(s) were lost during the run: the replays lose their GPUs at the next "
+            "boundary (the fleet's changes), and no lease's work with them"
+        )
     if any(lease.crashed for lease in history.leases):
         notes.append("some leases crashed in the real run; the replay's leases never do")
     lag_s = _lag_s(history, origin_s)

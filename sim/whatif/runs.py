@@ -15,12 +15,13 @@ from sim.whatif.replay import ReplaySetup
 
 
 def scenario_of(setup: ReplaySetup, boundary_lag_s: float | None = None) -> Scenario:
-    """The real run's settings as a Scenario: its fleet, round length, preset and server size,
+    """The real run's settings as a Scenario: its fleet (and its changes), round length, preset and server size,
     the measured jobs as the window, the time its boundaries took (``boundary_lag_s``: another)."""
     lag_s = setup.boundary_lag_s if boundary_lag_s is None else boundary_lag_s
     return Scenario(
         trace=setup.trace, cluster=dict(setup.cluster), preset=setup.preset, round_s=setup.round_s,
         gpus_per_server=setup.gpus_per_server, window=setup.window, boundary_lag_s=lag_s or 0.0,
+        fleet_changes=setup.fleet_changes,
     )
 
 

@@ -304,3 +304,24 @@ def test_the_fleet_follows_its_changes_at_the_next_boundary():
     left = run({"k80": 1, "v100": 1}, ((500.0, (("k80", 1),)),))
     used = types_used(left)
     assert used[:2] == [("v100",), ("v100",)] and set(used[2:]) == {("k80",)}
+
+
+def test_a_fleet_that_lost_workers_is_followed_by_the_replay(tmp_path):
+    """Two workers crash during the run (sim/faults.py) and register again: the journal's fleet
+    changes four times, the replay follows it at its boundaries and never leases more GPUs of a
+    type than the fleet had then. ~3 s."""
+    result = journal_of_run(tmp_path / "m.sqlite", arriving_trace(), faults="worker-crash=2")
+    history = read_history(str(tmp_path / "m.sqlite"))
+    assert history.workers_lost == 2
+    s = setup(history, TABLE)
+    assert s.fleet_changes == tuple(
+        (at_s, tuple(fleet.items())) for at_s, fleet in history.fleets if at_s > s.origin_s
+    ) and len(s.fleet_changes) == 4
+    replayed = replay(s, POLICY, PRICES)
+    for r in replayed.rounds:
+        in_force = [dict(fleet) for at_s, fleet in s.fleet_changes if at_s - s.origin_s <= r.start_s]
+        fleet = in_force[-1] if in_force else s.cluster
+        assert all(n <= fleet.get(w, 0) for w, n in r.busy_gpus_by_type.items()), (r.start_s, r.busy_gpus_by_type, fleet)
+    real = {j.job_id: j.jct_s for j in result.jobs}
+    mean = sum(j.jct_s for j in replayed.jobs) / len(replayed.jobs)
+    assert mean == pytest.approx(sum(real.values()) / len(real), rel=0.05)

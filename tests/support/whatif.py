@@ -12,6 +12,7 @@ from mechanism_service.core.settings import preset
 from policy_service.service import shipped_context
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
+from sim.faults import parse_spec
 from sim.learning import EstimationConfig
 from sim.results import SimulationResult
 from sim.traces import TraceJob, TraceSpec, TraceStreams, generate_trace
@@ -27,14 +28,16 @@ def arriving_trace(num_jobs: int = 12, jobs_per_hour: float = 4.0, seed: int = 0
 
 def journal_of_run(
     path: pathlib.Path, trace: tuple[TraceJob, ...], *, policy: str = POLICY, preset_name: str = "default",
-    cluster: dict[str, int] | None = None, estimation: EstimationConfig | None = None,
+    cluster: dict[str, int] | None = None, estimation: EstimationConfig | None = None, faults: str | None = None,
 ) -> SimulationResult:
-    """Run the services on ``trace`` with the mechanism journaling to ``path``; the run's result."""
+    """Run the services on ``trace`` with the mechanism journaling to ``path``; the run's result.
+    ``faults``: a spec of sim/faults.py (``worker-crash=2``), injected with seed 3."""
     journal = Journal(path)
     config = RunConfig(
         policy, dict(cluster or CLUSTER), preset(preset_name, policy), seed=0, estimation=estimation or EstimationConfig()
     )
     try:
-        return asyncio.run(simulate_services(trace, config, shipped_context(), journal=journal))
+        spec = parse_spec(faults) if faults else None
+        return asyncio.run(simulate_services(trace, config, shipped_context(), journal=journal, faults=spec, fault_seed=3))
     finally:
         journal.close()
