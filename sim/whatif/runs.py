@@ -1,15 +1,17 @@
-"""The replays: each candidate policy run through the simulator (sim/scenario.py's one policy
-run, the bus-free engine) on a journal's ReplaySetup, with the comparison's time zero at 0, its
+"""The replays: each candidate policy run through the simulator (the bus-free engine, with the
+real run's settings as a sim/scenario.py Scenario) on a journal's ReplaySetup, with the comparison's time zero at 0, its
 rounds taking the real run's time between a round's end and the next boundary."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from policy_service.answer import SolveContext
-from sim.fastpath import Progress
+from policy_service.plugins import is_builtin
+from sim.fastpath import Progress, simulate
 from sim.results import SimulationResult
-from sim.scenario import Scenario, run_policy
+from sim.scenario import Scenario
 from sim.whatif.real import shifted
 from sim.whatif.replay import ReplaySetup
 
@@ -29,8 +31,12 @@ def replay(
     setup: ReplaySetup, policy: str, prices_per_hour: Mapping[str, float], progress: Progress | None = None,
     *, boundary_lag_s: float | None = None,
 ) -> SimulationResult:
-    """One policy on the real run's jobs and cluster, shifted to the comparison's time zero."""
-    prices = {**dict.fromkeys(setup.cluster, 0.0), **prices_per_hour}  # costs are not compared here
-    scenario = scenario_of(setup, boundary_lag_s)
-    result, _ = run_policy(policy, scenario, SolveContext(setup.table, prices), progress)
+    """One policy on the real run's jobs and cluster, shifted to the comparison's time zero.
+    ``prices_per_hour``: the policy service's, as they are (a cost-aware policy reads them; a type
+    with none is the real run's case too). The run's own summary is not taken: its costs need a
+    price for every type, and the comparison's figures are compare.py's."""
+    context = SolveContext(setup.table, dict(prices_per_hour))
+    if not is_builtin(policy):  # a plug-in, served by this run's policy (as sim/scenario.py's run_policy)
+        context = dataclasses.replace(context, plugins=(policy,))
+    result = simulate(setup.trace, scenario_of(setup, boundary_lag_s).config(policy), context, progress=progress)
     return shifted(result, setup.origin_s)
