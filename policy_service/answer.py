@@ -252,12 +252,12 @@ def computed_message(request_id: str, allocation: Allocation, **fields: object) 
         request_id=request_id,
         policy=allocation.policy,
         status=SolveStatus(allocation.status),
-        objective=objective if objective is not None and math.isfinite(objective) else None,
+        objective=float(objective) if objective is not None and math.isfinite(objective) else None,
         solve_time_s=float(allocation.solve_time_s),
         entries=tuple(entries),
         reason=allocation.reason or "",
         refused_job_ids=allocation.refused_job_ids,
-        valid_for_s=allocation.valid_for_s,
+        valid_for_s=None if allocation.valid_for_s is None else float(allocation.valid_for_s),  # (numpy's too)
         **fields,  # type: ignore[arg-type]
     )
 

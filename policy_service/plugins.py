@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 
 import numpy as np
 
 from common.errors import PluginError, UnknownPolicyError
 from common.plugins import check_callable, check_method, installed, one_line, resolve
-from policy_service.core.allocation import Allocation
+from policy_service.core.allocation import Allocation, PairShares, Status
 from policy_service.core.catalog import REGISTRY
 from policy_service.core.problem import Problem
 from policy_service.core.registry import Policy, RegistryEntry
@@ -109,7 +110,10 @@ def allocate(policy: Policy, problem: Problem, name: str) -> Allocation:
         allocation = policy.allocate(problem)
     except Exception as error:  # noqa: BLE001 - the plug-in's fault, one answer's worth
         raise PluginError(KIND, name, f"allocate raised {one_line(error)}") from None
-    problem_with = _invalid(allocation, problem)
+    try:
+        problem_with = _invalid(allocation, problem)
+    except Exception as error:  # noqa: BLE001 - an answer malformed beyond the checks (fractions of str, ...)
+        problem_with = f"an answer that cannot be read ({one_line(error)})"
     if problem_with:
         raise PluginError(KIND, name, f"allocate returned {problem_with}")
     return allocation
@@ -120,6 +124,9 @@ def _invalid(allocation: object, problem: Problem) -> str:
     Allocation's docstring, vectorised."""
     if not isinstance(allocation, Allocation):
         return f"a {type(allocation).__name__}, not an Allocation"
+    fields = _invalid_fields(allocation)
+    if fields:
+        return fields
     if tuple(allocation.job_ids) != tuple(problem.job_ids) or tuple(allocation.worker_types) != tuple(problem.worker_types):
         return "an allocation of other jobs or types than the problem's (job_ids and worker_types must be the problem's)"
     fractions = np.asarray(allocation.job_fractions, dtype=float)
@@ -136,4 +143,30 @@ def _invalid(allocation: object, problem: Problem) -> str:
     if over.any():
         k = int(np.argmax(over))
         return f"{used[k]:.4g} {problem.worker_types[k]} GPUs in use on average, of {int(problem.worker_counts[k])}"
+    return ""
+
+
+def _invalid_fields(allocation: Allocation) -> str:
+    """What of an answer's other fields the mechanism could not take ("" when all can be): each
+    travels in AllocationComputed or is read by the caller (a valid_for_s of "soon" failed the
+    reply's encoding, so the mechanism heard nothing until its deadline, and stopped a simulation
+    with a TypeError)."""
+    if allocation.status not in tuple(Status):  # (a Status, or its value as a str)
+        return f"status {allocation.status!r}, not one of {', '.join(Status)}"
+    if not isinstance(allocation.pairs, PairShares):
+        return f"pairs of type {type(allocation.pairs).__name__}, not PairShares"
+    for name in ("solve_time_s", "objective", "valid_for_s"):
+        value = getattr(allocation, name)
+        if name != "solve_time_s" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return f"{name} {value!r}, not a number"
+    if allocation.valid_for_s is not None and not allocation.valid_for_s >= 0:  # (NaN too)
+        return f"valid_for_s {allocation.valid_for_s!r}: seconds >= 0, or None for as long as the job set holds"
+    for name in ("policy", "policy_state", "reason"):
+        value = getattr(allocation, name)
+        if (value is not None or name == "policy") and not isinstance(value, str):
+            return f"{name} of type {type(value).__name__}, not a str"
+    if not all(isinstance(job_id, str) for job_id in allocation.refused_job_ids):
+        return "refused_job_ids that are not job ids (str)"
     return ""

@@ -183,3 +183,47 @@ def test_the_metrics_label_a_plugin_it_serves_by_its_name(on_path: Path) -> None
     assert metrics.policy(POLICY_ENTRY_POINT) == POLICY_ENTRY_POINT  # installed
     assert metrics.policy("fifo") == "fifo"
     assert metrics.policy("someone.elses:Module") == "unknown"  # a label set stays bounded
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("valid_for_s='soon'", "valid_for_s 'soon', not a number"),
+        ("valid_for_s=float('nan')", "valid_for_s nan: seconds >= 0, or None for as long as the job set holds"),
+        ("valid_for_s=-1.0", "valid_for_s -1.0: seconds >= 0, or None for as long as the job set holds"),
+        ("policy_state={'a': 1}", "policy_state of type dict, not a str"),
+        ("status='fine'", "status 'fine', not one of optimal, optimal_inaccurate, infeasible, failed"),
+        ("pairs=None", "pairs of type NoneType, not PairShares"),
+        ("objective='high'", "objective 'high', not a number"),
+        ("job_fractions=[['x']]", "an answer that cannot be read (ValueError: could not convert string to float: 'x')"),
+    ],
+)
+def test_a_plugin_answer_with_a_field_the_mechanism_cannot_take_is_refused(
+    on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, reason: str
+) -> None:
+    """Fields beside the fractions are the plug-in's too: one the reply cannot carry (a
+    valid_for_s of 'soon' failed the reply's encoding, so the mechanism heard nothing) or the
+    simulator cannot use (it stopped on a TypeError) is AllocationFailed naming the plug-in."""
+    module = f"plugb_fields_{abs(hash(change))}"  # a module per case: loaded plug-ins are cached by spec
+    (tmp_path / f"{module}.py").write_text(
+        "import dataclasses\n"
+        "from gavel_example_plugins.policies import WeightedShare\n"
+        "class Bad:\n"
+        "    name = 'bad'\n"
+        "    def allocate(self, problem):\n"
+        f"        return dataclasses.replace(WeightedShare('bad').allocate(problem), {change})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{module}:Bad"
+    context = SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,))
+    reply = answer(_request(spec, JOBS), context)
+    assert isinstance(reply, AllocationFailed)
+    assert reply.reason == f"policy plug-in {spec!r}: allocate returned {reason}"
+    # and the simulator's in-process form of the same request
+    from policy_service.answer import AdmittedRequest, answer_admitted
+    from policy_service.core.admitted import AdmittedJobs
+
+    jobs = AdmittedJobs(*zip(*((j.job_id, j.job_type, j.scale_factor, j.priority_weight, float(j.steps_remaining),
+                                 j.time_since_arrival_s, None, 0.0) for j in JOBS)))  # type: ignore[arg-type]
+    admitted = answer_admitted(AdmittedRequest("r", spec, COUNTS, jobs, (), packing=False), context)
+    assert isinstance(admitted, AllocationFailed) and admitted.reason == reply.reason
