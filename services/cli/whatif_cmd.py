@@ -208,7 +208,8 @@ def _header(path: pathlib.Path, s: ReplaySetup, as_run: str | None, notes: Seque
     sources = ", ".join(f"{n} {source}" for source, n in s.cells.by_source.items())
     lines = [
         f"journal: {path}",
-        f"real run: {as_run or 'policy unknown'}, preset {s.preset}, rounds of {s.round_s:g} s, {cluster}",
+        f"real run: {as_run or 'policy unknown'}, preset {s.preset}, rounds of {s.round_s:g} s, {cluster}"
+        + (" at the start" if s.fleet_changes else ""),
         f"jobs compared: {measured} (completed in the real run)" + (f", {load} more replayed as load" if load else ""),
         f"throughputs (job x type): {s.cells.measured} measured, {s.cells.assumed} assumed ({sources})",
     ]
