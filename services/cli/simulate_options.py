@@ -42,17 +42,23 @@ def add_run_option_flags(p: argparse.ArgumentParser) -> None:
 
 def resolve_engine(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
     """(engine, fault spec): --engine and --faults as resolve_faults says, or the fluid run, which
-    has no services, faults or estimator to run."""
+    has no services, faults or estimator to run, and no admission, placement or launch (it
+    realises the policy's allocation for every job at once, on no worker in particular)."""
+    from services.cli.module_flags import DEFAULTS
     from sim.scenario import bad_input
 
     if not args.ideal:
         return resolve_faults(args)
+    seams = [(f"--{seam}", getattr(args, seam) != default or bool(getattr(args, f"{seam}_params")))
+             for seam, default in DEFAULTS.items()]
     for flag, given in (
         ("--engine", args.engine is not None), ("--faults", args.faults is not None),
-        ("--estimator", args.estimator != "oracle"),
+        ("--estimator", args.estimator != "oracle"), *seams,
     ):
         if given:
-            raise bad_input("--ideal", f"cannot go with {flag}: the fluid run has no rounds, services or estimates")
+            raise bad_input(
+                "--ideal", f"cannot go with {flag}: the fluid run has no rounds, services, estimates, admission or workers"
+            )
     return "ideal", None
 
 

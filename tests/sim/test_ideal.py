@@ -122,3 +122,7 @@ def test_simulate_ideal_refuses_what_the_fluid_run_has_not(capsys):
     assert "--ideal: cannot go with --engine" in capsys.readouterr().err
     assert main([*base, "--estimator", "learned"]) == 2
     assert "--ideal: cannot go with --estimator" in capsys.readouterr().err
+    # nor a seam: the fluid run admits every job and places none (it would run without them)
+    for flags in (["--admission", "load"], ["--placement", "spread"], ["--launch-param", "k=v"]):
+        assert main([*base, *flags]) == 2
+        assert f"--ideal: cannot go with {flags[0].removesuffix('-param')}" in capsys.readouterr().err
