@@ -26,7 +26,7 @@ _HELP = {
     ),
     "launch": (
         "which picked jobs launch, so which running ones are preempted: priority (default, the pick as it is), "
-        "non_preemptive, or package.module:Name"
+        "non_preemptive, an installed gavel.launch entry point, or package.module:Name"
     ),
 }
 _PARAM_HELP = {
