@@ -5,6 +5,7 @@ Pure: a strategy that raises or answers wrong gives the round to ``consolidated`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 
 from mechanism_service.core.model import Entry, MechanismState, Placement
@@ -49,6 +50,9 @@ def place_with(
         request = _request(state, w, fresh, used)
         try:
             answer = strategy.place(request)
+            with contextlib.suppress(TypeError):  # (answer_problem says what it is instead)
+                # read once: a generator of generators would pass the check and then place nothing
+                answer = [tuple(workers) for workers in answer]
             problem = answer_problem(request, answer)
         except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: the round goes on
             problem = f"raised {type(error).__name__}: {error}"

@@ -126,6 +126,21 @@ def test_a_strategy_that_raises_or_answers_wrong_gives_the_round_to_consolidated
     assert reason == "k80: raised RuntimeError: boom" if isinstance(strategy, Raising) else "given twice" in reason
 
 
+class Lazy:
+    """Spread's answer as generators, a gang's workers too: a Sequence in spirit, read once."""
+
+    def place(self, request):
+        return (iter(workers) for workers in Spread().place(request))
+
+
+def test_a_strategy_answering_with_generators_places_as_with_lists():
+    """The answer is read once: checked and used as the same values (a generator passed the
+    check, which used it up, and then placed no gang)."""
+    lists = open_round(_two_servers(), 360.0, GAVEL, no_shuffle, chosen=Chosen(placement=Spread(), placement_name="spread"))
+    lazy = open_round(_two_servers(), 360.0, GAVEL, no_shuffle, chosen=Chosen(placement=Lazy(), placement_name="lazy"))
+    assert lazy.assignment == lists.assignment and lazy.seam_errors == ()
+
+
 def test_consolidated_as_a_strategy_places_as_gavels_own_code():
     """Extensions first (the default preset's order), then the lowest free workers: the built-in
     through the seam and the mechanism's own placement agree."""
