@@ -5,6 +5,9 @@ cannot be used leaves the pick as it was and returns an error text the shell log
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+
 from mechanism_service.core.model import Entry, MechanismState
 from mechanism_service.core.seams.launch import (
     Candidate,
@@ -43,6 +46,9 @@ def launch_with(
     view = LaunchView(free, {w: tuple(c) for w, c in candidates.items()})
     try:
         answer = strategy.launch(view)
+        if isinstance(answer, Mapping):  # read once: keys as a generator would pass the check and launch nothing
+            with contextlib.suppress(TypeError):  # (answer_problem says what is not a sequence)
+                answer = {w: list(keys) for w, keys in answer.items()}
         problem = answer_problem(view, answer)
         if not problem:
             forced_jobs = {i for entry in forced for i in entry}

@@ -53,6 +53,20 @@ def test_non_preemptive_keeps_the_running_job_on_its_gpus():
     assert plan.kept == frozenset({(0,)}) and plan.seam_errors == ()
 
 
+class Lazy:
+    """NonPreemptive's answer with each type's keys as a generator: read once."""
+
+    def launch(self, view):
+        return {w: iter(keys) for w, keys in NonPreemptive().launch(view).items()}
+
+
+def test_an_answer_of_generators_launches_as_the_same_lists():
+    """Checked and used as the same values (the check used the generators up, and the round then
+    launched nothing on the type, with no seam error)."""
+    plan = open_round(_preempting(), 360.0, GAVEL, no_shuffle, chosen=Chosen(launch=Lazy(), launch_name="lazy"))
+    assert plan.assignment == {(0,): Placement("k80", (0,))} and plan.seam_errors == ()
+
+
 class TooMany:
     def launch(self, view):
         return {w: [c.key for c in cs] for w, cs in view.candidates.items()}
