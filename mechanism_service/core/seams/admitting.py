@@ -4,6 +4,8 @@ waiting job for this boundary (accept_all) and returns an error text the shell l
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -76,6 +78,9 @@ def decide(policy: AdmissionPolicy, view: AdmissionView) -> tuple[AdmissionDecis
     """(the decision, "" or why the policy's answer was not used: then every job is admitted)."""
     try:
         decision = policy.admit(view)
+        if isinstance(decision, AdmissionDecision) and not isinstance(decision.admit, tuple):
+            with contextlib.suppress(TypeError):  # read once: a generator would pass the check and admit nothing
+                decision = dataclasses.replace(decision, admit=tuple(decision.admit))
         problem = answer_problem(view, decision)
     except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: the boundary goes on
         problem = f"raised {type(error).__name__}: {error}"

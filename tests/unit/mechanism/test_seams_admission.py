@@ -165,6 +165,22 @@ def test_a_policy_that_raises_or_answers_wrong_admits_every_feasible_job(policy,
     assert (out.queued, out.error) == ([], error)
 
 
+class Lazy:
+    """Admits the first waiting job, its ids as a generator (read once)."""
+
+    def admit(self, view):
+        return AdmissionDecision((j.job_id for j in view.waiting[:1]), reason="one at a time")
+
+
+def test_a_decision_of_a_generator_admits_the_jobs_it_names():
+    """Checked and used as the same values (the check used the generator up, and every job
+    then waited in the admission queue, with no error)."""
+    s = state(v100=1).build()
+    out = admit_through(s, Lazy(), [], [NewJob("n0", "a", 1, 100, 0.0), NewJob("n1", "a", 1, 100, 0.0)], GAVEL, RATES, 0.0)
+    assert [j.job_id for j in s.jobs.values()] == ["n0"]
+    assert ([(j.job_id, why) for j, why in out.queued], out.error) == ([("n1", "one at a time")], "")
+
+
 def test_why_names_the_admission_queue():
     memory = Memory(state=state(v100=1).build())
     memory.queued = [(NewJob("w0", "a", 1, 100, 3.0), "load-based admission: ..."), (NewJob("w1", "a", 2, 100, 4.0), "quota: ...")]
