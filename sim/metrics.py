@@ -503,19 +503,22 @@ def _fmt(value: float | None, spec: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SweepRow:
-    """One run of a sweep: its policy, input rate, seed and average JCT (None: none completed)."""
+    """One run of a sweep: its policy, input rate, seed and average JCT (None: none completed);
+    ``option``: its variant's label ("" none: gavel sweep --variant)."""
 
     policy: str
     jobs_per_hour: float
     seed: int
     avg_jct_s: float | None
+    option: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class SweepLine:
-    """One policy's average JCT against input rate. Arrays of shape (rates,), rates ascending;
-    over the seeds with a value at each rate: mean, min and max of the average JCT in hours, and
-    how many seeds there were. A rate where no seed completed a job is left out."""
+    """One policy's (under one variant's options) average JCT against input rate. Arrays of
+    shape (rates,), rates ascending; over the seeds with a value at each rate: mean, min and max
+    of the average JCT in hours, and how many seeds there were. A rate where no seed completed a
+    job is left out."""
 
     policy: str
     jobs_per_hour: np.ndarray
@@ -523,21 +526,28 @@ class SweepLine:
     min_jct_h: np.ndarray
     max_jct_h: np.ndarray
     seeds: np.ndarray
+    option: str = ""
+
+    @property
+    def label(self) -> str:
+        """``policy``, or ``policy [variant]``."""
+        return f"{self.policy} [{self.option}]" if self.option else self.policy
 
 
 def sweep_lines(rows: Iterable[SweepRow]) -> tuple[SweepLine, ...]:
-    """Group sweep rows by policy (in order of first appearance) and rate."""
-    by_policy: dict[str, dict[float, list[float]]] = {}
+    """Group sweep rows by (policy, option) (in order of first appearance) and rate."""
+    by_line: dict[tuple[str, str], dict[float, list[float]]] = {}
     for row in rows:
-        rates = by_policy.setdefault(row.policy, {})
+        rates = by_line.setdefault((row.policy, row.option), {})
         if row.avg_jct_s is not None:
             rates.setdefault(float(row.jobs_per_hour), []).append(row.avg_jct_s / SECONDS_PER_HOUR)
     lines = []
-    for policy, rates in by_policy.items():
+    for (policy, option), rates in by_line.items():
         ordered = sorted(rates.items())
         lines.append(
             SweepLine(
                 policy=policy,
+                option=option,
                 jobs_per_hour=np.array([rate for rate, _ in ordered], dtype=float),
                 mean_jct_h=np.array([np.mean(v) for _, v in ordered], dtype=float),
                 min_jct_h=np.array([np.min(v) for _, v in ordered], dtype=float),

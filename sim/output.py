@@ -13,7 +13,8 @@ Files:
 - ``jct_cdf.png``, ``utilization.png``, ``queue.png``.
 - A comparison: ``comparison.json`` (the table's rows and each run's summary.json object),
   ``comparison.txt`` (the table), ``comparison_jct_cdf.png``, ``comparison_utilization.png``.
-- A sweep: ``sweep.csv`` (policy, jobs_per_hour, seed, avg_jct_s) and ``sweep_jct.png``.
+- A sweep: ``sweep.csv`` (policy, jobs_per_hour, seed, avg_jct_s; option, the variant's label,
+  when it has variants) and ``sweep_jct.png``.
 
 ``plots=False`` writes the numbers only. sim/plots.py (matplotlib) is imported when a plot is
 drawn, not with this module: a run without plots never pays for the plotting stack's import.
@@ -154,13 +155,17 @@ def write_sweep(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> tu
 
 
 def write_sweep_csv(rows: Iterable[SweepRow], out_dir: str | os.PathLike[str]) -> pathlib.Path:
-    """Write sweep.csv into out_dir (its plot apart: ``write_sweep``); returns its path."""
+    """Write sweep.csv into out_dir (its plot apart: ``write_sweep``); returns its path. The
+    ``option`` column (the variant's label) only when the rows have variants, last: a sweep
+    without them writes the file it always did, and a reader by position finds its columns."""
+    rows = list(rows)
+    columns = SWEEP_COLUMNS + (("option",) if any(row.option for row in rows) else ())
     out = _directory(out_dir)
     csv_path = out / "sweep.csv"
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(SWEEP_COLUMNS)
-        writer.writerows([_cell(getattr(row, c)) for c in SWEEP_COLUMNS] for row in rows)
+        writer.writerow(columns)
+        writer.writerows([_cell(getattr(row, c)) for c in columns] for row in rows)
     return csv_path
 
 

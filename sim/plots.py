@@ -217,8 +217,9 @@ def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: st
 
 
 def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
-    """Average JCT (h) against input rate (jobs/h), one line per policy through the mean over
-    seeds, with a band from the lowest to the highest seed's value (Gavel's Figure 8 shape)."""
+    """Average JCT (h) against input rate (jobs/h), one line per policy (per policy and variant:
+    "policy [variant]") through the mean over seeds, with a band from the lowest to the highest
+    seed's value (Gavel's Figure 8 shape)."""
     fig, ax = _figure()
     lines = sweep_lines(rows)
     for i, line in enumerate(lines):
@@ -228,7 +229,7 @@ def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
         seeds = int(line.seeds.max()) if len(line.seeds) else 0
         ax.plot(
             line.jobs_per_hour, line.mean_jct_h, marker=marker, linestyle=style, color=color,
-            label=f"{line.policy} ({seeds} seeds)",
+            label=f"{line.label} ({seeds} seeds)",
         )
         if seeds > 1:
             ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)

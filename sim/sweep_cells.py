@@ -10,6 +10,12 @@ Ids are derived from what they name, never drawn: the sweep id from everything i
 the cell's policy, rate, seed and option. A restarted sweep with the same arguments therefore has
 the same ids, finds its finished cells in its ledger and asks only for the others; a result that
 comes back twice has one id and counts once.
+
+The option axis (``gavel sweep --variant LABEL=FLAGS``): a ``Variant`` is a label and the cell
+fields its flags set (preset, round, the generator's and the Scenario's options, the sweep's own
+with the variant's flags over them). A variant's cell id also covers those fields, and the sweep id
+does not name the variants: the same sweep with one variant more runs only the new variant's
+cells, and a variant whose flags changed under the same label runs again.
 """
 
 from __future__ import annotations
@@ -39,6 +45,17 @@ def table_digest(text: str | bytes | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """One value of a sweep's option axis: its label and the fields of its cells."""
+
+    label: str
+    preset: str = "default"
+    round_s: float = 360.0
+    trace_json: str = ""
+    scenario_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SweepSpec:
     """What every cell of a sweep shares."""
 
@@ -52,6 +69,7 @@ class SweepSpec:
     window: tuple[int, int] | None = None
     trace_json: str = ""  # the generator's other options (SweepCellRequested.trace_json)
     scenario_json: str = ""  # other Scenario fields (SweepCellRequested.scenario_json)
+    variants: tuple[Variant, ...] = ()  # the option axis (none: every cell has the fields above)
 
     @property
     def sweep_id(self) -> str:
@@ -64,11 +82,19 @@ class SweepSpec:
         return _digest(json.dumps(shared, sort_keys=True))
 
     def cell(self, policy: str, jobs_per_hour: float, seed: int, option: str = "") -> SweepCellRequested:
+        """The cell; ``option`` a variant's label takes that variant's fields (another label is
+        only a label, the cell has the shared fields)."""
         sweep_id = self.sweep_id
         start, end = self.window if self.window else (-1, -1)
+        named = json.dumps([sweep_id, policy, repr(float(jobs_per_hour)), seed, option])  # a cell without variants
+        fields = next((v for v in self.variants if v.label == option), None) if option else None
+        if fields is None:
+            fields = Variant(option, self.preset, self.round_s, self.trace_json, self.scenario_json)
+        else:  # what the variant's flags set is in its id: other flags under the same label are other cells
+            named += json.dumps([fields.preset, repr(float(fields.round_s)), fields.trace_json, fields.scenario_json])
         return SweepCellRequested(
             sweep_id=sweep_id,
-            cell_id=_digest(json.dumps([sweep_id, policy, repr(float(jobs_per_hour)), seed, option])),
+            cell_id=_digest(named),
             policy=policy,
             jobs_per_hour=float(jobs_per_hour),
             seed=seed,
@@ -76,14 +102,14 @@ class SweepSpec:
             multi_gpu=self.multi_gpu,
             cluster=dict(self.cluster),
             table_sha256=self.table_sha256,
-            preset=self.preset,
-            round_s=self.round_s,
+            preset=fields.preset,
+            round_s=fields.round_s,
             gpus_per_server=self.gpus_per_server,
             window_start=start,
             window_end=end,
             option=option,
-            trace_json=self.trace_json,
-            scenario_json=self.scenario_json,
+            trace_json=fields.trace_json,
+            scenario_json=fields.scenario_json,
         )
 
 

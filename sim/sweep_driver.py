@@ -54,7 +54,7 @@ async def drive(
     kept = kept or {}
     while True:
         # 1-2. what the plan needs now: from the ledger if it has it, else asked for once
-        needed = [spec.cell(p, r, s) for p, r, s in plan.needed(book.results())]
+        needed = [spec.cell(p, r, s, o) for p, r, s, o in plan.needed(book.results())]
         if book.restore(kept, needed):
             continue  # a search's next cells depend on these
         new = book.ask(needed)

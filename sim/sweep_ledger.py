@@ -38,7 +38,7 @@ class CellResult:
 
     @property
     def key(self) -> Key:
-        return (self.cell.policy, self.cell.jobs_per_hour, self.cell.seed)
+        return (self.cell.policy, self.cell.jobs_per_hour, self.cell.seed, self.cell.option)
 
     @property
     def figures(self) -> Figures:
@@ -48,7 +48,7 @@ class CellResult:
         )
 
     def row(self) -> SweepRow:
-        return SweepRow(self.cell.policy, self.cell.jobs_per_hour, self.cell.seed, self.figures.avg_jct_s)
+        return SweepRow(self.cell.policy, self.cell.jobs_per_hour, self.cell.seed, self.figures.avg_jct_s, self.cell.option)
 
 
 def ledger_line(cell: SweepCellRequested, result: SweepCellFinished) -> str:

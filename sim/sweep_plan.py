@@ -18,7 +18,7 @@ Gavel's scheduler/scripts/sweeps/run_sweep_continuous.py, read for its semantics
   never advances its counter, and would run one rate forever; here it advances, at most 19
   steps (the 20th would be no time between arrivals at all), and step (1) gives up after 24
   halvings (the cluster never saturates: one job every 2 ms). Each cell's result decides the
-  next, so each (policy, seed) is a chain of cells; the chains run side by side.
+  next, so each (policy, seed, option) is a chain of cells; the chains run side by side.
 """
 
 from __future__ import annotations
@@ -104,19 +104,21 @@ class Figures:
     failed: bool = False
 
 
-Key = tuple[str, float, int]  # (policy, jobs per hour, seed)
+Key = tuple[str, float, int, str]  # (policy, jobs per hour, seed, option: a variant's label, "" none)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepPlan:
-    """The cells of a sweep: every (policy, rate, seed) of ``rates`` (below each policy's
-    cutoff), or with ``until_utilization`` each (policy, seed)'s search."""
+    """The cells of a sweep: every (policy, rate, seed, option) of ``rates`` (below each
+    policy's cutoff), or with ``until_utilization`` each (policy, seed, option)'s search.
+    ``options``: the variants' labels (("",): none, one cell per (policy, rate, seed))."""
 
     policies: tuple[str, ...]
     seeds: tuple[int, ...]
     rates: tuple[float, ...] = ()
     until_utilization: float | None = None
     cutoffs: Mapping[str, float] | None = None
+    options: tuple[str, ...] = ("",)
 
     def below_cutoff(self, policy: str, rate: float) -> bool:
         cutoff = (self.cutoffs or {}).get(policy)
@@ -131,19 +133,20 @@ class SweepPlan:
         list needs all of its cells at once; a search needs the next cell of each chain."""
         if self.until_utilization is None:
             return tuple(
-                (p, r, s) for s in self.seeds for r in self.rates for p in self.policies
-                if self.below_cutoff(p, r) and (p, r, s) not in results
+                (p, r, s, o) for s in self.seeds for r in self.rates for p in self.policies for o in self.options
+                if self.below_cutoff(p, r) and (p, r, s, o) not in results
             )
         wanted = []
         for seed in self.seeds:
             for policy in self.policies:
-                rate = saturation_next(
-                    lambda r, p=policy, s=seed: results.get((p, r, s)),
-                    self.until_utilization,
-                    (self.cutoffs or {}).get(policy),
-                )
-                if rate is not None:
-                    wanted.append((policy, rate, seed))
+                for option in self.options:
+                    rate = saturation_next(
+                        lambda r, p=policy, s=seed, o=option: results.get((p, r, s, o)),
+                        self.until_utilization,
+                        (self.cutoffs or {}).get(policy),
+                    )
+                    if rate is not None:
+                        wanted.append((policy, rate, seed, option))
         return tuple(wanted)
 
 

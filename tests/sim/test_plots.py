@@ -243,6 +243,18 @@ def test_sweep_plot_and_csv(tmp_path):
     assert_png_with_content(png)
 
 
+def test_a_sweep_with_variants_has_a_line_per_policy_and_variant_and_their_column(tmp_path):
+    rows = [SweepRow("fifo", rate, 0, 3600.0 * rate * k, option) for k, option in ((1, "base"), (2, "load05")) for rate in (1.0, 2.0)]
+    ax = sweep_figure(rows).axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["fifo [base] (1 seeds)", "fifo [load05] (1 seeds)"]
+    assert [line.get_ydata().tolist() for line in ax.get_lines()] == [[1.0, 2.0], [2.0, 4.0]]
+    csv_path, png = write_sweep(rows, tmp_path / "sweep")
+    with csv_path.open(newline="") as f:
+        written = list(csv.DictReader(f))
+    assert written[-1] == {"policy": "fifo", "jobs_per_hour": "2.0", "seed": "0", "avg_jct_s": "14400.0", "option": "load05"}
+    assert_png_with_content(png)
+
+
 def test_empty_inputs_still_make_labelled_plots(tmp_path):
     empty = SimulationResult("fifo", "default", dict(CLUSTER), 360.0, 0, (), (), 0.0, (), 0, ())
     for plot in (plot_jct_cdf, plot_utilization, plot_queue):

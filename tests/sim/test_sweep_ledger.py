@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from common.messages import SweepCellFinished
-from sim.sweep_cells import SweepSpec, table_digest
+from sim.sweep_cells import SweepSpec, Variant, table_digest
 from sim.sweep_ledger import LedgerFile, SweepBook, ledger_line, parse_ledger
 from sim.sweep_plan import Figures
 
@@ -24,6 +24,30 @@ def test_ids_are_derived_from_what_they_name():
     assert other.sweep_id != SPEC.sweep_id
     ids = {SPEC.cell(p, r, s, o).cell_id for p in ("fifo", "las") for r in (2.0, 4.0) for s in (0, 1) for o in ("", "x")}
     assert len(ids) == 16
+
+
+def test_variants_leave_a_sweeps_ids_as_they_were_and_name_their_own_fields():
+    import dataclasses
+    import hashlib
+
+    load = Variant("load05", scenario_json='{"mechanism": [["admission", "load"]]}')
+    ideal = Variant("ideal", preset="gavel", round_s=60.0, trace_json='{"slos": true}', scenario_json='{"engine": "ideal"}')
+    with_variants = dataclasses.replace(SPEC, variants=(load, ideal))
+    # a sweep without variants keeps its ids (an old sweep's ledger still resumes), and variants
+    # do not change the sweep's id
+    old_id = hashlib.sha256(json.dumps([SPEC.sweep_id, "fifo", repr(2.0), 0, ""]).encode()).hexdigest()[:16]
+    assert with_variants.sweep_id == SPEC.sweep_id and SPEC.cell("fifo", 2.0, 0).cell_id == old_id
+    assert with_variants.cell("fifo", 2.0, 0) == SPEC.cell("fifo", 2.0, 0)
+    # a variant's cell carries its fields
+    cell = with_variants.cell("fifo", 2.0, 0, "ideal")
+    assert (cell.option, cell.preset, cell.round_s, cell.trace_json, cell.scenario_json) == (
+        "ideal", "gavel", 60.0, '{"slos": true}', '{"engine": "ideal"}'
+    )
+    # one variant more leaves the others' ids; other flags under the same label are another cell
+    alone = dataclasses.replace(SPEC, variants=(load,))
+    assert alone.cell("fifo", 2.0, 0, "load05") == with_variants.cell("fifo", 2.0, 0, "load05")
+    changed = dataclasses.replace(SPEC, variants=(Variant("load05", scenario_json='{"mechanism": [["admission", "quota"]]}'),))
+    assert changed.cell("fifo", 2.0, 0, "load05").cell_id != alone.cell("fifo", 2.0, 0, "load05").cell_id
 
 
 def test_a_table_is_named_by_its_content_not_its_formatting():
@@ -69,7 +93,7 @@ def test_the_book_counts_a_result_once_and_refuses_what_is_not_its_own():
     assert failure is not None and failure.figures.failed and book.started == set()
     assert book.accept(result(a, 50.0)) is not None  # the redelivered copy succeeded after all
     assert book.accept(result(a, 60.0)) is None  # a duplicate
-    assert book.results() == {("fifo", 2.0, 0): Figures(50.0, 0.5)}
+    assert book.results() == {("fifo", 2.0, 0, ""): Figures(50.0, 0.5)}
     assert (len(book.finished), len(book.failures), book.open_cells) == (1, 0, 1)
 
 

@@ -70,12 +70,22 @@ def test_a_fixed_plan_asks_every_cell_below_its_policys_cutoff_and_not_what_is_k
     plan = SweepPlan(("fifo", "las"), (0, 1), rates=(2.0, 4.0, 8.0), cutoffs={"fifo": 4.0})
     assert plan.cut() == (("fifo", 4.0), ("fifo", 8.0))
     assert plan.needed({}) == (
-        ("fifo", 2.0, 0), ("las", 2.0, 0), ("las", 4.0, 0), ("las", 8.0, 0),
-        ("fifo", 2.0, 1), ("las", 2.0, 1), ("las", 4.0, 1), ("las", 8.0, 1),
+        ("fifo", 2.0, 0, ""), ("las", 2.0, 0, ""), ("las", 4.0, 0, ""), ("las", 8.0, 0, ""),
+        ("fifo", 2.0, 1, ""), ("las", 2.0, 1, ""), ("las", 4.0, 1, ""), ("las", 8.0, 1, ""),
     )
-    known = {("las", 4.0, 0): Figures(3600.0, 0.5), ("fifo", 2.0, 1): Figures(None, None, failed=True)}
-    assert ("las", 4.0, 0) not in plan.needed(known) and ("fifo", 2.0, 1) not in plan.needed(known)
+    known = {("las", 4.0, 0, ""): Figures(3600.0, 0.5), ("fifo", 2.0, 1, ""): Figures(None, None, failed=True)}
+    assert ("las", 4.0, 0, "") not in plan.needed(known) and ("fifo", 2.0, 1, "") not in plan.needed(known)
     assert len(plan.needed(known)) == 6
+
+
+def test_a_plan_with_variants_asks_each_cell_once_per_variant_and_each_variant_its_own_search():
+    fixed = SweepPlan(("fifo",), (0,), rates=(2.0, 4.0), cutoffs={"fifo": 4.0}, options=("a", "b"))
+    assert fixed.needed({}) == (("fifo", 2.0, 0, "a"), ("fifo", 2.0, 0, "b"))  # the cutoff holds for each
+    assert fixed.needed({("fifo", 2.0, 0, "a"): Figures(3600.0, 0.5)}) == (("fifo", 2.0, 0, "b"),)
+    search = SweepPlan(("fifo",), (0,), until_utilization=0.9, options=("a", "b"))
+    first = 3600 / 32768
+    known = {("fifo", first, 0, "a"): Figures(3600.0, 0.2)}  # only a's first cell is known
+    assert search.needed(known) == (("fifo", first * 2, 0, "a"), ("fifo", first, 0, "b"))
 
 
 def walk(threshold, utilization, jct_h, cutoff=None, fail_at=None):
@@ -129,6 +139,6 @@ def test_a_cell_where_no_job_completed_counts_as_an_infinite_jct():
 def test_a_search_plan_asks_the_next_cell_of_each_policy_and_seed():
     plan = SweepPlan(("fifo", "las"), (0, 1), until_utilization=0.9)
     first = 3600 / 32768
-    assert plan.needed({}) == (("fifo", first, 0), ("las", first, 0), ("fifo", first, 1), ("las", first, 1))
-    known = {("fifo", first, 0): Figures(3600.0, 0.2)}
-    assert plan.needed(known)[0] == ("fifo", 3600 / 16384, 0)
+    assert plan.needed({}) == (("fifo", first, 0, ""), ("las", first, 0, ""), ("fifo", first, 1, ""), ("las", first, 1, ""))
+    known = {("fifo", first, 0, ""): Figures(3600.0, 0.2)}
+    assert plan.needed(known)[0] == ("fifo", 3600 / 16384, 0, "")
