@@ -4,7 +4,7 @@ through the simulator under candidate policies, and compare with what really hap
 simulator's input and the real run as a result; compare: the figures; plots); this is the shell.
 
 Files in the output directory: comparison.json (what --json prints), comparison.txt (the table),
-jct_cdf.png and summary.png (unless --no-plots). Progress on stderr while the replays run.
+jobs.csv (each compared job's JCT in every run), jct_cdf.png and summary.png (unless --no-plots). Progress on stderr while the replays run.
 Exit codes: 0 done; 1 the plots could not be drawn, or a policy could not be replayed (it stalled,
 or its plug-in failed: a note says why; the others are compared); 2 bad input (a
 missing or corrupt journal, a journal with no finished job, an unknown policy, --from after the
@@ -14,6 +14,7 @@ last arrival: one line naming the flag).
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import pathlib
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from sim.clock import SimulationStalled
     from sim.progress import ProgressBar
     from sim.scenario import bad_input, check_policies, check_solvers, load_context
-    from sim.whatif.compare import HEADERS, REAL, run_figures, table_rows
+    from sim.whatif.compare import HEADERS, REAL, job_rows, run_figures, table_rows
     from sim.whatif.history import read_history
     from sim.whatif.real import shifted
     from sim.whatif.replay import fleet_gpus, setup
@@ -159,7 +160,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = table_rows(runs)
     (out / "comparison.txt").write_text(_text_table(HEADERS, rows))
-    files = ["comparison.json", "comparison.txt"]
+    with (out / "jobs.csv").open("w", newline="") as f:
+        headers, job_lines = job_rows(results)
+        csv.writer(f).writerows([headers, *job_lines])
+    files = ["comparison.json", "comparison.txt", "jobs.csv"]
     failed = ""
     if not args.no_plots:
         try:

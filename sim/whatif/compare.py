@@ -97,6 +97,21 @@ def jain_index(values: np.ndarray) -> float | None:
     return float(x.sum() ** 2 / (len(x) * np.square(x).sum()))
 
 
+def job_rows(results: Mapping[str, SimulationResult]) -> tuple[list[str], list[list[object]]]:
+    """Each compared job's JCT in every run (jobs.csv): headers, then a row per job of the first
+    run's measured ones, in its order (id, job type, arrival s, then a JCT in s per run; None:
+    it did not finish there)."""
+    labels = list(results)
+    first = results[labels[0]]
+    measured = set(first.measured_job_ids)
+    jct_s = {label: {j.job_id: j.jct_s for j in r.jobs if not j.dropped} for label, r in results.items()}
+    rows: list[list[object]] = [
+        [j.job_id, j.job_type, j.arrival_s, *(jct_s[label].get(j.job_id) for label in labels)]
+        for j in first.jobs if j.job_id in measured
+    ]
+    return ["job_id", "job_type", "arrival_s", *(f"jct_s {label}" for label in labels)], rows
+
+
 HEADERS = (
     "run", "jobs", "avg JCT h", "vs real", "p50 h", "p90 h", "p99 h", "makespan h", "util", "rho mean", "rho worst",
     "Jain",

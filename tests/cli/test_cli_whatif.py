@@ -4,6 +4,7 @@ exit 2 for each bad input."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -52,7 +53,11 @@ def test_the_comparison_as_json_replays_the_policy_it_ran_and_the_candidates(jou
     assert report["cells"]["measured"] + report["cells"]["assumed"] == 36 and report["cells"]["measured"] > 0
     written = json.loads((out / "comparison.json").read_text())
     assert written == {k: v for k, v in report.items() if k != "files"}
-    assert report["files"] == [str(out / "comparison.json"), str(out / "comparison.txt")]
+    assert report["files"] == [str(out / name) for name in ("comparison.json", "comparison.txt", "jobs.csv")]
+    with (out / "jobs.csv").open() as f:
+        jobs = list(csv.DictReader(f))
+    assert len(jobs) == 12 and all(row[f"jct_s {POLICY}"] == row["jct_s real run"] for row in jobs)
+    assert all(float(row["jct_s fifo"]) > 0 for row in jobs)
 
 
 def test_the_table_names_the_real_run_and_each_policy(journal, tmp_path, capsys):
@@ -72,7 +77,7 @@ def test_plots_are_written(journal, tmp_path, capsys):
     out = tmp_path / "plots"
     code, _, _ = gavel(capsys, "whatif", "--journal", str(journal), "--policies", "fifo", "--out", str(out))
     assert code == 0
-    assert {p.name for p in out.iterdir()} == {"comparison.json", "comparison.txt", "jct_cdf.png", "summary.png"}
+    assert {p.name for p in out.iterdir()} == {"comparison.json", "comparison.txt", "jobs.csv", "jct_cdf.png", "summary.png"}
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in ("jct_cdf.png", "summary.png"))
 
 
