@@ -1,5 +1,5 @@
 """Gavel's Philly-derived traces, one per virtual cluster of Microsoft's Philly cluster, shipped
-with the simulator (``gavel simulate --philly VC``).
+with the simulator (``gavel simulate --trace philly:VC[:SEED]``).
 
 Data, not logic: ``philly/seed=N/<vc>.trace.gz`` are Gavel's ``traces/msr/seed=N/<vc>.trace``
 compressed (figures only, MIT licence; tests/data/gavel/README.md): arrival times and GPU counts
