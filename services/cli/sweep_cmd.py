@@ -1,4 +1,4 @@
-"""``gavel sweep``: every (policy, input rate, seed) on a generated trace, on the cores of this
+"""``gavel sweep``: every (policy, input rate, seed[, variant]) on a generated trace, on the cores of this
 machine or on ``gavel serve simulator`` processes over RabbitMQ (``--bus amqp``); average JCT
 against input rate (Gavel's Figure 8).
 
@@ -7,8 +7,10 @@ arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do
 cell (sim/sweep_cells.py) that carries everything it needs, so a cell runs the same in a local
 worker process and on another machine. The rates: ``--rates``, Gavel's evenly spaced interval
 (``--rate-start/--rate-stop/--rate-count``) or its search for saturation (``--until-saturated``),
-limited by ``--cutoffs`` (sim/sweep_plan.py).
-Files: sweep.csv (policy, jobs_per_hour, seed, avg_jct_s) and sweep_jct.png (sim/output.py), and
+limited by ``--cutoffs`` (sim/sweep_plan.py). ``--variant LABEL=FLAGS`` (repeatable) adds the
+option axis: each cell once per variant, with the sweep's run flags and the variant's over them
+(services/cli/sweep_variants.py).
+Files: sweep.csv (policy, jobs_per_hour, seed, avg_jct_s; option with variants) and sweep_jct.png (sim/output.py), and
 cells.jsonl, the ledger of results kept as they arrive: the same command with the same --out
 again runs only the cells without a result (sim/sweep_ledger.py).
 Exit codes: 0 done; 1 a cell failed, or the plot could not be drawn (sweep.csv is written); 2 bad
@@ -19,16 +21,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import pathlib
 import sys
 from typing import TYPE_CHECKING
 
 from services.cli.common import CommandFailed, print_json, print_lines, print_table
-from services.cli.module_flags import add_module_flags, module_settings
+from services.cli.module_flags import add_module_flags
 from services.cli.simulate_cmd import add_cluster_flags
-from services.cli.simulate_flags import add_job_option_flags, job_options
+from services.cli.simulate_flags import add_job_option_flags
+from services.cli.sweep_variants import add_variant_flag
 
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
 if TYPE_CHECKING:
@@ -76,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_cluster_flags(p)
     add_module_flags(p)
+    add_variant_flag(p)
     p.add_argument(
         "--window", metavar="START:END", help="measure only the jobs at positions START..END-1 (Gavel's steady state)"
     )
@@ -92,15 +95,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli.sweep_variants import (
+        cell_fields,
+        naming,
+        parse_variants,
+        plugins_named,
+        run_settings,
+    )
     from sim.scenario import (
         bad_input,
-        check_mechanism_flags,
         check_policies,
         check_prices,
-        check_solvers,
-        check_trace,
         format_cluster,
-        generated_trace,
         load_context,
         parse_cluster,
         parse_numbers,
@@ -108,15 +114,18 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         seed_number,
         serving,
     )
-    from sim.sweep_cells import SweepSpec, table_digest
+    from sim.sweep_cells import SweepSpec, cell_scenario, table_digest
     from sim.sweep_ledger import LedgerFile, SweepBook
 
     # 1. every input, checked before any cell runs
     policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
-    check_solvers(policies, args.preset)
     seeds = parse_numbers("--seeds", args.seeds, seed_number, "a whole number >= 0")
-    check_mechanism_flags(args.round_s, args.gpus_per_server)
-    modules = module_settings(args)  # the seams' choices: in every cell's Scenario (none: the preset's)
+    # the sweep's own run flags, then each variant's (the sweep's with its flags over them)
+    modules = run_settings(args, policies)
+    variants = []
+    for label, ns in parse_variants(args):
+        with naming(label):
+            variants.append((label, ns, run_settings(ns, policies)))
     if args.processes is not None and args.processes < 1:
         raise bad_input("--processes", f"expected a whole number >= 1, got {args.processes}")
     if args.amqp and args.bus != "amqp":
@@ -124,7 +133,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.processes is not None and args.bus == "amqp":
         raise bad_input("--processes", "with --bus amqp the cells run on `gavel serve simulator` processes: start as many as you want")
     # a local sweep's cells run the plug-ins named here: its policies, and its seams' module:Name
-    named = [*policies, *(value for _, value in modules if isinstance(value, str) and ":" in value)]
+    named = [*policies, *plugins_named(modules), *(name for _, _, m in variants for name in plugins_named(m))]
     context = serving(load_context(args.throughputs), named)
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
@@ -132,22 +141,19 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.jobs < 1:
         raise bad_input("--jobs", f"expected a whole number >= 1, got {args.jobs}")
     window = parse_window(args.window, args.jobs)
-    if args.fixed_run_time_s is not None and not 0 < args.fixed_run_time_s < float("inf"):
-        raise bad_input("--fixed-run-time-s", f"expected a number of seconds > 0, got {args.fixed_run_time_s:g}")
-    trace_options = job_options(args, cluster)  # Gavel's generated-jobs options, in every cell's trace
-    scenario_options = ({"mechanism": modules} if modules else {}) | ({"engine": "ideal"} if args.ideal else {})
-    plan = sweep_plan(args, policies, seeds, cluster, context.table)
-    for seed in seeds:  # the jobs are the same at every rate: one check per seed
-        trace = generated_trace(
-            args.jobs, plan.rates[0] if plan.rates else 1.0, args.multi_gpu, seed, context.table, **trace_options
-        )
-        check_trace(trace, context.table, cluster, f"the trace generated with seed {seed}")
+    shared = cell_fields("", args, modules, cluster)  # what every cell carries (without variants)
+    cells = tuple(cell_fields(label, ns, m, cluster) for label, ns, m in variants)
+    plan = sweep_plan(args, policies, seeds, cluster, context.table, tuple(v.label for v in cells) or ("",))
     digest = table_digest(_table_text(args.throughputs))
     spec = SweepSpec(
         args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window,
-        scenario_json=json.dumps(scenario_options) if scenario_options else "",
-        trace_json=json.dumps(trace_options) if any(trace_options.values()) else "",
+        trace_json=shared.trace_json, scenario_json=shared.scenario_json, variants=cells,
     )
+    rate = plan.rates[0] if plan.rates else 1.0
+    for option in plan.options:
+        for seed in seeds:  # the jobs are the same at every rate: one check per seed, of the trace its cells generate
+            with naming(option or None):
+                cell_scenario(spec.cell(policies[0], rate, seed, option), context)
     out = pathlib.Path(args.out) if args.out else pathlib.Path("out") / f"sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     ledger = LedgerFile(out)
     kept = ledger.read(spec.sweep_id)
@@ -157,7 +163,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if cut:
         print_lines([f"sweep: --cutoffs leaves out {len(cut)} (policy, rate): " + ", ".join(f"{p} at {r:g}" for p, r in cut)], sys.stderr)
     where = f"{format_cluster(cluster)} (preset {args.preset})"
-    what = f"{len(policies)} policies x {len(seeds)} seeds x " + (
+    what = f"{len(policies)} policies x {len(seeds)} seeds x " + (f"{len(cells)} variants x " if cells else "") + (
         f"{len(plan.rates)} rates = {total} cells" if total is not None else f"a search until utilisation {plan.until_utilization:g}"
     )
 
@@ -177,8 +183,11 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     return _report(args, out, book, plan, policies, len(seeds))
 
 
-def sweep_plan(args: argparse.Namespace, policies: tuple[str, ...], seeds: tuple[int, ...], cluster, table) -> SweepPlan:
-    """The range flags into the plan: exactly one way of choosing the rates, and the cutoffs."""
+def sweep_plan(
+    args: argparse.Namespace, policies: tuple[str, ...], seeds: tuple[int, ...], cluster, table, options: tuple[str, ...] = ("",)
+) -> SweepPlan:
+    """The range flags into the plan: exactly one way of choosing the rates, and the cutoffs;
+    ``options``: the variants' labels."""
     from sim.scenario import bad_input, parse_cluster, parse_numbers, positive_rate
     from sim.sweep_plan import RangeError, SweepPlan, evenly_spaced_rates, parse_cutoffs
 
@@ -202,7 +211,7 @@ def sweep_plan(args: argparse.Namespace, policies: tuple[str, ...], seeds: tuple
         if args.until_saturated is not None:
             if not 0 < args.until_saturated <= 1:
                 raise bad_input("--until-saturated", f"expected a utilisation in (0, 1], got {args.until_saturated:g}")
-            return SweepPlan(policies, seeds, until_utilization=args.until_saturated, cutoffs=cutoffs)
+            return SweepPlan(policies, seeds, until_utilization=args.until_saturated, cutoffs=cutoffs, options=options)
         if interval:
             if args.rate_start is None or args.rate_stop is None:
                 raise bad_input("--rate-start" if args.rate_start is None else "--rate-stop", "an interval needs --rate-start A and --rate-stop B")
@@ -211,7 +220,7 @@ def sweep_plan(args: argparse.Namespace, policies: tuple[str, ...], seeds: tuple
             rates = parse_numbers("--rates", args.rates, positive_rate, "a number of jobs per hour > 0")
     except RangeError as e:
         raise bad_input(e.flag, e.reason) from None
-    plan = SweepPlan(policies, seeds, rates=tuple(rates), cutoffs=cutoffs)
+    plan = SweepPlan(policies, seeds, rates=tuple(rates), cutoffs=cutoffs, options=options)
     if not plan.needed({}):
         raise bad_input("--cutoffs", "every rate is at or above its policy's cutoff: nothing to run")
     return plan
@@ -241,10 +250,12 @@ def _report(args: argparse.Namespace, out: pathlib.Path, book: SweepBook, plan: 
     except Exception as e:  # noqa: BLE001 - matplotlib fails in many ways; the CSV stands without the plot
         plot_error = f"{type(e).__name__}: {e}"
     failures = list(book.failures.values())
+    options = plan.options if plan.options != ("",) else ()
     if args.json:
-        print_json({"out_dir": str(out), "runs": [_run_json(r) for r in done], "failed": [_run_json(r) for r in failures]})
+        runs = [_run_json(r, bool(options)) for r in done]
+        print_json({"out_dir": str(out), "runs": runs, "failed": [_run_json(r, bool(options)) for r in failures]})
     else:
-        print_sweep_table(rows, policies, num_seeds)
+        print_sweep_table(rows, policies, num_seeds, options)
         print_lines(["", f"wrote {csv_path}" if plot_error else f"wrote {csv_path} and {png_path}"])
     if failures:
         from sim.sweep_cells import describe
@@ -259,28 +270,31 @@ def _report(args: argparse.Namespace, out: pathlib.Path, book: SweepBook, plan: 
     return 0
 
 
-def _run_json(r: CellResult) -> dict[str, object]:
+def _run_json(r: CellResult, variants: bool) -> dict[str, object]:
     f = r.figures
     return {
-        "policy": r.cell.policy, "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": f.avg_jct_s,
+        "policy": r.cell.policy, **({"option": r.cell.option} if variants else {}),
+        "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": f.avg_jct_s,
         "cluster_utilization": f.utilization, "jobs_completed": r.result.jobs_completed,
         "jobs_measured": r.result.jobs_measured, "wall_s": r.result.wall_s, "simulator": r.result.simulator,
         **({"error": r.result.error} if r.result.error else {}),
     }
 
 
-def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds: int) -> None:
-    """Average JCT in hours, one row per rate, one column per policy: the mean over the seeds,
-    with the range when there are several."""
+def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds: int, options: tuple[str, ...] = ()) -> None:
+    """Average JCT in hours, one row per rate, one column per policy (per policy and variant,
+    "policy [variant]", with ``options``): the mean over the seeds, with the range when there are
+    several."""
     from sim.metrics import sweep_lines
 
-    lines = {line.policy: line for line in sweep_lines(rows)}
+    lines = {(line.policy, line.option): line for line in sweep_lines(rows)}
+    columns = [(policy, option) for policy in policies for option in options or ("",)]
     rates = sorted({row.jobs_per_hour for row in rows})
     table = []
     for rate in rates:
         cells: list[object] = [f"{rate:g}"]
-        for policy in policies:
-            line = lines.get(policy)
+        for column in columns:
+            line = lines.get(column)
             at = [] if line is None else [k for k, r in enumerate(line.jobs_per_hour) if r == rate]
             if not at:
                 cells.append("-")
@@ -292,5 +306,5 @@ def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds
             cells.append(cell)
         table.append(cells)
     print_lines(["average JCT in hours" + (f", mean over {num_seeds} seeds (min-max)" if num_seeds > 1 else "")])
-    print_table(["jobs/hour", *policies], table)
+    print_table(["jobs/hour", *(f"{p} [{o}]" if o else p for p, o in columns)], table)
 

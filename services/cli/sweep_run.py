@@ -38,8 +38,9 @@ def _reporter(book: SweepBook, total: int | None, running: int | None = None):
             what = f"avg JCT {jct}, utilisation {util}, {result.jobs_completed}/{result.jobs_measured} done ({result.wall_s:.1f} s)"
         where = f" on {result.simulator}" if result.simulator != "local" else ""
         shown = None if running is None else min(running, book.open_cells)  # local: every worker busy while cells wait
+        variant = f" [{cell.option}]" if cell.option else ""
         _say(
-            f"[{book.progress(elapsed(), total, shown)}] {cell.policy} at {cell.jobs_per_hour:g} jobs/h, "
+            f"[{book.progress(elapsed(), total, shown)}] {cell.policy}{variant} at {cell.jobs_per_hour:g} jobs/h, "
             f"seed {cell.seed}{where}: {what}"
         )
 
