@@ -3,7 +3,7 @@
 ``--checkpoint-at-s T`` or ``--checkpoint-after-jobs N``, then ``--resume FILE``).
 
 The file: a first line naming the format, a JSON line saying what run it is of (the trace's
-digest, the policy, the preset, the cluster, the seed, the window, the mechanism's and the
+and the throughput table's digests, the policy, the preset, the cluster, the seed, the window, the mechanism's and the
 estimator's settings, the version that wrote it and its source's digest, and where the run was), then the bus-free loop's
 whole state (sim/carry.py) as a pickle. Resuming reads the JSON line first and refuses, in one
 line naming what differs, a checkpoint of another trace, another run or another version, before
@@ -29,6 +29,7 @@ from common.errors import CheckpointError
 from sim.carry import Carry, CheckpointPlan
 
 if TYPE_CHECKING:
+    from common.throughputs import ThroughputTable
     from sim.fastpath import RunConfig
     from sim.traces import TraceJob
 
@@ -36,7 +37,9 @@ MAGIC = b"gavel simulation checkpoint, format 1\n"  # a new format changes this 
 # the packages whose objects a checkpoint holds (their source is digested: "code")
 STATE_PACKAGES = ("common", "mechanism_service", "policy_service", "estimator_service", "sim")
 # What the JSON line says of the run, in the order a difference is reported
-RUN_FIELDS = ("version", "code", "trace", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation")
+RUN_FIELDS = (
+    "version", "code", "trace", "table", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +52,10 @@ class CheckpointSpec:
     resume_from: pathlib.Path | None = None
 
 
-def fingerprint(trace: Sequence[TraceJob], config: RunConfig) -> dict[str, str]:
-    """What a checkpoint must match to be resumed: the same jobs, the same run, the same code."""
+def fingerprint(trace: Sequence[TraceJob], config: RunConfig, table: ThroughputTable | None = None) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: the same jobs, the same run, the same code, the
+    same throughput table (the saved state holds the rates of the jobs admitted so far; a job
+    admitted after the resume would take another table's)."""
     def digest(value: object) -> str:
         return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
 
@@ -58,6 +63,9 @@ def fingerprint(trace: Sequence[TraceJob], config: RunConfig) -> dict[str, str]:
         "version": _version(),
         "code": _code_digest(),
         "trace": f"{len(trace)} jobs, sha256 {digest(tuple(trace))}",
+        "table": "none" if table is None else "sha256 " + digest(
+            (table.accelerator_types, sorted(table.isolated_steps_per_s.items()), sorted(table.pair_steps_per_s.items()))
+        ),
         "policy": config.policy,
         "preset": config.settings.preset,
         "cluster": ",".join(f"{w}={n}" for w, n in config.cluster.items()),
@@ -113,11 +121,13 @@ def read_checkpoint(path: pathlib.Path, run: dict[str, str]) -> Carry:
     return carry
 
 
-def hooks(spec: CheckpointSpec | None, trace: Sequence[TraceJob], config: RunConfig) -> dict[str, object]:
+def hooks(
+    spec: CheckpointSpec | None, trace: Sequence[TraceJob], config: RunConfig, table: ThroughputTable | None = None
+) -> dict[str, object]:
     """The keyword arguments of sim.fastpath.simulate that save and resume as ``spec`` says."""
     if spec is None:
         return {}
-    run = fingerprint(trace, config)
+    run = fingerprint(trace, config, table)
     out: dict[str, object] = {}
     if spec.resume_from is not None:
         out["resume"] = read_checkpoint(spec.resume_from, run)
@@ -133,7 +143,7 @@ def hooks(spec: CheckpointSpec | None, trace: Sequence[TraceJob], config: RunCon
 
 def _what(name: str) -> str:
     return {"version": "gavel version", "code": "other code: the source's digest", "trace": "another trace:", "settings": "mechanism settings",
-            "estimation": "estimator settings"}.get(name, name)
+            "estimation": "estimator settings", "table": "another throughput table:"}.get(name, name)
 
 
 @functools.cache

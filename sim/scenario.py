@@ -468,7 +468,7 @@ def run_policy(
 
         result = simulate_ideal(scenario.trace, config, context, progress=progress)
     else:
-        checkpointing = checkpoint_hooks(scenario.checkpoint, scenario.trace, config)
+        checkpointing = checkpoint_hooks(scenario.checkpoint, scenario.trace, config, context.table)
         result = simulate(scenario.trace, config, context, progress=progress, **checkpointing)  # type: ignore[arg-type]
     assert context.table is not None
     summary = summarize(result, context.prices_per_hour or {}, isolated_throughputs_from_table(result, context.table))

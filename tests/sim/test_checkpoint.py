@@ -64,12 +64,18 @@ def test_a_checkpoint_of_another_trace_run_or_version_is_refused_naming_what_dif
     path, scenario = saved_checkpoint(tmp_path)
     other_trace = generated_trace(80, 4.0, True, 1, CONTEXT.table)
     with pytest.raises(CheckpointError, match=r"a checkpoint of another trace: '80 jobs, sha256 \w+', not '80 jobs"):
-        read_checkpoint(path, fingerprint(other_trace, scenario.config("fifo_perf")))
+        read_checkpoint(path, fingerprint(other_trace, scenario.config("fifo_perf"), CONTEXT.table))
     with pytest.raises(CheckpointError, match="a checkpoint of policy 'fifo_perf', not 'max_min_fairness_perf'"):
-        read_checkpoint(path, fingerprint(TRACE, scenario.config("max_min_fairness_perf")))
+        read_checkpoint(path, fingerprint(TRACE, scenario.config("max_min_fairness_perf"), CONTEXT.table))
     with pytest.raises(CheckpointError, match="a checkpoint of seed '0', not '3'"):
-        read_checkpoint(path, fingerprint(TRACE, dataclasses.replace(scenario, seed=3).config("fifo_perf")))
-    run = fingerprint(TRACE, scenario.config("fifo_perf"))
+        read_checkpoint(path, fingerprint(TRACE, dataclasses.replace(scenario, seed=3).config("fifo_perf"), CONTEXT.table))
+    # another --throughputs table: the saved jobs' rates are the old table's, later jobs' would not be
+    table = CONTEXT.table
+    key = next(iter(table.isolated_steps_per_s))
+    faster = dataclasses.replace(table, isolated_steps_per_s={**table.isolated_steps_per_s, key: 2 * table.isolated_steps_per_s[key]})
+    with pytest.raises(CheckpointError, match=r"a checkpoint of another throughput table: 'sha256 \w+', not 'sha256 \w+'"):
+        read_checkpoint(path, fingerprint(TRACE, scenario.config("fifo_perf"), faster))
+    run = fingerprint(TRACE, scenario.config("fifo_perf"), table)
     with pytest.raises(CheckpointError, match=r"a checkpoint of gavel version '0\.0\.0-other', not "):
         older = path.read_bytes().replace(json.dumps(run["version"]).encode(), b'"0.0.0-other"', 1)
         (tmp_path / "older.ckpt").write_bytes(older)
