@@ -35,10 +35,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
+from policy_service.core.allocation import Allocation
 from policy_service.core.baselines import agnostic_reference_throughputs
 from policy_service.core.problem import Problem
-from policy_service.core.srtf import place_in_order, priority_order, runnable_types
+from policy_service.core.srtf import (
+    place_in_order,
+    priority_order,
+    runnable_types,
+    whole_gang_allocation,
+)
 
 
 def marginal_gain(problem: Problem) -> np.ndarray:
@@ -97,11 +102,7 @@ class Optimus:
             best = np.where(runnable_types(problem), marginal_gain(view), -np.inf).max(axis=1, initial=-np.inf)
             preference = np.where(runnable_types(problem), self.rng.random((n, num_types)), -np.inf)
             fractions = place_in_order(problem, priority_order(problem, -best), preference)
-        return Allocation(
-            policy=self.name, status=Status.OPTIMAL, job_ids=problem.job_ids, worker_types=problem.worker_types,
-            job_fractions=_readonly(fractions), pairs=PairShares.none(n, num_types),
-            objective=None, solve_time_s=time.perf_counter() - started,
-        )
+        return whole_gang_allocation(self.name, problem, fractions, started)
 
 
 def optimus(

@@ -79,6 +79,31 @@ def place_in_order(problem: Problem, order: np.ndarray, preference: np.ndarray) 
     return fractions
 
 
+def take_whole_gangs(
+    problem: Problem, order: np.ndarray, heterogeneity_aware: bool, rng: np.random.Generator
+) -> np.ndarray:
+    """(n, K) ``place_in_order`` with the preference the whole-GPU schedulers share (SRTF,
+    Tiresias): each job's fastest type with room (aware), else a random one (agnostic: one draw
+    from ``rng`` per job and type, every solve)."""
+    runnable = runnable_types(problem)
+    if heterogeneity_aware:
+        preference = np.where(runnable, problem.throughputs_steps_per_s, -np.inf)
+    else:
+        preference = np.where(runnable, rng.random((problem.num_jobs, problem.num_types)), -np.inf)
+    return place_in_order(problem, order, preference)
+
+
+def whole_gang_allocation(name: str, problem: Problem, fractions: np.ndarray, started_s: float, **fields: object) -> Allocation:
+    """A whole-GPU heuristic's answer (SRTF, Tiresias, Optimus): ``fractions`` (n, K), nothing
+    packed, no objective, solved since ``started_s`` (time.perf_counter); ``fields``: Allocation's
+    others (policy_state, valid_for_s)."""
+    return Allocation(
+        policy=name, status=Status.OPTIMAL, job_ids=problem.job_ids, worker_types=problem.worker_types,
+        job_fractions=_readonly(fractions), pairs=PairShares.none(problem.num_jobs, problem.num_types),
+        objective=None, solve_time_s=time.perf_counter() - started_s, **fields,  # type: ignore[arg-type]
+    )
+
+
 def priority_order(problem: Problem, keys: np.ndarray) -> np.ndarray:
     """Job indices by ``keys`` (smallest first), ties by arrival (oldest first), then input order."""
     return np.lexsort((np.arange(problem.num_jobs), arrival_order(problem), keys))
@@ -94,20 +119,10 @@ class Srtf:
 
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
-        n, num_types = problem.num_jobs, problem.num_types
-        runnable = runnable_types(problem)
         remaining = remaining_time_s(problem, self.heterogeneity_aware, self.reference)
         order = priority_order(problem, remaining / problem.priority_weights)
-        if self.heterogeneity_aware:
-            preference = np.where(runnable, problem.throughputs_steps_per_s, -np.inf)
-        else:
-            preference = np.where(runnable, self.rng.random((n, num_types)), -np.inf)
-        fractions = place_in_order(problem, order, preference)
-        return Allocation(
-            policy=self.name, status=Status.OPTIMAL, job_ids=problem.job_ids, worker_types=problem.worker_types,
-            job_fractions=_readonly(fractions), pairs=PairShares.none(n, num_types),
-            objective=None, solve_time_s=time.perf_counter() - started,
-        )
+        fractions = take_whole_gangs(problem, order, self.heterogeneity_aware, self.rng)
+        return whole_gang_allocation(self.name, problem, fractions, started)
 
 
 def srtf(

@@ -39,9 +39,13 @@ from typing import ClassVar
 import numpy as np
 
 from common.errors import ProblemError
-from policy_service.core.allocation import Allocation, PairShares, Status, _readonly
+from policy_service.core.allocation import Allocation
 from policy_service.core.problem import Problem
-from policy_service.core.srtf import place_in_order, priority_order, runnable_types
+from policy_service.core.srtf import (
+    priority_order,
+    take_whole_gangs,
+    whole_gang_allocation,
+)
 
 # Our defaults, for Gavel's traces (jobs of minutes to days on 1-8 GPUs): three queues split at
 # one and ten GPU-hours. The paper derives K and its thresholds from the cluster's history
@@ -129,19 +133,11 @@ class Tiresias:
 
     def allocate(self, problem: Problem) -> Allocation:
         started = time.perf_counter()
-        n, num_types = problem.num_jobs, problem.num_types
         state = queues(problem, self.thresholds_gpu_s, self.starve_limit, _promotions(problem.policy_state))
         order = priority_order(problem, state.queue)  # highest queue first, FIFO within
-        runnable = runnable_types(problem)
-        if self.heterogeneity_aware:
-            preference = np.where(runnable, problem.throughputs_steps_per_s, -np.inf)
-        else:
-            preference = np.where(runnable, self.rng.random((n, num_types)), -np.inf)
-        fractions = place_in_order(problem, order, preference)
-        return Allocation(
-            policy=self.name, status=Status.OPTIMAL, job_ids=problem.job_ids, worker_types=problem.worker_types,
-            job_fractions=_readonly(fractions), pairs=PairShares.none(n, num_types),
-            objective=None, solve_time_s=time.perf_counter() - started,
+        fractions = take_whole_gangs(problem, order, self.heterogeneity_aware, self.rng)
+        return whole_gang_allocation(
+            self.name, problem, fractions, started,
             policy_state=json.dumps({"promoted_at_gpu_s": state.promoted_at_gpu_s}, sort_keys=True)
             if state.promoted_at_gpu_s else None,
             valid_for_s=valid_for_s(problem, state, fractions, self.thresholds_gpu_s, self.starve_limit),
