@@ -62,7 +62,7 @@ def test_a_sweeps_cells_carry_the_seams(tmp_path, capsys):
         (("--admission", "quota", "--admission-param", "unit=tpu"), "gavel: --admission: admission plug-in 'quota': its parameters: unit='tpu': v100 or gpu"),
         (("--placement", "spread", "--placement-param", "x=1"), "gavel: --placement: placement plug-in 'spread': its parameters: spread: takes no parameters (got x)"),
         (("--placement", "no_such.module:Thing"), "gavel: --placement: placement plug-in 'no_such.module:Thing': module 'no_such.module' does not import: ModuleNotFoundError"),
-        (("--launch", "fifo"), "gavel: --launch: launch plug-in 'fifo': unknown; built-in: non_preemptive, priority; or give package.module:Name"),
+        (("--launch", "fifo"), "gavel: --launch: launch plug-in 'fifo': unknown; built-in: non_preemptive, priority; installed (gavel.launch): none; or give package.module:Name"),
         (("--admission-param", "a=1", "--admission-param", "a=2"), "gavel: --admission-param: a given twice"),
     ],
 )
