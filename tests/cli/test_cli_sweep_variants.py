@@ -16,10 +16,12 @@ from services.cli.sweep_variants import SHARED_FLAGS, variant_flags
 
 CLUSTER = ("--cluster", "v100=1,k80=1")
 SWEEP = ("sweep", "--policies", "max_min_fairness_perf", "--rates", "6", "--jobs", "12", *CLUSTER)
+BY_MODULE = "mechanism_service.core.seams.placement_builtins:Spread"
 SHARED = ("--admission", "load", "--admission-param", "max_load=1.0")  # the variants' base
 VARIANTS = {  # label -> its flags; what `gavel simulate` is given for its cells
     "tight": ("--admission-param max_load=0.5", (*SHARED[:2], "--admission-param", "max_load=0.5")),
-    "open": ("--admission accept_all --placement spread", ("--placement", "spread")),
+    # by package.module:Name: a local sweep serves the plug-ins its own flags name, its variants' too
+    "open": (f"--admission accept_all --placement {BY_MODULE}", ("--placement", BY_MODULE)),
 }
 IDEAL = ("--ideal --admission accept_all", ("--ideal",))  # the fluid run has no admission
 
