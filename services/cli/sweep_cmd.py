@@ -30,7 +30,7 @@ from services.cli.common import CommandFailed, print_json, print_lines, print_ta
 from services.cli.module_flags import add_module_flags
 from services.cli.simulate_cmd import add_cluster_flags
 from services.cli.simulate_flags import add_job_option_flags
-from services.cli.sweep_variants import add_variant_flag
+from services.cli.sweep_variants import add_ideal_flag, add_variant_flag
 
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
 if TYPE_CHECKING:
@@ -72,10 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, required=True, metavar="N", help="jobs per generated trace")
     p.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
     add_job_option_flags(p)
-    p.add_argument(
-        "--ideal", action="store_true",
-        help="every cell the fluid run of its policy (gavel simulate --ideal; Gavel's sweeps' --ideal)",
-    )
+    add_ideal_flag(p)
     add_cluster_flags(p)
     add_module_flags(p)
     add_variant_flag(p)

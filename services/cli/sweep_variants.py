@@ -4,13 +4,14 @@ policy x rate x seed x option).
 A variant is a label and some of the per-run simulator flags the sweep itself takes (the seams,
 --ideal, --preset, --round-s, the generated jobs' options), written as on the command line. They
 are read by a parser of the same flag groups the sweep's parser has (module_flags.py,
-simulate_flags.py), over the sweep's own values: a flag a variant gives replaces the sweep's value
-of that flag (a variant's --admission-param list replaces the sweep's; a variant naming another
---admission starts without the sweep's parameters, which were its module's), the flags it does not
-give are the sweep's. Then each variant goes through the checks the sweep's own flags go through, so a
-bad one is the same one line, prefixed with ``--variant LABEL:`` (exit 2). A flag every cell must
-share (the trace's size, the cluster, the output, the bus) is refused naming the variant and the
-flag. Light: no simulator import at the top (tests/cli/test_cli_imports.py).
+simulate_flags.py, --ideal here), over the sweep's own values: a flag a variant gives replaces the
+sweep's value of that flag (a variant's --admission-param list replaces the sweep's; a variant
+naming another --admission starts without the sweep's parameters, which were its module's), the
+flags it does not give are the sweep's. Then each variant goes through the checks the sweep's own
+flags go through, so a bad one is the same one line, prefixed with ``--variant LABEL:`` (exit 2).
+A flag every cell must share (the trace's size, the cluster, the output, the bus) is refused
+naming the variant and the flag. Light: no simulator import at the top
+(tests/cli/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from typing import TYPE_CHECKING
 
 from common.errors import CommandFailed
 from services.cli.module_flags import SEAMS, add_module_flags, module_settings
-from services.cli.simulate_flags import PRESET_NAMES, add_job_option_flags, job_options
+from services.cli.simulate_flags import (
+    add_cluster_flags,
+    add_job_option_flags,
+    job_options,
+)
 
 if TYPE_CHECKING:
     from sim.sweep_cells import Variant
@@ -39,6 +44,13 @@ SHARED_FLAGS = (
     "--seeds", "--jobs", "--multi-gpu", "--cluster", "--throughputs", "--gpus-per-server", "--window", "--out",
     "--bus", "--amqp", "--processes", "--json", "--variant", "--help", "-h",
 )
+
+
+def add_ideal_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ideal", action="store_true",
+        help="every cell the fluid run of its policy (gavel simulate --ideal; Gavel's sweeps' --ideal)",
+    )
 
 
 def add_variant_flag(p: argparse.ArgumentParser) -> None:
@@ -61,21 +73,22 @@ class _VariantParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The flags a variant may give, by the sweep's own groups; nothing given sets nothing."""
+    """The sweep's own groups of per-run flags (the shared ones among them, --cluster and its
+    kin, are refused before this parser sees them); a flag not given sets nothing."""
     p = _VariantParser(prog="--variant", add_help=False, allow_abbrev=False)
     add_job_option_flags(p)  # type: ignore[arg-type]
-    p.add_argument("--ideal", action="store_true")
-    p.add_argument("--preset", choices=PRESET_NAMES)
-    p.add_argument("--round-s", type=float)
+    add_ideal_flag(p)
+    add_cluster_flags(p, required=False)  # --preset, --round-s
     add_module_flags(p)
+    # Not set_defaults(x=SUPPRESS): it also records them as values the namespace starts with.
     for action in p._actions:
-        action.default = argparse.SUPPRESS  # a flag not given sets nothing: the sweep's value stays
+        action.default = argparse.SUPPRESS  # not given, not set: the sweep's value stays
     return p
 
 
 def variant_flags() -> tuple[str, ...]:
     """Every flag a variant may give."""
-    return tuple(s for action in _parser()._actions for s in action.option_strings)
+    return tuple(s for action in _parser()._actions for s in action.option_strings if s not in SHARED_FLAGS)
 
 
 def parse_variants(args: argparse.Namespace) -> tuple[tuple[str, argparse.Namespace], ...]:
