@@ -203,7 +203,9 @@ class RoundLoop:
         due, arrived_ids = take_due(memory, now_s, cluster_grew=self._pool.take_grown())
         newly_held = []
         if self._chosen.admission is None:
-            others = admit_arrivals(state, due, self._config.settings, self._cell.rates, self._config.elastic_types)
+            # (an admission queue left by a start with an admission policy: accept_all takes it first)
+            queued, memory.queued = [job for job, _ in memory.queued], []
+            others = admit_arrivals(state, [*queued, *due], self._config.settings, self._cell.rates, self._config.elastic_types)
         else:  # the admission queue's jobs are offered again, before the arrivals
             through = admit_through(
                 state, self._chosen.admission, [job for job, _ in memory.queued], due, self._config.settings,

@@ -52,3 +52,26 @@ async def test_the_admission_queue_answers_why_survives_a_restart_and_drains(tmp
     await again.mechanism.stop()
     report = check(read_events(journal), finished=True)  # each job accepted once and ended once
     assert report.ok, report.violations
+
+
+async def test_a_restart_without_the_admission_policy_admits_its_queue(tmp_path: pathlib.Path) -> None:
+    """The queue a load-admission start left in its snapshot joins at the first boundary of a
+    start with the default (accept_all), which never asks a policy: it waited for ever in state
+    admission before."""
+    journal = tmp_path / "mechanism.sqlite"
+    w = await world(journal, **LOAD)
+    await w.worker("a", "v100")
+    await w.submit(JobSpec("first", RESNET, 10**6), JobSpec("second", RESNET, 10**6))
+    await eventually(lambda: [j.job_id for j, _ in w.memory.queued] == ["second"] and bool(w.memory.state.previous_assignment))
+    await kill(w)
+
+    async def worker_first(bus: InMemoryBus) -> None:
+        a = await ScriptedWorker(bus, "a", "v100").start(register=False)
+        a.answer = lambda command: {"steps": 10**6}
+
+    again = await world(journal, before=worker_first)  # the default admission
+    await eventually(lambda: [j.job_id for j in again.memory.state.completed] == ["first", "second"])
+    assert again.memory.queued == []
+    await again.mechanism.stop()
+    report = check(read_events(journal), finished=True)
+    assert report.ok, report.violations
