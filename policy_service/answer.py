@@ -257,9 +257,15 @@ def computed_message(request_id: str, allocation: Allocation, **fields: object) 
         entries=tuple(entries),
         reason=allocation.reason or "",
         refused_job_ids=allocation.refused_job_ids,
-        valid_for_s=None if allocation.valid_for_s is None else float(allocation.valid_for_s),  # (numpy's too)
+        valid_for_s=_valid_for_s(allocation.valid_for_s),
         **fields,  # type: ignore[arg-type]
     )
+
+
+def _valid_for_s(seconds: float | None) -> float | None:
+    """Allocation.valid_for_s as the reply carries it: a float (numpy's too), None for never
+    (an infinite one means that, and the wire takes finite numbers only)."""
+    return float(seconds) if seconds is not None and math.isfinite(seconds) else None
 
 
 def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[str, float]]]:

@@ -227,3 +227,22 @@ def test_a_plugin_answer_with_a_field_the_mechanism_cannot_take_is_refused(
                                  j.time_since_arrival_s, None, 0.0) for j in JOBS)))  # type: ignore[arg-type]
     admitted = answer_admitted(AdmittedRequest("r", spec, COUNTS, jobs, (), packing=False), context)
     assert isinstance(admitted, AllocationFailed) and admitted.reason == reply.reason
+
+
+def test_a_plugin_answer_that_holds_for_ever_is_sent_as_none(on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """valid_for_s = inf (never re-solve) is what None says; the wire takes finite numbers only."""
+    from common.codec import DEFAULT_CODEC
+
+    (tmp_path / "plugb_forever.py").write_text(
+        "import dataclasses\n"
+        "from gavel_example_plugins.policies import WeightedShare\n"
+        "class Forever:\n"
+        "    name = 'forever'\n"
+        "    def allocate(self, problem):\n"
+        "        return dataclasses.replace(WeightedShare('forever').allocate(problem), valid_for_s=float('inf'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = "plugb_forever:Forever"
+    reply = answer(_request(spec, JOBS), SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
+    assert isinstance(reply, AllocationComputed) and reply.valid_for_s is None
+    assert DEFAULT_CODEC.encode(reply, source="test", sent_at_s=0.0)
