@@ -161,6 +161,8 @@ def _invalid_fields(allocation: Allocation) -> str:
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return f"{name} {value!r}, not a number"
+    if not 0 <= allocation.solve_time_s < float("inf"):  # (NaN too)
+        return f"solve_time_s {allocation.solve_time_s!r}: seconds >= 0, finite"
     if allocation.valid_for_s is not None and not allocation.valid_for_s >= 0:  # (NaN too)
         return f"valid_for_s {allocation.valid_for_s!r}: seconds >= 0, or None for as long as the job set holds"
     for name in ("policy", "policy_state", "reason"):

@@ -195,6 +195,7 @@ def test_the_metrics_label_a_plugin_it_serves_by_its_name(on_path: Path) -> None
         ("status='fine'", "status 'fine', not one of optimal, optimal_inaccurate, infeasible, failed"),
         ("pairs=None", "pairs of type NoneType, not PairShares"),
         ("objective='high'", "objective 'high', not a number"),
+        ("solve_time_s=float('nan')", "solve_time_s nan: seconds >= 0, finite"),
         ("job_fractions=[['x']]", "an answer that cannot be read (ValueError: could not convert string to float: 'x')"),
     ],
 )
