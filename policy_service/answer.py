@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from common.errors import GavelError, ProblemError
+from common.errors import GavelError, PluginError, ProblemError
 from common.messages import (
     AllocationComputed,
     AllocationEntry,
@@ -28,6 +28,7 @@ from common.messages import (
     PolicyProblem,
     SolveStatus,
 )
+from common.plugins import one_line
 from common.throughputs import ThroughputTable
 from policy_service.core import (
     Allocation,
@@ -35,16 +36,17 @@ from policy_service.core import (
     Entity,
     JobSpec,
     PairSpec,
-    Problem,
     Policy,
+    Problem,
     build_problem,
 )
+from policy_service.core.admitted import AdmittedJobs
 from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
-from policy_service.core.registry import instantiate
 from policy_service.core.formulation import solver_unavailable
-from policy_service.core.admitted import AdmittedJobs
+from policy_service.core.registry import instantiate
+from policy_service.plugins import KIND as PLUGIN_KIND
 from policy_service.plugins import allocate, is_builtin, make_plugin, policy_entry
 
 # Preset "gavel": the programs exactly as Gavel writes them, for the simulator to reproduce its
@@ -232,10 +234,22 @@ def solver_unavailable_for(name: str, preset: str, solver: str | None = None) ->
     return solver_unavailable(wanted)
 
 
-def isolated_baseline(policy: Policy, problem: Problem) -> dict[str, float]:
-    """Job id -> the isolated-share throughput the policy measures finish times against."""
+def isolated_baseline(policy: Policy, problem: Problem, name: str | None = None) -> dict[str, float]:
+    """Job id -> the isolated-share throughput the policy measures finish times against. A
+    plug-in's own (``name`` not a built-in) that raises or is not one number per job is a
+    PluginError naming it, as a bad answer is (policy_service/plugins.py)."""
     baseline = getattr(policy, "isolated_baseline", None)
-    values = baseline(problem) if baseline is not None else isolated_throughputs(problem)
+    if baseline is None:
+        values = isolated_throughputs(problem)
+    elif name is None or is_builtin(name):
+        values = baseline(problem)
+    else:
+        try:
+            values = np.asarray(baseline(problem), dtype=float).reshape(-1)
+        except Exception as error:  # noqa: BLE001 - the plug-in's fault, one answer's worth
+            raise PluginError(PLUGIN_KIND, name, f"isolated_baseline raised {one_line(error)}") from None
+        if len(values) != problem.num_jobs or not np.isfinite(values).all():
+            raise PluginError(PLUGIN_KIND, name, f"isolated_baseline returned {len(values)} values, not {problem.num_jobs} finite ones")
     values = np.asarray(values, dtype=float)
     if len(values) != problem.num_jobs:
         raise ValueError(f"isolated baseline: {len(values)} values for {problem.num_jobs} jobs")
@@ -304,7 +318,7 @@ def answer(
         allocation = allocate(policy, problem, request.policy)
         return computed_message(
             request.request_id, allocation,
-            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
+            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem, request.policy),
             policy_state=allocation.policy_state or "",
         )
     except GavelError as e:
@@ -364,7 +378,7 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
         allocation = allocate(policy, problem, request.policy)
         return AdmittedAnswer(
             fractions=dict(entry_fractions(allocation)),
-            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem),
+            isolated_throughputs_steps_per_s=isolated_baseline(policy, problem, request.policy),
             policy_state=allocation.policy_state or "",
             solve_time_s=float(allocation.solve_time_s),
             valid_for_s=allocation.valid_for_s,

@@ -247,3 +247,37 @@ def test_a_plugin_answer_that_holds_for_ever_is_sent_as_none(on_path: Path, tmp_
     reply = answer(_request(spec, JOBS), SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
     assert isinstance(reply, AllocationComputed) and reply.valid_for_s is None
     assert DEFAULT_CODEC.encode(reply, source="test", sent_at_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "reason"),
+    [
+        ("raise KeyError('no table')", "isolated_baseline raised KeyError: 'no table'"),
+        ("return [1.0]", "isolated_baseline returned 1 values, not 3 finite ones"),
+    ],
+)
+def test_a_plugin_isolated_baseline_that_fails_costs_that_answer(
+    on_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, baseline: str, reason: str
+) -> None:
+    """A plug-in's own isolated_baseline (what finish-time fairness is measured against) is the
+    plug-in's code too: failing, it is AllocationFailed naming the plug-in on either path (the
+    simulator's in-process one stopped on the exception)."""
+    from policy_service.answer import AdmittedRequest, answer_admitted
+    from policy_service.core.admitted import AdmittedJobs
+
+    module = f"plugb_baseline_{abs(hash(baseline))}"
+    (tmp_path / f"{module}.py").write_text(
+        "from gavel_example_plugins.policies import WeightedShare\n"
+        "class Bad(WeightedShare):\n"
+        "    def isolated_baseline(self, problem):\n"
+        f"        {baseline}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{module}:Bad"
+    context = SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,))
+    reply = answer(_request(spec, JOBS), context)
+    assert isinstance(reply, AllocationFailed) and reply.reason == f"policy plug-in {spec!r}: {reason}"
+    jobs = AdmittedJobs(*zip(*((j.job_id, j.job_type, j.scale_factor, j.priority_weight, float(j.steps_remaining),
+                                 j.time_since_arrival_s, None, 0.0) for j in JOBS)))  # type: ignore[arg-type]
+    admitted = answer_admitted(AdmittedRequest("r", spec, COUNTS, jobs, (), packing=False), context)
+    assert isinstance(admitted, AllocationFailed) and admitted.reason == reply.reason
