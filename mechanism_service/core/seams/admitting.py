@@ -101,4 +101,7 @@ def answer_problem(view: AdmissionView, decision: object) -> str:
         return f"admits {unknown[0]!r}, which is not waiting"
     if not isinstance(decision.reasons, Mapping):
         return "reasons is not a mapping"
+    # (the reasons are kept with the queue and shown by gavel jobs: a status reply carries them)
+    if not isinstance(decision.reason, str) or not all(isinstance(r, str) for r in decision.reasons.values()):
+        return "a reason that is not a str"
     return ""

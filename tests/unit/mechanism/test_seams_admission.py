@@ -145,6 +145,11 @@ class Unknown:
         return AdmissionDecision(("nobody",))
 
 
+class ObjectReason:
+    def admit(self, view):
+        return AdmissionDecision((), reasons={j.job_id: {"busy"} for j in view.waiting})  # a set: no JSON
+
+
 def test_admit_through_offers_the_queue_first_and_keeps_the_rest_with_why():
     s = state(v100=1).build()
     queue = [NewJob("q0", "a", 1, 100, 0.0)]
@@ -157,7 +162,15 @@ def test_admit_through_offers_the_queue_first_and_keeps_the_rest_with_why():
     assert out.error == ""
 
 
-@pytest.mark.parametrize(("policy", "error"), [(Raising(), "raised RuntimeError: boom"), (Unknown(), "admits 'nobody', which is not waiting")])
+@pytest.mark.parametrize(
+    ("policy", "error"),
+    [
+        (Raising(), "raised RuntimeError: boom"),
+        (Unknown(), "admits 'nobody', which is not waiting"),
+        # a reason gavel jobs could not send (the status reply carries the queue's reasons)
+        (ObjectReason(), "a reason that is not a str"),
+    ],
+)
 def test_a_policy_that_raises_or_answers_wrong_admits_every_feasible_job(policy, error):
     s = state(v100=1).build()
     out = admit_through(s, policy, [], [NewJob("n0", "a", 1, 100, 0.0), NewJob("n1", "a", 1, 100, 0.0)], GAVEL, RATES, 0.0)
