@@ -9,7 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from common.messages import AllocationEntry, AllocationRequested, PolicyJob, PolicyProblem
+from common.messages import (
+    AllocationEntry,
+    AllocationRequested,
+    PolicyJob,
+    PolicyProblem,
+)
 from policy_service.answer import (
     AdmittedAnswer,
     AdmittedRequest,
@@ -20,7 +25,8 @@ from policy_service.answer import (
     problem_from_message,
     reads_previous,
 )
-from policy_service.core import REGISTRY, allocation_to_json, build_problem, validation
+from policy_service.core import REGISTRY, allocation_to_json, build_problem
+from policy_service.core import previous as previous_module
 from policy_service.core.admitted import AdmittedJobs
 from tests.unit.policy.builders import PRICES, gavel_table, random_jobs
 
@@ -107,7 +113,7 @@ def test_plain_previous_entries_make_the_general_loops_rows(monkeypatch: pytest.
     ]
     fast = build_problem(COUNTS, jobs, table=gavel_table(), previous=previous, prices_per_hour=PRICES)  # type: ignore[arg-type]
     assert fast.previous.job_fractions[0].tolist() == [0.75, 0.0, 0.5]
-    monkeypatch.setattr(validation, "_previous_singles", lambda *args: None)
+    monkeypatch.setattr(previous_module, "_previous_singles", lambda *args: None)
     general = build_problem(COUNTS, jobs, table=gavel_table(), previous=previous, prices_per_hour=PRICES)  # type: ignore[arg-type]
     assert fast == general
     assert np.array_equal(np.signbit(fast.previous.job_fractions), np.signbit(general.previous.job_fractions))
