@@ -116,6 +116,8 @@ class QuotaAdmission:
             name, sep, value = part.rpartition(":")
             if not sep or not name:
                 raise ValueError(f"entities={part!r}: give ENTITY:HOURS, comma-separated")
+            if name in self.entity_hours:
+                raise ValueError(f"entities: {name!r} given twice")
             self.entity_hours[name] = _number(f"entities[{name}]", value)
         _no_more(params, "quota")
 

@@ -133,6 +133,9 @@ def test_quota_parameters_are_checked():
         QuotaAdmission(entities="B")
     with pytest.raises(ValueError, match="unit='tpu': v100 or gpu"):
         QuotaAdmission(unit="tpu")
+    # An entity given two quotas is a typo, not "the last one wins".
+    with pytest.raises(ValueError, match="entities: 'a' given twice"):
+        QuotaAdmission(entities="a:1,b:2,a:3")
 
 
 class Raising:
