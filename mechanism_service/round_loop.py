@@ -24,15 +24,22 @@ from mechanism_service.core import audit, leases
 from mechanism_service.core import commands as commands_core
 from mechanism_service.core import events as events_core
 from mechanism_service.core import retention as retention_core
+from mechanism_service.core.cancel import leaving
 from mechanism_service.core.endings import Ending, Outcome, end_job, settled_end
 from mechanism_service.core.learning import take_estimate
 from mechanism_service.core.memory import MemoryCell
 from mechanism_service.core.model import JobState, MechanismState
 from mechanism_service.core.profiling import choose as choose_profiling
 from mechanism_service.core.receipts import held_reasons, take_due
-from mechanism_service.core.cancel import leaving
-from mechanism_service.core.rounds import RoundPlan, admit_arrivals, admit_through, begin_reset, close_round, open_round
-from mechanism_service.core.seams.chosen import failure_fields
+from mechanism_service.core.rounds import (
+    RoundPlan,
+    admit_arrivals,
+    admit_through,
+    begin_reset,
+    close_round,
+    open_round,
+)
+from mechanism_service.core.seams.chosen import FailureTally
 from mechanism_service.core.settle import LeaseResult
 from mechanism_service.journaling import MechanismJournal
 from mechanism_service.liveness import LivenessWatch
@@ -63,6 +70,7 @@ class RoundLoop:
         self._metrics = metrics
         self._crash_point = config.crash_point or (lambda point: None)
         self._chosen = choose(config.settings)  # the seams' plug-ins, resolved once (core/seams/)
+        self._failures = FailureTally()  # which of their failures the log says
         # the last round's assignments, for the events of the next boundary (who was preempted);
         # not kept across a restart, as the events are not (core/events.py)
         self._last_assignments: tuple[Assignment, ...] = ()
@@ -108,7 +116,8 @@ class RoundLoop:
             assert memory.shuffle is not None
             plan = open_round(state, now_s, settings, memory.shuffle, self._profiling(state), self._chosen)
             for seam, error in plan.seam_errors:
-                self.log.error("plugin_failed", **failure_fields(self._chosen, seam, error))
+                if (fields := self._failures.said(self._chosen, seam, error)) is not None:
+                    self.log.error("plugin_failed", **fields)
             memory.round_clock.dispatched_at_s = now_s
             await self._dispatch(state, plan, now_s, bool(reset), settled=settled, any_settled=bool(results))
             self._metrics.round_done(began_wall, state, plan, now_s, settings.round_s, due_s)
@@ -212,8 +221,8 @@ class RoundLoop:
                 self._cell.rates, now_s, self._config.elastic_types,
             )
             others, memory.queued = through.others, through.queued
-            if through.error:
-                self.log.error("plugin_failed", **failure_fields(self._chosen, "admission", through.error))
+            if through.error and (fields := self._failures.said(self._chosen, "admission", through.error)) is not None:
+                self.log.error("plugin_failed", **fields)
         for job, verdict in others:
             if verdict.verdict == "hold":
                 memory.held.append((job, verdict.reason))

@@ -48,8 +48,7 @@ from mechanism_service.core.rounds import (
     open_round,
 )
 from mechanism_service.core.rounds import type_shuffler as rounds_type_shuffler
-from mechanism_service.core.seams.chosen import failure_fields
-from mechanism_service.core.servers import add_server, remove_server
+from mechanism_service.core.seams.chosen import FailureTally
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.plugins import choose
 from policy_service.answer import (
@@ -64,6 +63,7 @@ from policy_service.answer import (
 from policy_service.core.admitted import AdmittedJobs
 from sim.carry import Carry, CheckpointPlan
 from sim.clock import SimulationStalled
+from sim.fleet_changes import follow_fleet
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.physics import full_lease, lease_outcome, true_rates
 from sim.records import outcomes, record_round, round_record  # noqa: F401 - re-exported (driver, tests)
@@ -135,6 +135,7 @@ def simulate(
     waiting_for = set(measured)
     shuffle = type_shuffler(config)
     chosen = choose(settings)  # the seams' plug-ins (core/seams/): None where the default runs
+    failures = FailureTally()  # which of their failures the log says
     queued: list[NewJob] = []  # the admission queue (only with an admission policy)
     learning = InLoopEstimator(config.estimation, table, config.seed) if config.estimation.learned else None
     rates: Rates = (
@@ -193,15 +194,15 @@ def simulate(
             learning.ended(j.job_id for j in finished)
             learning.take(state, heard, rates)
         if config.fleet_changes:
-            follow_fleet(state, config, now_s, rates)
+            follow_fleet(state, config.cluster, config.fleet_changes, config.settings, now_s, rates)
         # 4. admit
         if chosen.admission is None:
             refused = admit_arrivals(state, [new_job(j) for j in arrived_jobs], settings, rates)
         else:
             through = admit_through(state, chosen.admission, queued, map(new_job, arrived_jobs), settings, rates, now_s)
             refused, queued = through.others, [job for job, _ in through.queued]
-            if through.error:
-                log.error("plugin_failed", **failure_fields(chosen, "admission", through.error), t_s=now_s)
+            if through.error and (fields := failures.said(chosen, "admission", through.error)) is not None:
+                log.error("plugin_failed", **fields, t_s=now_s)
         for job, _ in refused:
             rejected.append(job.job_id)
             waiting_for.discard(job.job_id)
@@ -220,7 +221,8 @@ def simulate(
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
         plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
         for seam, error in plan.seam_errors:
-            log.error("plugin_failed", **failure_fields(chosen, seam, error), t_s=now_s)
+            if (fields := failures.said(chosen, seam, error)) is not None:
+                log.error("plugin_failed", **fields, t_s=now_s)
         if observe is not None:
             observe(state, now_s)
         # 6. dispatch
@@ -262,25 +264,6 @@ def simulate(
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
     )
-
-
-def follow_fleet(state: MechanismState, config: RunConfig, now_s: float, rates: Rates) -> None:
-    """Servers join or leave until the state has the fleet in force at ``now_s`` (the last of
-    ``config.fleet_changes`` from then or before, else ``config.cluster``): stateless, so a run
-    resumed from a checkpoint follows it too."""
-    target = dict(config.cluster)
-    for at_s, fleet in config.fleet_changes:
-        if at_s > now_s:
-            break
-        target = dict(fleet)
-    settings = config.settings
-    size = settings.gpus_per_server
-    for accelerator_type in sorted(set(target) | set(state.gpus)):
-        wanted = target.get(accelerator_type, 0)
-        while state.gpus.get(accelerator_type, 0) + size <= wanted:
-            add_server(state, accelerator_type, size, settings, rates)
-        while state.gpus.get(accelerator_type, 0) > wanted and state.servers.get(accelerator_type):
-            remove_server(state, accelerator_type, state.servers[accelerator_type][-1])
 
 
 def new_job(job: TraceJob) -> NewJob:

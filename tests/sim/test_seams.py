@@ -105,11 +105,14 @@ def test_plugins_that_raise_leave_the_default_schedule_and_one_error_line_each_t
     failures = [e for e in logs if e["event"] == "plugin_failed"]
     placement = [e for e in failures if e["seam"] == "placement"]
     admission = [e for e in failures if e["seam"] == "admission"]
-    # one line a round that placed a gang afresh (an extension is kept before the strategy is asked)
-    assert len(placement) == sum(1 for r in default.rounds if r.leases > r.leases_extended) > 0
+    # it fails at every round that placed a gang afresh (an extension is kept before the strategy
+    # is asked), and the log says the 1st, 2nd, 4th, ... of those failures, each with its count
+    failed = sum(1 for r in default.rounds if r.leases > r.leases_extended)
+    assert failed > 8
+    assert [e["failures"] for e in placement] == [2**k for k in range(failed.bit_length())]
     assert placement[0] | {"t_s": 0} == {
         "event": "plugin_failed", "log_level": "error", "seam": "placement", "plugin": f"{__name__}:RaisingPlacement",
-        "reason": placement[0]["reason"], "fallback": "consolidated", "t_s": 0,
+        "reason": placement[0]["reason"], "fallback": "consolidated", "failures": 1, "t_s": 0,
     }
     assert placement[0]["reason"].endswith("raised RuntimeError: plug-in bug")
     assert admission and all(e["fallback"] == "accept_all" for e in admission)
