@@ -39,6 +39,7 @@ STATE_PACKAGES = ("common", "mechanism_service", "policy_service", "estimator_se
 # What the JSON line says of the run, in the order a difference is reported
 RUN_FIELDS = (
     "version", "code", "trace", "table", "policy", "preset", "cluster", "seed", "window", "solver", "settings", "estimation",
+    "boundary_lag_s", "fleet_changes",
 )
 
 
@@ -74,6 +75,9 @@ def fingerprint(trace: Sequence[TraceJob], config: RunConfig, table: ThroughputT
         "solver": str(config.solver),
         "settings": digest(config.settings),
         "estimation": digest(config.estimation),
+        # what gavel whatif sets to replay a live cluster (a resumed replay must follow the same)
+        "boundary_lag_s": repr(config.boundary_lag_s),
+        "fleet_changes": "none" if not config.fleet_changes else f"{len(config.fleet_changes)}, sha256 {digest(config.fleet_changes)}",
     }
 
 
@@ -143,7 +147,8 @@ def hooks(
 
 def _what(name: str) -> str:
     return {"version": "gavel version", "code": "other code: the source's digest", "trace": "another trace:", "settings": "mechanism settings",
-            "estimation": "estimator settings", "table": "another throughput table:"}.get(name, name)
+            "estimation": "estimator settings", "table": "another throughput table:",
+            "boundary_lag_s": "boundary lag (s)", "fleet_changes": "fleet changes:"}.get(name, name)
 
 
 @functools.cache

@@ -75,6 +75,13 @@ def test_a_checkpoint_of_another_trace_run_or_version_is_refused_naming_what_dif
     faster = dataclasses.replace(table, isolated_steps_per_s={**table.isolated_steps_per_s, key: 2 * table.isolated_steps_per_s[key]})
     with pytest.raises(CheckpointError, match=r"a checkpoint of another throughput table: 'sha256 \w+', not 'sha256 \w+'"):
         read_checkpoint(path, fingerprint(TRACE, scenario.config("fifo_perf"), faster))
+    # a replay's lag and fleet over time (gavel whatif's): the saved state followed the others
+    lagged = dataclasses.replace(scenario.config("fifo_perf"), boundary_lag_s=1.5)
+    with pytest.raises(CheckpointError, match=r"a checkpoint of boundary lag \(s\) '0\.0', not '1\.5'"):
+        read_checkpoint(path, fingerprint(TRACE, lagged, table))
+    moving = dataclasses.replace(scenario.config("fifo_perf"), fleet_changes=((3600.0, (("v100", 8),)),))
+    with pytest.raises(CheckpointError, match=r"a checkpoint of fleet changes: 'none', not '1, sha256 \w+'"):
+        read_checkpoint(path, fingerprint(TRACE, moving, table))
     run = fingerprint(TRACE, scenario.config("fifo_perf"), table)
     with pytest.raises(CheckpointError, match=r"a checkpoint of gavel version '0\.0\.0-other', not "):
         older = path.read_bytes().replace(json.dumps(run["version"]).encode(), b'"0.0.0-other"', 1)
