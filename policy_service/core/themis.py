@@ -10,8 +10,9 @@ cluster; ftf.py's denominator, ``I_j + R_j / T_iso_j``):
 At each solve (Themis: each lease's end):
 
 1. the ``1 - f`` fraction of jobs with the worst (largest, times their weight) rho under the
-   allocation in force bid (a job not in it has rho = inf: new jobs bid first); the fairness
-   knob ``f`` (``fairness_knob``) trades fairness for efficiency;
+   allocation in force bid (a job not in it has rho = inf: new jobs bid first), at most
+   ``max_bidders`` of them (MAX_BIDDERS, below); the fairness knob ``f`` (``fairness_knob``)
+   trades fairness for efficiency;
 2. a partial-allocation (PA) auction among the bidders (Cole, Gkatzelis and Goel, EC 2013):
    the proportionally fair allocation x* of the whole cluster, maximising
    ``sum_i w_i log V_i(x)`` with each bid's valuation ``V_i = 1 / rho_i``, then bidder i keeps
@@ -72,6 +73,12 @@ from policy_service.core.srtf import runnable_types
 # valuation is taken as linear in its throughput: 1 - 1/(1 + z) loses digits as z -> 0.
 LINEAR_BELOW = 1e-3
 
+# At most this many jobs bid in one auction. Its m + 1 programs (x* and each x*_{-i}) grow as m^2:
+# 60 bidders solve in about a second, 300 (1,500 jobs at f = 0.8) take ~24 s and ~1 GB a solve.
+# Themis itself auctions only the GPUs of the leases that just ended, among the jobs then worst
+# off; the cap keeps an auction to such a group while the worst-off still bid first.
+MAX_BIDDERS = 64
+
 
 def rho(problem: Problem, fractions: np.ndarray, baseline: np.ndarray) -> np.ndarray:
     """(n,) each job's rho under ``fractions`` (n, K) time shares; inf for a job given none."""
@@ -84,14 +91,14 @@ def rho(problem: Problem, fractions: np.ndarray, baseline: np.ndarray) -> np.nda
         return np.where(np.isfinite(shared_s), shared_s / np.maximum(isolated_s, 1e-300), np.inf)
 
 
-def bidders(problem: Problem, baseline: np.ndarray, fairness_knob: float) -> np.ndarray:
-    """Indices of the ceil((1 - f) n) jobs (at least one) with the worst w x rho under the
-    allocation in force, worst first (ties: oldest first)."""
+def bidders(problem: Problem, baseline: np.ndarray, fairness_knob: float, max_bidders: int = MAX_BIDDERS) -> np.ndarray:
+    """Indices of the ceil((1 - f) n) jobs (at least one, at most ``max_bidders``) with the worst
+    w x rho under the allocation in force, worst first (ties: oldest first)."""
     previous = problem.previous.job_fractions if problem.previous is not None else np.zeros(
         (problem.num_jobs, problem.num_types)
     )
     worst = rho(problem, previous, baseline) * problem.priority_weights
-    count = max(1, math.ceil((1.0 - fairness_knob) * problem.num_jobs - 1e-9))
+    count = min(max_bidders, max(1, math.ceil((1.0 - fairness_knob) * problem.num_jobs - 1e-9)))
     order = np.lexsort((np.arange(problem.num_jobs), -problem.time_since_arrival_s, -worst))
     return order[:count]
 
@@ -211,10 +218,13 @@ class Themis:
     reference_type: str | None = None
     options: SolveOptions = field(default_factory=SolveOptions)
     name: str = "themis_perf"
+    max_bidders: int = MAX_BIDDERS
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
             raise ValueError(f"fairness_knob: f in [0, 1) (the 1 - f worst jobs bid), got {self.fairness_knob!r}")
+        if self.max_bidders < 1:
+            raise ValueError(f"max_bidders: at least 1, got {self.max_bidders!r}")
 
     def _view(self, problem: Problem) -> Problem:
         return problem if self.heterogeneity_aware else agnostic_reference_throughputs(problem, self.reference_type)
@@ -230,7 +240,7 @@ class Themis:
             return empty_allocation(self.name, problem.job_ids, problem.worker_types)
         view = self._view(problem)
         baseline = isolated_throughputs(view)
-        bidding = bidders(view, baseline, self.fairness_knob)
+        bidding = bidders(view, baseline, self.fairness_knob, self.max_bidders)
         result = auction(view, bidding, baseline, self.options)
         if not result.status.startswith("optimal"):
             return empty_allocation(
@@ -259,10 +269,10 @@ class Themis:
 
 def themis(
     heterogeneity_aware: bool = True, *, fairness_knob: float = 0.8, reference_type: str | None = None,
-    solver: str = "CLARABEL",
+    solver: str = "CLARABEL", max_bidders: int = MAX_BIDDERS,
 ) -> Themis:
     """Themis' partial-allocation auctions: themis (agnostic, reference-type speeds), themis_perf."""
     return Themis(
         heterogeneity_aware, float(fairness_knob), reference_type, SolveOptions(solver),
-        "themis_perf" if heterogeneity_aware else "themis",
+        "themis_perf" if heterogeneity_aware else "themis", int(max_bidders),
     )

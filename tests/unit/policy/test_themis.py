@@ -82,3 +82,19 @@ def test_the_aware_auction_gives_each_bidder_the_type_it_gains_most_on() -> None
 def test_the_fairness_knob_is_checked() -> None:
     with pytest.raises(PolicyParameterError, match="fairness_knob"):
         make_policy("themis_perf", fairness_knob=1.0)
+
+
+def test_at_most_max_bidders_bid_the_worst_off_first() -> None:
+    # The four jobs above with f = 0: all four would bid; with max_bidders=3 the three worst
+    # (A and B new, rho = inf, then C at 3) bid and D (0.525) does not. An auction's programs grow
+    # as the square of its bidders: the cap keeps a solve near a second at any number of jobs.
+    jobs = [_job("A"), _job("B"), _job("C", waited=1000.0), _job("D", waited=10.0)]
+    previous = [AllocationEntry(("C",), {"v100": 0.5}), AllocationEntry(("D",), {"v100": 0.5})]
+    problem = build_problem({"v100": 1}, jobs, previous=previous)
+    baseline = isolated_throughputs(problem)
+    assert bidders(problem, baseline, 0.0).tolist() == [0, 1, 2, 3]
+    assert bidders(problem, baseline, 0.0, max_bidders=3).tolist() == [0, 1, 2]
+    capped = make_policy("themis_perf", fairness_knob=0.0, max_bidders=3).allocate(problem)
+    assert_feasible(problem, capped)
+    with pytest.raises(PolicyParameterError, match="max_bidders"):
+        make_policy("themis_perf", max_bidders=0)
