@@ -14,6 +14,7 @@ resume only checkpoints you wrote.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -89,11 +90,16 @@ def write_checkpoint(path: pathlib.Path, carry: Carry, run: dict[str, str]) -> N
     except (pickle.PicklingError, TypeError, AttributeError) as e:  # e.g. a plug-in holding a lock or a lambda
         raise CheckpointError(f"--checkpoint-to {path}: the run's state cannot be saved ({type(e).__name__}: {e})") from None
     partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as f:
-        f.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as f:
+            f.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    except OSError as e:  # a read-only directory, a full disk, a directory where the file goes
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise CheckpointError(f"--checkpoint-to {path}: cannot write it: {e.strerror or e}") from None
 
 
 def read_checkpoint(path: pathlib.Path, run: dict[str, str]) -> Carry:
@@ -136,6 +142,10 @@ def hooks(
     if spec.resume_from is not None:
         out["resume"] = read_checkpoint(spec.resume_from, run)
     if spec.save_to is not None:
+        if spec.after_jobs is not None and spec.after_jobs > len(trace):
+            raise CheckpointError(
+                f"--checkpoint-after-jobs {spec.after_jobs}: the trace has {len(trace)} jobs, so the run would never be saved"
+            )
         save_to = spec.save_to
         out["checkpoint"] = CheckpointPlan(
             save=lambda carry: write_checkpoint(save_to, carry, run),

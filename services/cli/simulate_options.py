@@ -91,6 +91,8 @@ def checkpoint_spec(args: argparse.Namespace, engine: str, policies: tuple[str, 
         save_to = pathlib.Path(args.checkpoint_to)
         if not save_to.parent.is_dir():
             raise bad_input("--checkpoint-to", f"{save_to.parent} is not a directory")
+        if save_to.is_dir():
+            raise bad_input("--checkpoint-to", f"{save_to} is a directory: give the file to write")
     resume_from = None
     if args.resume is not None:
         resume_from = pathlib.Path(args.resume)

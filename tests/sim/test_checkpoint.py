@@ -130,6 +130,11 @@ def test_simulate_saves_and_resumes_from_the_command_line(tmp_path, capsys):
         (["--checkpoint-to", "x.ckpt", "--checkpoint-after-jobs", "0"], "--checkpoint-after-jobs: expected a whole number >= 1"),
         (["--checkpoint-to", "x.ckpt", "--checkpoint-at-s", "5", "--ideal"], "--checkpoint-to: a checkpoint is the fast engine's"),
         (["--resume", "missing.ckpt"], "--resume: missing.ckpt is not a file"),
+        # a directory where the file goes: refused at start, not a traceback once the run got there
+        (["--checkpoint-to", ".", "--checkpoint-at-s", "5"], "--checkpoint-to: . is a directory: give the file to write"),
+        # more jobs than the trace has: refused at start, not a run that silently never saves
+        (["--checkpoint-to", "x.ckpt", "--checkpoint-after-jobs", "41"],
+         "--checkpoint-after-jobs 41: the trace has 40 jobs, so the run would never be saved"),
     ],
 )
 def test_checkpoint_flags_that_contradict_are_refused(extra, message, capsys):
@@ -148,3 +153,15 @@ def test_a_state_that_cannot_be_pickled_is_refused_in_one_line(tmp_path):
     with pytest.raises(CheckpointError, match=r"--checkpoint-to .*: the run's state cannot be saved \(\w+Error"):
         write_checkpoint(tmp_path / "x.ckpt", carry, {})
     assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_in_one_line(tmp_path):
+    """The directory it goes to vanished or is read-only: a CheckpointError naming the file, not
+    an OSError traceback, and no .partial left behind."""
+    from sim.carry import Carry
+    from sim.checkpoint import write_checkpoint
+
+    carry = Carry(*([None] * 17))
+    carry.now_s, carry.rounds = 0.0, []
+    with pytest.raises(CheckpointError, match=r"--checkpoint-to .*x\.ckpt: cannot write it: No such file or directory"):
+        write_checkpoint(tmp_path / "gone" / "x.ckpt", carry, {})
