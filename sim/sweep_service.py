@@ -17,7 +17,12 @@ Delivery, as RabbitMQ gives it (the bus: common/transport/rabbit.py):
   results queue) is logged and dropped; a result that cannot be published at all makes the
   handler fail, and the bus dead-letters the cell with the reason (``<exchange>.dead-letters``);
 - a cell whose sweep has no results queue any more (it completed; a copy was left in the queue by
-  its restart) is acknowledged without running.
+  its restart) is acknowledged without running;
+- a cell still running after ``cell_timeout_s`` (``--cell-timeout-s``, 25 minutes by default) is
+  stopped and answered with a failure saying so. RabbitMQ takes back a delivery left
+  unacknowledged past its ``consumer_timeout`` (30 minutes by default) and hands it to the next
+  simulator, which would run it as long again: without this bound such a cell would go round the
+  simulators for ever. Raise both together for longer cells (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from sim.sweep_driver import die_with_parent
 log = structlog.get_logger("gavel.simulator")
 
 CELLS_QUEUE = "sweep.cells"  # below the exchange: the one queue every simulator competes on
+# A cell's wall-time bound: under RabbitMQ's default consumer_timeout (30 min), so the broker
+# never takes back a cell that is still running (see the module's docstring).
+CELL_TIMEOUT_S = 1500.0
 CELLS_BINDINGS = (SweepCellRequested.ROUTING_KEY,)
 
 
@@ -61,9 +69,14 @@ class SimulatorService:
     """One cell at a time, in a child process; ``contexts``: the throughput tables it holds, by
     digest (sim/sweep_cells.py, table_digest)."""
 
-    def __init__(self, contexts: Mapping[str, SolveContext], *, name: str | None = None) -> None:
+    def __init__(
+        self, contexts: Mapping[str, SolveContext], *, name: str | None = None, cell_timeout_s: float = CELL_TIMEOUT_S
+    ) -> None:
+        if not cell_timeout_s > 0:
+            raise ValueError(f"cell_timeout_s: a positive number of seconds, got {cell_timeout_s!r}")
         self.name = "simulator"
         self.simulator = name or default_name()
+        self._cell_timeout_s = cell_timeout_s
         self._contexts = dict(contexts)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._bus: Bus | None = None
@@ -116,7 +129,18 @@ class SimulatorService:
     async def _run(self, cell: SweepCellRequested) -> SweepCellFinished:
         assert self._pool is not None
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, _run_in_child, cell, self.simulator)
+            return await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(self._pool, _run_in_child, cell, self.simulator),
+                self._cell_timeout_s,
+            )
+        except TimeoutError:
+            _terminate(self._pool)  # the child computes on otherwise: stop it, start another
+            self._pool = self._new_pool()
+            return failed(
+                cell, self.simulator,
+                f"ran longer than the simulator's --cell-timeout-s ({self._cell_timeout_s:g} s); stopped: give the "
+                "simulators a longer bound and RabbitMQ a longer consumer_timeout for cells this long (docs/simulator.md)",
+            )
         except concurrent.futures.process.BrokenProcessPool:
             # The child died under this cell (killed, a native crash, out of memory): answered,
             # not retried; the next cell gets a new child.

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 
 from common.host import Service
+from services.cli.common import positive_number
 from services.cli.plugin_flags import served_plugins
 
 DESCRIPTION = (
@@ -23,6 +24,11 @@ def add_simulator_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--table", dest="tables", action="append", default=[], metavar="TABLE.json",
         help="another throughput table a sweep may name (repeat for several; --throughputs is one too)",
+    )
+    p.add_argument(
+        "--cell-timeout-s", type=positive_number, metavar="S",
+        help="stop a cell still running after S seconds and answer it as failed (default: 25 minutes, under RabbitMQ's "
+        "default consumer_timeout of 30, past which the broker would hand the running cell to another simulator)",
     )
     p.add_argument(
         "--policy", dest="plugin_policies", action="append", default=[], metavar="MODULE:NAME",
@@ -42,7 +48,8 @@ def build_simulator(args: argparse.Namespace) -> Service:
         if path is not None:
             context = load_context(path)  # a bad file: one line naming it, exit 2
             contexts[table_digest(_read(path))] = dataclasses.replace(context, plugins=served)
-    return SimulatorService(contexts, name=args.simulator_name)
+    bound = {} if args.cell_timeout_s is None else {"cell_timeout_s": args.cell_timeout_s}
+    return SimulatorService(contexts, name=args.simulator_name, **bound)
 
 
 def _read(path: str) -> bytes:

@@ -86,7 +86,9 @@ def test_a_cell_of_a_table_the_simulator_lacks_says_which_and_how():
 async def test_a_cell_whose_process_dies_is_answered_and_the_next_cell_runs(memory):
     simulator, sweep, answers = await started(memory)
     try:
-        doomed = SweepSpec(400, True, {"v100": 2, "p100": 2, "k80": 2}, DIGEST).cell("max_min_fairness_perf", 1.0, 0)
+        # 8 GPUs a type: every job of the trace fits (on 2, a tenth cannot, and the cell is
+        # answered at once, before the kill)
+        doomed = SweepSpec(400, True, {"v100": 8, "p100": 8, "k80": 8}, DIGEST).cell("max_min_fairness_perf", 1.0, 0)
         doomed = dataclasses.replace(doomed, sweep_id=SPEC.sweep_id)  # answered on this sweep's key
         after = SPEC.cell("fifo", 4.0, 0)
         await sweep.publish(doomed)
@@ -102,3 +104,34 @@ async def test_a_cell_whose_process_dies_is_answered_and_the_next_cell_runs(memo
     finally:
         await simulator.stop()
 
+
+
+@pytest.mark.slow  # ~5-10 s: two child processes, a cell of 400 jobs stopped at its bound, then a small one
+async def test_a_cell_past_its_time_bound_is_stopped_and_answered_and_the_next_cell_runs(memory):
+    # RabbitMQ takes back a delivery unacknowledged past its consumer_timeout and hands it to the
+    # next simulator: a cell that outlasted it would go round the simulators for ever. The
+    # simulator's own bound, below the broker's, answers it instead.
+    simulator = SimulatorService({DIGEST: CONTEXT}, name="sim-test", cell_timeout_s=0.5)
+    await simulator.start(await memory.connect("simulator"))
+    sweep = await memory.connect("sweep")
+    answers = Collector()
+    await sweep.subscribe(results_queue(SPEC.sweep_id), list(results_bindings(SPEC.sweep_id)), answers)
+    try:
+        long = SweepSpec(400, True, {"v100": 8, "p100": 8, "k80": 8}, DIGEST).cell("max_min_fairness_perf", 1.0, 0)
+        long = dataclasses.replace(long, sweep_id=SPEC.sweep_id)  # answered on this sweep's key
+        await sweep.publish(long)
+        await answers.wait_until(lambda: len(finished(answers)) == 1, timeout_s=60)
+        (stopped,) = finished(answers)
+        assert stopped.cell_id == long.cell_id and "ran longer than the simulator's --cell-timeout-s (0.5 s)" in stopped.error
+        simulator._cell_timeout_s = 60.0  # the next cell, small, within its bound on a new child
+        after = SPEC.cell("fifo", 4.0, 0)
+        await sweep.publish(after)
+        await answers.wait_until(lambda: len(finished(answers)) == 2, timeout_s=60)
+        assert finished(answers)[1].cell_id == after.cell_id and finished(answers)[1].error == ""
+    finally:
+        await simulator.stop()
+
+
+def test_the_time_bound_must_be_positive():
+    with pytest.raises(ValueError, match="cell_timeout_s"):
+        SimulatorService({DIGEST: CONTEXT}, cell_timeout_s=0)
