@@ -31,6 +31,11 @@ from common.errors import PluginError
 
 T = TypeVar("T")
 
+# What a call into a plug-in may raise that is the plug-in's fault: any exception, and SystemExit
+# (a plug-in that calls sys.exit() must cost its one answer, not stop the service that called it).
+# Not KeyboardInterrupt: that is the operator's.
+PLUGIN_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
 # The kinds of plug-in and the entry-point group each is looked up in.
 KINDS: Mapping[str, str] = {
     "policy": "gavel.policies", "placement": "gavel.placement", "admission": "gavel.admission", "launch": "gavel.launch",

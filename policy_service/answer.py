@@ -28,7 +28,7 @@ from common.messages import (
     PolicyProblem,
     SolveStatus,
 )
-from common.plugins import one_line
+from common.plugins import PLUGIN_FAULTS, one_line
 from common.throughputs import ThroughputTable
 from policy_service.core import (
     Allocation,
@@ -246,7 +246,7 @@ def isolated_baseline(policy: Policy, problem: Problem, name: str | None = None)
     else:
         try:
             values = np.asarray(baseline(problem), dtype=float).reshape(-1)
-        except Exception as error:  # noqa: BLE001 - the plug-in's fault, one answer's worth
+        except PLUGIN_FAULTS as error:  # the plug-in's fault, one answer's worth (sys.exit too)
             raise PluginError(PLUGIN_KIND, name, f"isolated_baseline raised {one_line(error)}") from None
         if len(values) != problem.num_jobs or not np.isfinite(values).all():
             raise PluginError(PLUGIN_KIND, name, f"isolated_baseline returned {len(values)} values, not {problem.num_jobs} finite ones")

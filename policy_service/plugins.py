@@ -24,7 +24,14 @@ import numbers
 import numpy as np
 
 from common.errors import PluginError, UnknownPolicyError
-from common.plugins import check_callable, check_method, installed, one_line, resolve
+from common.plugins import (
+    PLUGIN_FAULTS,
+    check_callable,
+    check_method,
+    installed,
+    one_line,
+    resolve,
+)
 from policy_service.core.allocation import Allocation, PairShares, Status
 from policy_service.core.catalog import REGISTRY
 from policy_service.core.problem import Problem
@@ -97,7 +104,7 @@ def make_plugin(entry: RegistryEntry, params: dict[str, object]) -> Policy:
 def _make(spec: str, factory: object, params: dict[str, object]) -> Policy:
     try:
         return factory(**params)  # type: ignore[operator,no-any-return]
-    except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: its one line, named
+    except PLUGIN_FAULTS as error:  # a plug-in may raise anything: its one line, named (sys.exit too)
         raise PluginError(KIND, spec, f"its factory raised {one_line(error)}") from None
 
 
@@ -108,7 +115,7 @@ def allocate(policy: Policy, problem: Problem, name: str) -> Allocation:
         return policy.allocate(problem)
     try:
         allocation = policy.allocate(problem)
-    except Exception as error:  # noqa: BLE001 - the plug-in's fault, one answer's worth
+    except PLUGIN_FAULTS as error:  # the plug-in's fault, one answer's worth (sys.exit too)
         raise PluginError(KIND, name, f"allocate raised {one_line(error)}") from None
     try:
         problem_with = _invalid(allocation, problem)

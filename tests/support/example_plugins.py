@@ -50,6 +50,17 @@ class RaisesOnSecondJob:
         return WeightedShare(self.name).allocate(problem)
 
 
+class Exits:
+    """Calls sys.exit() in allocate: a plug-in's bug, which must cost one answer, not the service."""
+
+    name = "exits"
+
+    def allocate(self, problem):
+        import sys
+
+        sys.exit("giving up")
+
+
 class Oversubscribes:
     """An answer that is not an allocation: every job all of every type's time."""
 

@@ -10,6 +10,7 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 
+from common.plugins import PLUGIN_FAULTS
 from mechanism_service.core.admission import NewJob
 from mechanism_service.core.model import MechanismState
 from mechanism_service.core.rates import JobRef, Rates
@@ -82,7 +83,7 @@ def decide(policy: AdmissionPolicy, view: AdmissionView) -> tuple[AdmissionDecis
             with contextlib.suppress(TypeError):  # read once: a generator would pass the check and admit nothing
                 decision = dataclasses.replace(decision, admit=tuple(decision.admit))
         problem = answer_problem(view, decision)
-    except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: the boundary goes on
+    except PLUGIN_FAULTS as error:  # a plug-in may raise anything: the boundary goes on (sys.exit too)
         problem = f"raised {type(error).__name__}: {error}"
     if problem:
         return AdmissionDecision(tuple(j.job_id for j in view.waiting)), problem

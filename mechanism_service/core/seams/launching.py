@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
+from common.plugins import PLUGIN_FAULTS
 from mechanism_service.core.model import Entry, MechanismState
 from mechanism_service.core.seams.launch import (
     Candidate,
@@ -54,7 +55,7 @@ def launch_with(
             forced_jobs = {i for entry in forced for i in entry}
             clash = [keyed[k] for keys in answer.values() for k in keys if forced_jobs & set(keyed[k])]
             problem = f"{'+'.join(state.job_ids_of(clash[0]))} launched beside its profiling run" if clash else ""
-    except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: the round goes on
+    except PLUGIN_FAULTS as error:  # a plug-in may raise anything: the round goes on (sys.exit too)
         problem = f"raised {type(error).__name__}: {error}"
     if problem:
         return picked, problem

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 
+from common.plugins import PLUGIN_FAULTS
 from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.planning.placement import place
 from mechanism_service.core.seams.placement import (
@@ -54,7 +55,7 @@ def place_with(
                 # read once: a generator of generators would pass the check and then place nothing
                 answer = [tuple(workers) for workers in answer]
             problem = answer_problem(request, answer)
-        except Exception as error:  # noqa: BLE001 - a plug-in may raise anything: the round goes on
+        except PLUGIN_FAULTS as error:  # a plug-in may raise anything: the round goes on (sys.exit too)
             problem = f"raised {type(error).__name__}: {error}"
         if problem:
             return place(state, picked, order, settings, forced=forced), f"{w}: {problem}"

@@ -7,6 +7,8 @@ The builders' job type ``a`` runs 1 step/s on a k80 and 4 on a v100 (tests/unit/
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from mechanism_service.core.admission import NewJob
@@ -143,6 +145,11 @@ class Raising:
         raise RuntimeError("boom")
 
 
+class Exiting:
+    def admit(self, view):
+        sys.exit("no")  # a plug-in's bug: it must cost this boundary's admission, not the mechanism
+
+
 class Unknown:
     def admit(self, view):
         return AdmissionDecision(("nobody",))
@@ -169,6 +176,7 @@ def test_admit_through_offers_the_queue_first_and_keeps_the_rest_with_why():
     ("policy", "error"),
     [
         (Raising(), "raised RuntimeError: boom"),
+        (Exiting(), "raised SystemExit: no"),
         (Unknown(), "admits 'nobody', which is not waiting"),
         # a reason gavel jobs could not send (the status reply carries the queue's reasons)
         (ObjectReason(), "a reason that is not a str"),

@@ -5,6 +5,7 @@ raises or answers wrong giving its round to consolidated with the reason."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -86,6 +87,11 @@ class Raising:
         raise RuntimeError("boom")
 
 
+class Exiting:
+    def place(self, request):
+        sys.exit(3)  # a plug-in's bug: it must cost the round's placement, not the mechanism
+
+
 class Overlapping:
     """Gives every gang the first free workers: two gangs share them."""
 
@@ -116,14 +122,15 @@ def test_a_strategy_never_moves_a_lease_extension_and_places_the_rest():
     assert plan.seam_errors == ()
 
 
-@pytest.mark.parametrize("strategy", [Raising(), Overlapping()])
+@pytest.mark.parametrize("strategy", [Raising(), Exiting(), Overlapping()])
 def test_a_strategy_that_raises_or_answers_wrong_gives_the_round_to_consolidated(strategy):
     default = open_round(_two_servers(), 360.0, GAVEL, no_shuffle)
     plan = open_round(_two_servers(), 360.0, GAVEL, no_shuffle, chosen=Chosen(placement=strategy, placement_name="bad"))
     assert plan.assignment == default.assignment  # the round goes on, placed as Gavel places it
     assert [seam for seam, _ in plan.seam_errors] == ["placement"]
     reason = plan.seam_errors[0][1]
-    assert reason == "k80: raised RuntimeError: boom" if isinstance(strategy, Raising) else "given twice" in reason
+    expected = {Raising: "k80: raised RuntimeError: boom", Exiting: "k80: raised SystemExit: 3"}.get(type(strategy))
+    assert reason == expected if expected else "given twice" in reason
 
 
 class Lazy:

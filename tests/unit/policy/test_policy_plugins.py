@@ -150,6 +150,13 @@ def test_a_plugin_raising_in_allocate_costs_that_answer(on_path: Path) -> None:
     assert isinstance(again, AllocationComputed)  # the next request is answered as before
 
 
+def test_a_plugin_calling_sys_exit_costs_that_answer_not_the_process(on_path: Path) -> None:
+    spec = "plugb_broken_policies:Exits"
+    failed = answer(_request(spec, JOBS), SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
+    assert isinstance(failed, AllocationFailed)
+    assert failed.reason == f"policy plug-in {spec!r}: allocate raised SystemExit: giving up"
+
+
 def test_a_plugin_answer_that_is_no_allocation_is_refused(on_path: Path) -> None:
     spec = "plugb_broken_policies:Oversubscribes"
     reply = answer(_request(spec, JOBS), SolveContext(table=CONTEXT.table, prices_per_hour=PRICES, plugins=(spec,)))
