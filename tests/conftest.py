@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import structlog
 
 from common.transport.probe import amqp_problem
 from tests.support.broker import amqp_url, broker_required
+from tests.support.example_plugins import example_site
 from tests.support.harness import BusHarness
 from tests.support.logs import plain_tracebacks
 
@@ -98,3 +100,17 @@ async def rabbit(broker_url: str) -> AsyncIterator[BusHarness]:
         yield h
     finally:
         await h.close()
+
+
+@pytest.fixture(scope="session")
+def example_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plug-in package (examples/gavel-example-plugins) pip-installed once per session
+    into a temporary directory, never into the project's venv (tests/support/example_plugins.py)."""
+    return example_site(tmp_path_factory)
+
+
+@pytest.fixture
+def on_path(example_plugins: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example plug-ins importable (and their entry points found) in this process, for a test."""
+    monkeypatch.syspath_prepend(str(example_plugins))
+    return example_plugins

@@ -22,21 +22,15 @@ import pytest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    example_site,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("--jobs", "8", "--static", "--multi-gpu", "--cluster", "v100=8,p100=8,k80=8", "--gpus-per-server", "4")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
-def gavel(site: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def gavel(example_plugins: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-    env["PYTHONPATH"] = str(site)
+    env["PYTHONPATH"] = str(example_plugins)
     return subprocess.run(
         [sys.executable, "-m", "services.cli", *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=timeout_s,
@@ -49,7 +43,7 @@ def jobs_csv(out: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow  # ~12 s: four simulations, each a process
-def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference(site: Path, tmp_path: Path) -> None:
+def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference(example_plugins: Path, tmp_path: Path) -> None:
     """The same schedule by either name and on either engine; the plug-in's own (not FIFO's)."""
     runs = {}
     for label, policy, engine in (
@@ -57,7 +51,7 @@ def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference
         ("services", POLICY_REFERENCE, "services"), ("fifo", "fifo", "fast"),
     ):
         out = tmp_path / label
-        done = gavel(site, "simulate", *GENERATED, "--policy", policy, "--engine", engine, "--out", str(out), "--no-plots")
+        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", policy, "--engine", engine, "--out", str(out), "--no-plots")
         assert done.returncode == 0, done.stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["policy"] == policy and summary["jobs_completed"] == 8
@@ -67,10 +61,10 @@ def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference
 
 
 @pytest.mark.slow  # ~8 s: a sweep of 3 runs on 2 worker processes
-def test_sweep_resolves_the_plugin_in_its_worker_processes(site: Path, tmp_path: Path) -> None:
+def test_sweep_resolves_the_plugin_in_its_worker_processes(example_plugins: Path, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     done = gavel(
-        site, "sweep", "--policies", f"{POLICY_ENTRY_POINT},{POLICY_REFERENCE},fifo", "--rates", "4", "--jobs", "8",
+        example_plugins, "sweep", "--policies", f"{POLICY_ENTRY_POINT},{POLICY_REFERENCE},fifo", "--rates", "4", "--jobs", "8",
         "--cluster", "2:2:2", "--processes", "2", "--out", str(out),
     )
     assert done.returncode == 0, done.stderr
@@ -80,15 +74,15 @@ def test_sweep_resolves_the_plugin_in_its_worker_processes(site: Path, tmp_path:
     assert jct[POLICY_ENTRY_POINT] == jct[POLICY_REFERENCE] != jct["fifo"]
 
 
-def test_policy_solve_and_list_take_the_plugin(site: Path, tmp_path: Path) -> None:
+def test_policy_solve_and_list_take_the_plugin(example_plugins: Path, tmp_path: Path) -> None:
     out = tmp_path / "allocation.json"
     problem = ROOT / "docs" / "examples" / "problem.json"
-    done = gavel(site, "policy", "solve", "--policy", POLICY_REFERENCE, "--input", str(problem), "--output", str(out))
+    done = gavel(example_plugins, "policy", "solve", "--policy", POLICY_REFERENCE, "--input", str(problem), "--output", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["status"] == "optimal" and result["policy"] == "weighted_share"
     assert all(0 <= sum(entry["fractions"].values()) <= 1 + 1e-9 for entry in result["allocation"])
-    listing = gavel(site, "policy", "list", "--json")
+    listing = gavel(example_plugins, "policy", "list", "--json")
     rows = {row["name"]: row["summary"] for row in json.loads(listing.stdout)}
     assert rows[POLICY_ENTRY_POINT] == f"installed plug-in ({POLICY_REFERENCE})"
     assert "max_min_fairness_perf" in rows
@@ -104,27 +98,27 @@ BROKEN = [
 
 @pytest.mark.slow  # ~10 s: eight refusals, each a process that stops before running anything
 @pytest.mark.parametrize(("spec", "reason"), BROKEN)
-def test_a_broken_plugin_is_refused_in_one_line_by_every_command(site: Path, tmp_path: Path, spec: str, reason: str) -> None:
+def test_a_broken_plugin_is_refused_in_one_line_by_every_command(example_plugins: Path, tmp_path: Path, spec: str, reason: str) -> None:
     commands = {
         "--policy": ("simulate", *GENERATED, "--policy", spec, "--out", str(tmp_path / "run")),
         "--policies": ("sweep", "--policies", f"fifo,{spec}", "--rates", "4", "--jobs", "4", "--cluster", "2:2:2",
                        "--out", str(tmp_path / "sweep")),
     }
     for flag, argv in commands.items():
-        done = gavel(site, *argv)
+        done = gavel(example_plugins, *argv)
         line = done.stderr.strip()
         assert done.returncode == 2 and "\n" not in line, done.stderr
         assert line.startswith(f"gavel: {flag}: policy plug-in {spec!r}: {reason}"), line
     # the services refuse it at start, before they reach a broker
     for argv in (("serve", "policy", "--policy", spec), ("serve", "mechanism", "--policy", spec, "--no-journal")):
-        done = gavel(site, *argv, "--broker-wait-s", "0", "--amqp", "amqp://guest:guest@127.0.0.1:1/")
+        done = gavel(example_plugins, *argv, "--broker-wait-s", "0", "--amqp", "amqp://guest:guest@127.0.0.1:1/")
         assert done.returncode == 2, done.stderr
         assert f"gavel: --policy: policy plug-in {spec!r}: {reason}" in done.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow  # ~5 s: two simulations
-def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(site: Path, tmp_path: Path) -> None:
+def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(example_plugins: Path, tmp_path: Path) -> None:
     """The plug-in answers while one job is known and raises once more arrive: the run keeps the
     last allocation (jobs it leaves out run on the GPUs it leaves idle), every job completes on
     either engine, and the run's log says so once, naming the plug-in and what it raised."""
@@ -132,7 +126,7 @@ def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(site: Path, tmp_
     pattern = re.compile(rf"policy plug-in {re.escape(repr(spec))}: allocate raised RuntimeError: cannot share between [2-8] jobs")
     for engine in ("fast", "services"):
         out = tmp_path / engine
-        done = gavel(site, "simulate", *GENERATED, "--policy", spec, "--engine", engine, "--out", str(out), "--no-plots")
+        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", spec, "--engine", engine, "--out", str(out), "--no-plots")
         assert done.returncode == 0, done.stderr
         assert json.loads((out / "summary.json").read_text())["jobs_completed"] == 8
         assert f"the services' log of the run: {out / 'simulation.log'}" in done.stdout
@@ -163,14 +157,14 @@ def most_at_once(rows: list[dict[str, str]]) -> int:
 
 
 @pytest.mark.slow  # ~20-35 s (a loaded machine): three simulations and three sweeps, each a process
-def test_simulate_and_sweep_take_the_example_placement_and_admission(site: Path, tmp_path: Path) -> None:
+def test_simulate_and_sweep_take_the_example_placement_and_admission(example_plugins: Path, tmp_path: Path) -> None:
     """per_entity_jobs with max_jobs=2 (a generated trace's jobs have no entity: one entity)
     keeps at most 2 jobs running at once where accept-all runs more; by entry point and by
     module:Name the same schedule, in `gavel simulate` and in `gavel sweep`."""
     runs = {}
     for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
         out = tmp_path / label
-        done = gavel(site, "simulate", *GENERATED, "--policy", "max_min_fairness_perf", *seams, "--out", str(out), "--no-plots")
+        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", "max_min_fairness_perf", *seams, "--out", str(out), "--no-plots")
         assert done.returncode == 0, done.stderr
         runs[label] = jobs_csv(out)
         assert len(runs[label]) == 8 and all(r["completion_s"] for r in runs[label])
@@ -181,7 +175,7 @@ def test_simulate_and_sweep_take_the_example_placement_and_admission(site: Path,
     for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
         out = tmp_path / f"sweep-{label}"
         done = gavel(
-            site, "sweep", "--policies", "fifo,max_min_fairness_perf", "--rates", "4", "--jobs", "8", "--cluster", "2:2:2",
+            example_plugins, "sweep", "--policies", "fifo,max_min_fairness_perf", "--rates", "4", "--jobs", "8", "--cluster", "2:2:2",
             "--processes", "2", *seams, "--out", str(out),
         )
         assert done.returncode == 0, done.stderr

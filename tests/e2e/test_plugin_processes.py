@@ -18,7 +18,6 @@ import pytest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    example_site,
 )
 from tests.support.processes import Cluster, logged
 from tests.support.waiting import eventually
@@ -29,14 +28,9 @@ SCALE = ("--time-scale", "1000")
 FLEET = "v100=1,p100=1,k80=1"
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
 @pytest.fixture
-def plugged(cluster: Cluster, site: Path) -> Cluster:
-    cluster.env["PYTHONPATH"] = str(site)
+def plugged(cluster: Cluster, example_plugins: Path) -> Cluster:
+    cluster.env["PYTHONPATH"] = str(example_plugins)
     return cluster
 
 

@@ -9,27 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from policy_service.service import shipped_context
 from sim.fastpath import simulate
 from sim.scenario import Scenario, generated_trace
-from tests.support.example_plugins import example_site
 
 CONTEXT = shipped_context()
 CLUSTER = {"v100": 8, "p100": 8, "k80": 8}
 POLICY = "max_min_fairness_perf"
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
-@pytest.fixture
-def on_path(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(site))
-    return site
 
 
 def _run(**mechanism: object) -> list[tuple[int, int, tuple[tuple[str, tuple[int, ...]], ...]]]:

@@ -18,21 +18,9 @@ from sim.sweep_cells import SweepSpec, run_cell, table_digest
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    example_site,
 )
 
 SPEC = SweepSpec(num_jobs=6, multi_gpu=False, cluster={"v100": 2, "p100": 2, "k80": 2}, table_sha256=table_digest(None))
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
-@pytest.fixture
-def on_path(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(site))
-    return site
 
 
 def _contexts(*plugins: str) -> dict[str, object]:

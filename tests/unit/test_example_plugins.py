@@ -23,18 +23,6 @@ from mechanism_service.core.seams.placement import (
     PlacementRequest,
     answer_problem,
 )
-from tests.support.example_plugins import example_site
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
-@pytest.fixture
-def on_path(example: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(example))
-    return example
 
 
 def test_the_package_declares_one_plugin_of_each_kind(on_path: Path) -> None:

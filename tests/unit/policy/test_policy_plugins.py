@@ -27,23 +27,11 @@ from policy_service.plugins import load_policy, policy_entry
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
-    example_site,
 )
 from tests.unit.policy.builders import PRICES, gavel_table
 
 CONTEXT = SolveContext(table=gavel_table(), prices_per_hour=PRICES)
 COUNTS = {"v100": 2, "p100": 4, "k80": 4}
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return example_site(tmp_path_factory)
-
-
-@pytest.fixture
-def on_path(example: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(example))
-    return example
 
 
 def _request(policy: str, jobs: tuple[PolicyJob, ...]) -> AllocationRequested:
