@@ -116,6 +116,12 @@ def _stopped(book: SweepBook, ledger: LedgerFile, more: str) -> str:
 
 
 def _restored_line(plan: SweepPlan, spec: SweepSpec, kept: Mapping[str, SweepCellFinished]) -> str:
-    if not kept:
+    """How many of the ledger's results this plan takes: the ledger of an --out keeps the cells
+    of every variant, cutoff or rate list run there before, and only this plan's are not run
+    again (the plan is walked as the driver walks it, so a search counts the chain it reuses)."""
+    book = SweepBook(spec.sweep_id)
+    while book.restore(kept, [spec.cell(*key) for key in plan.needed(book.results())]):
+        pass
+    if not book.finished:
         return ""
-    return f"; {len(kept)} cell(s) of this sweep already in the ledger: not run again"
+    return f"; {len(book.finished)} cell(s) of this sweep already in the ledger: not run again"

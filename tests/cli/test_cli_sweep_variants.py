@@ -73,6 +73,12 @@ def test_variant_cells_are_simulate_runs_with_their_flags_and_a_restart_runs_onl
         f"max_min_fairness_perf [{label}]" in header for label in ("tight", "open", "ideal")
     )
 
+    # the third variant alone: the ledger holds 3 cells of this sweep, and it takes 1 of them
+    code, _, stderr = gavel(capsys, *SWEEP, *SHARED, f"--variant=ideal={IDEAL[0]}", "--processes", "2", "--out", str(out))
+    assert code == 0, stderr
+    assert "; 1 cell(s) of this sweep already in the ledger: not run again" in stderr
+    assert not [line for line in stderr.splitlines() if line.startswith("[")]
+
 
 BAD = [
     (("--variant", "x=--jobs 5"), "--variant x: --jobs is shared by every cell of the sweep: give it once, outside --variant"),
