@@ -31,6 +31,7 @@ from services.cli.common import (
     print_lines,
     print_table,
 )
+from services.cli.module_flags import SEAMS, add_module_flags, module_settings
 
 if TYPE_CHECKING:
     from common.config import Settings
@@ -78,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--round-s", type=positive_number, metavar="S", help="the round length, if the journal does not record it")
     p.add_argument("--preset", choices=PRESET_NAMES, help="the mechanism's preset, if the journal does not record it")
+    # The journal does not say which admission, placement and launch the mechanism ran with: the
+    # operator gives them, as the mechanism was started (every replay, the policy it ran too).
+    add_module_flags(p)
     p.set_defaults(run=run)
 
 
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     # 1. the flags that need no journal
     candidates = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
+    mechanism = module_settings(args)  # a bad --admission, --placement, --launch: one line, exit 2
     context = load_context(args.throughputs)
     assert context.table is not None
     path = pathlib.Path(args.journal or settings.journal_path or default_journal_path(settings))
@@ -146,7 +151,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for policy in policies:
         bar = ProgressBar(f"whatif {policy.ljust(width)}")
         try:
-            results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s)
+            results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s, mechanism=mechanism)
         except (SimulationStalled, PluginError) as e:  # one policy's failure: the others are still compared
             notes.append(f"{policy} could not be replayed: {e}")
             failed_policies.append(policy)
@@ -157,6 +162,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # 4. what it says, and the files
     lag_s = replay_setup.boundary_lag_s if args.boundary_lag_s is None else args.boundary_lag_s
     report = _report(path, replay_setup, as_run, notes, runs, lag_s or 0.0)
+    report["seams"] = {  # what every replay ran with (the journal does not record the real run's)
+        seam: {"name": getattr(args, seam), "params": dict(getattr(args, f"{seam}_params"))} for seam in SEAMS
+    }
     (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = table_rows(runs)
     (out / "comparison.txt").write_text(_text_table(HEADERS, rows))

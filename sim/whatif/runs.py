@@ -16,20 +16,23 @@ from sim.whatif.real import shifted
 from sim.whatif.replay import ReplaySetup
 
 
-def scenario_of(setup: ReplaySetup, boundary_lag_s: float | None = None) -> Scenario:
+def scenario_of(
+    setup: ReplaySetup, boundary_lag_s: float | None = None, mechanism: tuple[tuple[str, object], ...] = ()
+) -> Scenario:
     """The real run's settings as a Scenario: its fleet (and its changes), round length, preset and server size,
-    the measured jobs as the window, the time its boundaries took (``boundary_lag_s``: another)."""
+    the measured jobs as the window, the time its boundaries took (``boundary_lag_s``: another);
+    ``mechanism``: MechanismSettings fields beyond the preset (the seams the operator names)."""
     lag_s = setup.boundary_lag_s if boundary_lag_s is None else boundary_lag_s
     return Scenario(
         trace=setup.trace, cluster=dict(setup.cluster), preset=setup.preset, round_s=setup.round_s,
         gpus_per_server=setup.gpus_per_server, window=setup.window, boundary_lag_s=lag_s or 0.0,
-        fleet_changes=setup.fleet_changes,
+        fleet_changes=setup.fleet_changes, mechanism=mechanism,
     )
 
 
 def replay(
     setup: ReplaySetup, policy: str, prices_per_hour: Mapping[str, float], progress: Progress | None = None,
-    *, boundary_lag_s: float | None = None,
+    *, boundary_lag_s: float | None = None, mechanism: tuple[tuple[str, object], ...] = (),
 ) -> SimulationResult:
     """One policy on the real run's jobs and cluster, shifted to the comparison's time zero.
     ``prices_per_hour``: the policy service's, as they are (a cost-aware policy reads them; a type
@@ -38,5 +41,5 @@ def replay(
     context = SolveContext(setup.table, dict(prices_per_hour))
     if not is_builtin(policy):  # a plug-in, served by this run's policy (as sim/scenario.py's run_policy)
         context = dataclasses.replace(context, plugins=(policy,))
-    result = simulate(setup.trace, scenario_of(setup, boundary_lag_s).config(policy), context, progress=progress)
+    result = simulate(setup.trace, scenario_of(setup, boundary_lag_s, mechanism).config(policy), context, progress=progress)
     return shifted(result, setup.origin_s)

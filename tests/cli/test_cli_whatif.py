@@ -97,6 +97,7 @@ def _no_finished_job(path):
         ("unknown policy", ["--journal", "{journal}", "--policies", "fifo,nope"], "--policies: unknown policy 'nope'"),
         ("late --from", ["--journal", "{journal}", "--policies", "fifo", "--from", "30d"], "--from 2.592e+06: after the last arrival"),
         ("bad --from", ["--journal", "{journal}", "--policies", "fifo", "--from", "soon"], "argument --from: expected a duration"),
+        ("bad --admission", ["--journal", "{journal}", "--policies", "fifo", "--admission", "lod"], "--admission: admission plug-in 'lod': unknown"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(journal, tmp_path, capsys, case, argv, says):
@@ -111,6 +112,27 @@ def test_bad_input_is_one_line_and_exit_2(journal, tmp_path, capsys, case, argv,
     assert stdout == "" and len(stderr.strip().splitlines()) == 1, stderr
     assert says.format(tmp=tmp_path) in stderr
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_the_seams_the_mechanism_ran_with_are_given_by_their_flags_and_apply_to_every_replay(journal, tmp_path, capsys):
+    """The journal does not record the mechanism's admission, placement and launch: the operator
+    names them. Load-based admission at a quarter of the cluster holds jobs the real run (which
+    admitted every one) started at once, so the policy it ran no longer reproduces it."""
+    runs = {}
+    for label, seams in (("as ran", ()), ("load", ("--admission", "load", "--admission-param", "max_load=0.25"))):
+        code, stdout, _ = gavel(
+            capsys, "whatif", "--journal", str(journal), "--policies", "fifo", "--json", "--no-plots",
+            "--out", str(tmp_path / label), *seams,
+        )
+        assert code == 0
+        runs[label] = json.loads(stdout)
+    assert runs["as ran"]["seams"]["admission"] == {"name": "accept_all", "params": {}}
+    assert runs["load"]["seams"]["admission"] == {"name": "load", "params": {"max_load": "0.25"}}
+    as_ran = {r["label"]: r for r in runs["as ran"]["runs"]}
+    held = {r["label"]: r for r in runs["load"]["runs"]}
+    assert as_ran[POLICY]["avg_jct_vs_real"] == pytest.approx(1.0, abs=1e-9)
+    assert held[POLICY]["avg_jct_s"] > as_ran[POLICY]["avg_jct_s"]  # jobs wait in the admission queue
+    assert held["fifo"]["avg_jct_s"] != as_ran["fifo"]["avg_jct_s"]  # every replay, not only the one it ran
 
 
 BROKEN_POLICY = '''
