@@ -27,10 +27,18 @@ from typing import Literal
 import structlog
 
 from common.bus import Bus, Delivery
+from common.children import die_with_parent
 from common.clock import Clock
 from common.messages import AllocationComputed, AllocationFailed, AllocationRequested
+from common.metrics import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    build_info,
+    registry_or_private,
+)
 from common.plugins import installed
-from common.metrics import CollectorRegistry, Counter, Gauge, Histogram, build_info, registry_or_private
 from common.throughputs import throughput_table_from_json
 from common.topics import POLICY_REQUEST_QUEUE
 from policy_service.answer import SolveContext, answer
@@ -77,6 +85,7 @@ _worker_context: SolveContext | None = None
 
 
 def _init_worker(context: SolveContext) -> None:
+    die_with_parent()  # a replica killed with SIGKILL leaves no solver behind
     global _worker_context
     _worker_context = context
 

@@ -18,13 +18,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import multiprocessing
-import os
-import signal
-import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from common.children import die_with_parent
 from common.messages import SweepCellFinished, SweepCellRequested, SweepCellStarted
 from policy_service.answer import SolveContext
 from sim.sweep_cells import SweepSpec, failed, run_cell
@@ -132,24 +130,6 @@ _contexts: dict[str, SolveContext] = {}
 def _init_worker(contexts: dict[str, SolveContext]) -> None:
     die_with_parent()
     _contexts.update(contexts)
-
-
-def die_with_parent() -> None:
-    """In a worker process: be killed when the process that started it dies. A sweep or a
-    simulator killed with SIGKILL would otherwise leave its worker behind for ever, waiting for a
-    cell that never comes. Linux only (PR_SET_PDEATHSIG); elsewhere a killed parent's worker ends
-    at its next cell, when the pipe to its parent is found closed."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the call: nobody will signal us
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_in_worker(cell: SweepCellRequested) -> SweepCellFinished:

@@ -37,11 +37,11 @@ from collections.abc import Mapping
 import structlog
 
 from common.bus import Bus, Delivery
+from common.children import die_with_parent
 from common.errors import UnroutableError
 from common.messages import SweepCellFinished, SweepCellRequested, SweepCellStarted
 from policy_service.answer import SolveContext
 from sim.sweep_cells import describe, failed, run_cell
-from sim.sweep_driver import die_with_parent
 
 log = structlog.get_logger("gavel.simulator")
 

@@ -12,31 +12,24 @@ what it writes, in the order it wrote it (worker_service/job_logs.py).
 from __future__ import annotations
 
 import asyncio
-import ctypes
+import functools
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common.children import die_with_parent
 from worker_service.core import Launch
 from worker_service.logbook import complete_lines
 from worker_service.training import read_json
 
-PR_SET_PDEATHSIG = 1
 READ_BYTES = 64 * 1024
 OUTPUT_FLUSH_S = 0.5  # a partial line (a prompt, a progress bar without its end) is written after this much quiet
 OUTPUT_DRAIN_S = 2.0  # after its group is gone, how long its output may take to be read to the end
 TAIL_KEPT_BYTES = 8 * 1024
 
 Output = Callable[[bytes], None]  # where a process's output goes, whole lines at a time
-
-
-def _die_with_parent() -> None:  # runs in the child, between fork and exec
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class JobProcess:
@@ -172,6 +165,6 @@ async def start(launch: Launch, output: Output | None = None) -> JobProcess:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # runs in the child, between fork and exec
     )
     return JobProcess(launch, process, output)

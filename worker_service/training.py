@@ -41,7 +41,8 @@ scheduler credited (``GAVEL_RESUME_STEP``), should a report have been lost after
 A gang (``WORLD_SIZE`` > 1 with torch.distributed initialised) agrees on every stop: each step
 ends with an all-reduce of the stop flag, so no rank waits in a collective its peers left.
 
-Standard library only (torch is used only when the script itself initialised torch.distributed).
+Standard library only, and common/children.py, itself standard library (torch is used only
+when the script itself initialised torch.distributed).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from common.children import die_with_parent
 
 T = TypeVar("T")
 
@@ -72,23 +75,6 @@ CHECKPOINTS_KEPT = 3
 POLL_S = 0.02  # how often a paused job looks for its next lease
 PROGRESS_EVERY_S = 1.0  # a running job refreshes its progress file at most this often
 LEASE_REREAD_S = 0.25  # a running job re-reads its lease file at least this often
-
-
-def _die_with_parent() -> None:
-    """A job started through a shell is the shell's child, not the worker's: tie its life to its
-    parent's (which the worker ties to its own), so a worker that dies leaves nothing running.
-    Linux only; elsewhere the worker's process-group signals are all there is."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes  # noqa: PLC0415
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the call: nobody will signal us
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CheckpointError(RuntimeError):
@@ -186,7 +172,7 @@ class LeaseIterator(Generic[T]):
                 signal.signal(signal.SIGTERM, self._on_sigterm)
             except ValueError:  # not the main thread: the worker's SIGKILL still ends us
                 pass
-            _die_with_parent()
+            die_with_parent()  # a job started through a shell is the shell's child: tied to it, as it is to the worker
 
     # -- the contract: load_checkpoint, save_checkpoint, done ---------------------------------
 
