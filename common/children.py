@@ -27,7 +27,7 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     if not sys.platform.startswith("linux"):
         return
     if parent_pid is None:
-        import multiprocessing  # noqa: PLC0415 - only where no pid is given: not between fork and exec
+        import multiprocessing  # only where no pid is given: never between fork and exec
 
         parent = multiprocessing.parent_process()
         parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()

@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 
 async def _orphan_after_parent_killed(tie: str) -> int:
     child = CHILD.format(tie=tie)
-    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(child=child)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(child=child)], stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220 - a short start, in a test
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
