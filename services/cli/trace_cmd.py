@@ -180,7 +180,12 @@ def run_convert(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_show(args: argparse.Namespace, settings: Settings) -> int:
     jobs, read_format = _read(args.file)
-    summary = summarize_trace(jobs, load_table(args.throughputs), REFERENCE_ACCELERATOR_TYPE)
+    table = load_table(args.throughputs)
+    if read_format is TraceFormat.PHILLY:  # sized as gavel simulate sizes it (sim/traces/philly.py)
+        from sim.traces.philly import sized_table
+
+        table = sized_table(table, jobs)
+    summary = summarize_trace(jobs, table, REFERENCE_ACCELERATOR_TYPE)
     if args.json:
         print_json(_summary_json(args.file, read_format, summary))
         return 0

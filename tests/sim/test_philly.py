@@ -66,5 +66,10 @@ def test_trace_show_and_convert_take_a_philly_name(tmp_path, capsys):
     assert main(["trace", "convert", "philly:51b7ef", "--output", str(tmp_path / "t.trace")]) == 0
     assert read_trace(tmp_path / "t.trace") == philly_trace("51b7ef", 0)  # 10 columns: the same jobs
     capsys.readouterr()
+    # its gangs sized as gavel simulate sizes them: none left out of the GPU-hours (a CycleGAN x8
+    # is not in the table, and simulate runs it)
+    assert main(["trace", "show", "philly:23dbec", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["unsized_jobs"] == [] and shown["gpu_hours"] > 34.91
     assert main(["trace", "show", "philly:zz"]) == 2
     assert "philly:zz: unknown virtual cluster 'zz'" in capsys.readouterr().err
