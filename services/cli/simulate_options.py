@@ -44,6 +44,7 @@ def resolve_engine(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
     """(engine, fault spec): --engine and --faults as resolve_faults says, or the fluid run, which
     has no services, faults or estimator to run, and no admission, placement or launch (it
     realises the policy's allocation for every job at once, on no worker in particular)."""
+    from services.cli.common import PRESET_VALUE
     from services.cli.module_flags import DEFAULTS
     from sim.scenario import bad_input
 
@@ -54,6 +55,8 @@ def resolve_engine(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
     for flag, given in (
         ("--engine", args.engine is not None), ("--faults", args.faults is not None),
         ("--estimator", args.estimator != "oracle"), *seams,
+        # how the rounds charge a move: the fluid run makes none
+        ("--catch-up-ratio", getattr(args, "catch_up_ratio", PRESET_VALUE) is not PRESET_VALUE),
     ):
         if given:
             raise bad_input(

@@ -126,3 +126,6 @@ def test_simulate_ideal_refuses_what_the_fluid_run_has_not(capsys):
     for flags in (["--admission", "load"], ["--placement", "spread"], ["--launch-param", "k=v"]):
         assert main([*base, *flags]) == 2
         assert f"--ideal: cannot go with {flags[0].removesuffix('-param')}" in capsys.readouterr().err
+    # nor how the rounds charge a job's moves: it has no rounds (the ratio was taken and ignored)
+    assert main([*base, "--catch-up-ratio", "2"]) == 2
+    assert "--ideal: cannot go with --catch-up-ratio" in capsys.readouterr().err
