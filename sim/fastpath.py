@@ -263,6 +263,7 @@ def simulate(
         estimation=tuple(learning.samples) if learning is not None else (),
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
+        policy_error=solve_failed,
     )
 
 

@@ -158,6 +158,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             continue
         finally:
             bar.close()
+        if results[policy].policy_error:  # it ran on the allocation kept in force: not this policy's schedule
+            notes.append(
+                f"{policy} could not be replayed: its solves failed ({results.pop(policy).policy_error}); the jobs ran "
+                "on the allocation kept in force, not on the policy's"
+            )
+            failed_policies.append(policy)
+            continue
         runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s, gpus))
     # 4. what it says, and the files
     lag_s = replay_setup.boundary_lag_s if args.boundary_lag_s is None else args.boundary_lag_s

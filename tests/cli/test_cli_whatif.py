@@ -160,3 +160,24 @@ def test_a_policy_that_cannot_be_replayed_is_said_and_the_others_are_compared(jo
     assert [r["label"] for r in report["runs"]] == ["real run", POLICY, "fifo"]
     assert any(n.startswith("whatife_broken:AlwaysRaises could not be replayed") and "licence expired" in n for n in report["notes"])
     assert "gavel: whatife_broken:AlwaysRaises could not be replayed (see its note)" in stderr
+
+
+def test_a_policy_that_never_answers_is_not_compared_though_its_jobs_ran_degraded(journal, tmp_path, capsys, monkeypatch):
+    """Under the default preset the mechanism keeps the allocation in force and runs jobs on the
+    GPUs it leaves idle, so a policy whose every solve fails still ends its replay: its figures are
+    that fallback's, not the policy's, and it is a note and exit 1 as a stalled replay is."""
+    (tmp_path / "whatife_broken2.py").write_text(BROKEN_POLICY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, stdout, stderr = gavel(
+        capsys, "whatif", "--journal", str(journal), "--policies", "fifo,whatife_broken2:AlwaysRaises",
+        "--json", "--no-plots", "--out", str(tmp_path / "out"),
+    )
+    assert code == 1
+    report = json.loads(stdout)
+    assert [r["label"] for r in report["runs"]] == ["real run", POLICY, "fifo"]
+    assert any(
+        n.startswith("whatife_broken2:AlwaysRaises could not be replayed: its solves failed") and "licence expired" in n
+        and "allocation kept in force" in n
+        for n in report["notes"]
+    ), report["notes"]
+    assert "gavel: whatife_broken2:AlwaysRaises could not be replayed (see its note)" in stderr
