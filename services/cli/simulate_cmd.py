@@ -58,6 +58,7 @@ from services.cli.module_flags import add_module_flags, module_settings
 from services.cli.simulate_report import (  # noqa: F401 - the file names: re-exported (demo)
     COMPARISON_FILES,
     RUN_FILES,
+    degraded_notes,
     describe_estimation,
     describe_faults,
     describe_files,
@@ -235,6 +236,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         print_json(results_json(results, summaries, out))
         if log_file.by_level:
             print_lines([describe_log(log_file, faults=faults is not None)], stream=sys.stderr)
+        print_lines(degraded_notes(results), stream=sys.stderr)
         if plot_error:
             raise plots_failed(out, plot_error)
         return 0
@@ -254,6 +256,8 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     ))
     if log_file.by_level:
         print(describe_log(log_file, faults=faults is not None))
+    sys.stdout.flush()
+    print_lines(degraded_notes(results), stream=sys.stderr)
     if plot_error:
         raise plots_failed(out, plot_error)
     return 0

@@ -31,6 +31,16 @@ def describe_log(log_file: LogFile, *, faults: bool = False) -> str:
     return f"the services' log of the run: {log_file.path} ({log_file.summary()}{told})"
 
 
+def degraded_notes(results: dict[str, SimulationResult]) -> list[str]:
+    """A line for each run whose policy's last solve failed: it ended on the allocation kept in
+    force (degraded mode), so its figures are that fallback's as much as the policy's."""
+    return [
+        f"gavel: note: {policy}: its last solve failed ({result.policy_error}); the run ended on the allocation "
+        "kept in force, so its figures are not the policy's alone (simulation.log: allocation_degraded)"
+        for policy, result in results.items() if result.policy_error
+    ]
+
+
 def write_results(
     results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path, *, plots: bool = True,
     plotter: PlotProcess | None = None,
