@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 PRESET_NAMES = ("default", "gavel")  # mechanism_service/core/settings.py PRESETS (not imported for --help)
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+LOG_FILE = "replays.log"  # the replays' events (a policy kept degraded, a plug-in failing), beside the results
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -94,6 +95,7 @@ def _duration(text: str) -> float:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from common.errors import JournalError, PluginError, ReplayError
+    from common.log import logging_into
     from services.cli.serve_state import default_journal_path
     from sim.clock import SimulationStalled
     from sim.progress import ProgressBar
@@ -148,24 +150,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     results = {REAL: real}
     width = max(len(p) for p in policies)
     failed_policies = []
-    for policy in policies:
-        bar = ProgressBar(f"whatif {policy.ljust(width)}")
-        try:
-            results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s, mechanism=mechanism)
-        except (SimulationStalled, PluginError) as e:  # one policy's failure: the others are still compared
-            notes.append(f"{policy} could not be replayed: {e}")
-            failed_policies.append(policy)
-            continue
-        finally:
-            bar.close()
-        if results[policy].policy_error:  # it ran on the allocation kept in force: not this policy's schedule
-            notes.append(
-                f"{policy} could not be replayed: its solves failed ({results.pop(policy).policy_error}); the jobs ran "
-                "on the allocation kept in force, not on the policy's"
-            )
-            failed_policies.append(policy)
-            continue
-        runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s, gpus))
+    with logging_into(out / LOG_FILE) as log_file:  # the replays' events: in a file, not over the bars
+        for policy in policies:
+            bar = ProgressBar(f"whatif {policy.ljust(width)}")
+            try:
+                results[policy] = replay(replay_setup, policy, prices, bar, boundary_lag_s=args.boundary_lag_s, mechanism=mechanism)
+            except (SimulationStalled, PluginError) as e:  # one policy's failure: the others are still compared
+                notes.append(f"{policy} could not be replayed: {e}")
+                failed_policies.append(policy)
+                continue
+            finally:
+                bar.close()
+            if results[policy].policy_error:  # it ran on the allocation kept in force: not this policy's schedule
+                notes.append(
+                    f"{policy} could not be replayed: its solves failed ({results.pop(policy).policy_error}); the jobs ran "
+                    "on the allocation kept in force, not on the policy's"
+                )
+                failed_policies.append(policy)
+                continue
+            runs.append(run_figures(policy, results[policy], replay_setup.table, prices, runs[0].avg_jct_s, gpus))
+    if log_file.by_level:
+        notes.append(f"the replays' log: {out / LOG_FILE} ({log_file.summary()})")
     # 4. what it says, and the files
     lag_s = replay_setup.boundary_lag_s if args.boundary_lag_s is None else args.boundary_lag_s
     report = _report(path, replay_setup, as_run, notes, runs, lag_s or 0.0)

@@ -181,3 +181,8 @@ def test_a_policy_that_never_answers_is_not_compared_though_its_jobs_ran_degrade
         for n in report["notes"]
     ), report["notes"]
     assert "gavel: whatife_broken2:AlwaysRaises could not be replayed (see its note)" in stderr
+    # the replays' events go to a file beside the results, not as JSON lines over the terminal
+    assert "allocation_degraded" not in stderr
+    log = tmp_path / "out" / "replays.log"
+    assert any(json.loads(line)["event"] == "allocation_degraded" for line in log.read_text().splitlines())
+    assert f"the replays' log: {log} (" in " ".join(report["notes"])
