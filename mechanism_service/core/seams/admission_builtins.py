@@ -104,7 +104,7 @@ class QuotaAdmission:
     admits its first job whatever its size. Jobs without an entity count under "".
 
     Parameters: ``hours`` (every entity's quota; default: no bound), ``entities`` (per-entity
-    quotas overriding it, ``a:20,b:7.5``), ``unit`` (``v100`` or ``gpu``)."""
+    quotas overriding it, ``a:20,b:7.5``), at least one of the two; ``unit`` (``v100`` or ``gpu``)."""
 
     def __init__(self, **params: str) -> None:
         self.hours = _number("hours", params.pop("hours", "inf"))
@@ -120,6 +120,8 @@ class QuotaAdmission:
                 raise ValueError(f"entities: {name!r} given twice")
             self.entity_hours[name] = _number(f"entities[{name}]", value)
         _no_more(params, "quota")
+        if math.isinf(self.hours) and not self.entity_hours:
+            raise ValueError("quota: give hours=H (every entity's quota) or entities=a:H1,b:H2: without either no job ever waits")
 
     def quota_hours(self, entity: str) -> float:
         return self.entity_hours.get(entity, self.hours)

@@ -135,6 +135,11 @@ def test_quota_parameters_are_checked():
         QuotaAdmission(entities="B")
     with pytest.raises(ValueError, match="unit='tpu': v100 or gpu"):
         QuotaAdmission(unit="tpu")
+    # No quota at all: a quota policy that admits everything, a forgotten parameter.
+    with pytest.raises(ValueError, match="quota: give hours=H .* or entities=a:H1,b:H2"):
+        QuotaAdmission()
+    with pytest.raises(ValueError, match="quota: give hours=H"):
+        QuotaAdmission(unit="gpu")
     # An entity given two quotas is a typo, not "the last one wins".
     with pytest.raises(ValueError, match="entities: 'a' given twice"):
         QuotaAdmission(entities="a:1,b:2,a:3")
