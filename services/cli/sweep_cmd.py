@@ -185,7 +185,13 @@ def sweep_plan(
 ) -> SweepPlan:
     """The range flags into the plan: exactly one way of choosing the rates, and the cutoffs;
     ``options``: the variants' labels."""
-    from sim.scenario import bad_input, parse_cluster, parse_numbers, positive_rate
+    from sim.scenario import (
+        bad_input,
+        format_cluster,
+        parse_cluster,
+        parse_numbers,
+        positive_rate,
+    )
     from sim.sweep_plan import RangeError, SweepPlan, evenly_spaced_rates, parse_cutoffs
 
     interval = args.rate_start is not None or args.rate_stop is not None or args.rate_count is not None
@@ -205,6 +211,9 @@ def sweep_plan(
             except OSError as e:
                 raise bad_input("--cutoffs", f"cannot read {args.cutoffs}: {e.strerror or e}") from None
             cutoffs = parse_cutoffs(text, cluster, lambda key: parse_cluster(key, table, args.gpus_per_server))
+            if not set(cutoffs) & set(policies):  # entries of other clusters are ignored, as Gavel does: say so
+                where = format_cluster(cluster)
+                print_lines([f"sweep: --cutoffs has no cutoff for {', '.join(policies)} on this cluster ({where}): nothing is left out"], sys.stderr)
         if args.until_saturated is not None:
             if not 0 < args.until_saturated <= 1:
                 raise bad_input("--until-saturated", f"expected a utilisation in (0, 1], got {args.until_saturated:g}")

@@ -100,3 +100,14 @@ def test_until_saturated_runs_gavels_search_per_policy(tmp_path, capsys):
     # (3) it ends past the knee: at a tenfold spread of average JCT or after 19 steps
     jcts = [r["avg_jct_s"] for r in ran]
     assert max(jcts) / min(jcts) >= 10 or len(ran) >= first_saturated + 1 + 19
+
+
+def test_cutoffs_of_other_clusters_only_are_said_to_leave_nothing_out(tmp_path, capsys):
+    """Gavel's file holds many clusters and the other clusters' entries are ignored; a file with
+    none for this one (a cluster written another way than meant) says so instead of silence."""
+    cutoffs = tmp_path / "cutoffs.json"
+    cutoffs.write_text(json.dumps({"4:4:4": {"fifo": 1.5}}))
+    code, _, stderr = gavel(capsys, *BASE, "--rates", "1", "--cutoffs", str(cutoffs), "--out", str(tmp_path / "x"))
+    assert code == 0, stderr
+    assert ("sweep: --cutoffs has no cutoff for fifo, max_min_fairness_perf on this cluster (2 v100, 2 p100, 2 k80): "
+            "nothing is left out") in stderr
