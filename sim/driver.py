@@ -189,6 +189,8 @@ def _result(
     state = mechanism.state
     assert state is not None
     rounds, solve_times_s, rejected = archive.with_mechanism(mechanism)
+    obs = mechanism.cell.memory.observations  # degraded at the end: the last solve failed, and why
+    policy_error = "" if obs.degraded_since_s is None else str((obs.last_solve or {}).get("error") or "the policy did not answer")
     return SimulationResult(
         policy=config.policy,
         preset=config.settings.preset,
@@ -207,6 +209,7 @@ def _result(
         estimator=config.estimation.mode,
         unknown_types=config.estimation.unknown_types,
         faults=faults,
+        policy_error=policy_error,
     )
 
 
