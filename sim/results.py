@@ -78,6 +78,6 @@ class SimulationResult:
     estimator: str = "oracle"  # oracle | learned
     unknown_types: tuple[str, ...] = ()  # job types the estimator and the mechanism were not told of
     faults: FaultReport | None = None  # what a run with faults injected and saw (sim/faults.py); None: none
-    # the bus-free run's last solve failed with this reason: it ended on the allocation kept in
-    # force (degraded mode), not on the policy's ("" it answered)
+    # the run's last solve failed with this reason (either engine): it ended on the allocation
+    # kept in force (degraded mode), not on the policy's ("" it answered)
     policy_error: str = ""
