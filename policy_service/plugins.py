@@ -65,7 +65,7 @@ def _served_plugin(name: str, served: tuple[str, ...]) -> RegistryEntry:
         raise UnknownPolicyError(name, [*REGISTRY.names(), *points, *served])
     raise PluginError(
         KIND, name,
-        "not served here: a replica answers the built-in policies, the installed plug-ins "
+        "not served here: a policy replica or a gavel serve simulator answers the built-in policies, the installed plug-ins "
         f"({', '.join(sorted(points)) or 'none'}) and those it was started with ({', '.join(served) or 'none'}); "
         "it never imports a module a request names (start it with --policy " + name + ")",
     )

@@ -42,6 +42,8 @@ def test_a_cell_naming_a_module_the_simulator_does_not_serve_is_refused_unimport
     monkeypatch.syspath_prepend(str(tmp_path))
     done = run_cell(SPEC.cell("plugb_cell_side_effect:P", 4.0, 0), _contexts(POLICY_REFERENCE), "sim-a")  # type: ignore[arg-type]
     assert done.error.startswith("PluginError: policy plug-in 'plugb_cell_side_effect:P': not served here")
+    # it says what serves a policy on a simulator too, and how to make this one serve it
+    assert "a gavel serve simulator answers" in done.error and "(start it with --policy plugb_cell_side_effect:P)" in done.error
     assert not marker.exists() and "plugb_cell_side_effect" not in sys.modules
 
 
