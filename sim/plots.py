@@ -209,6 +209,10 @@ def utilization_overlay_figure(results: Mapping[str, SimulationResult]) -> Figur
 
 # (line style, marker) of the sweep's lines, ten policies each (one per colour)
 SWEEP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+# Up to this many lines, each has its band (min to max over seeds); past it the bands cover one
+# another and the lines under them (a comparison of a dozen policies was a grey mass): lines only,
+# the spread stays in sweep.csv.
+SWEEP_BANDS_UP_TO = 6
 
 
 def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
@@ -219,9 +223,10 @@ def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: st
 def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
     """Average JCT (h) against input rate (jobs/h), one line per policy (per policy and variant:
     "policy [variant]") through the mean over seeds, with a band from the lowest to the highest
-    seed's value (Gavel's Figure 8 shape)."""
+    seed's value (Gavel's Figure 8 shape) while there are few enough lines (SWEEP_BANDS_UP_TO)."""
     fig, ax = _figure()
     lines = sweep_lines(rows)
+    bands = len(lines) <= SWEEP_BANDS_UP_TO
     for i, line in enumerate(lines):
         color = f"C{i % 10}"
         # past ten policies the colours come round again: the line and marker tell them apart
@@ -231,12 +236,13 @@ def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
             line.jobs_per_hour, line.mean_jct_h, marker=marker, linestyle=style, color=color,
             label=f"{line.label} ({seeds} seeds)",
         )
-        if seeds > 1:
+        if seeds > 1 and bands:
             ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)
     if title:
         _title(fig, title)
     else:
-        _title(fig, "Average JCT against input rate", "line: mean over seeds; band: min to max")
+        spread = "band: min to max" if bands else f"no bands past {SWEEP_BANDS_UP_TO} lines: sweep.csv has each seed"
+        _title(fig, "Average JCT against input rate", f"line: mean over seeds; {spread}")
     ax.set_xlabel("input job rate (jobs/h)")
     ax.set_ylabel("average JCT (h)")
     ax.set_ylim(bottom=0)

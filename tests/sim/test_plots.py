@@ -368,3 +368,14 @@ def test_past_ten_policies_the_sweep_lines_still_differ():
     looks = [(line.get_color(), line.get_linestyle(), line.get_marker()) for line in ax.get_lines()]
     assert len(looks) == 13 and len(set(looks)) == 13
     assert looks[0][0] == looks[10][0]
+
+
+def test_bands_are_drawn_for_a_few_lines_only():
+    # Two seeds a policy: a band each for three policies; for thirteen the bands would cover
+    # one another and the lines, so none is drawn (sweep.csv keeps each seed).
+    def bands(policies: int) -> int:
+        rows = [SweepRow(f"p{i}", rate, s, 3600.0 * (i + rate + s)) for i in range(policies) for rate in (1.0, 2.0) for s in (0, 1)]
+        (ax,) = sweep_figure(rows).axes
+        return len(ax.collections)
+
+    assert (bands(3), bands(13)) == (3, 0)
