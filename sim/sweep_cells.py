@@ -149,10 +149,15 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
         # module a cell names (policy_service/plugins.py)
         policy_entry(cell.policy, context.plugins)
         _refuse_seam_modules(scenario, context.plugins)
-        _, summary = run_policy(cell.policy, scenario, context)
+        result, summary = run_policy(cell.policy, scenario, context)
     except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
         # the run: either way the sweep must hear which cell and why, and the simulator goes on
         return failed(cell, simulator, f"{type(e).__name__}: {e}", time.perf_counter() - started_s)
+    if result.policy_error:  # it ended on the allocation kept in force: its figures are not the policy's
+        return failed(
+            cell, simulator, f"the policy's last solve failed ({result.policy_error}): the run ended on the allocation "
+            "kept in force", time.perf_counter() - started_s,
+        )
     return SweepCellFinished(
         cell.sweep_id,
         cell.cell_id,

@@ -71,3 +71,18 @@ def test_a_cell_naming_a_seam_by_module_is_refused_unimported(on_path: Path, tmp
         _contexts("gavel_example_plugins.placement:FewestServers"), "sim",  # type: ignore[arg-type]
     )
     assert served.error == "" and served.jobs_completed == 6
+
+
+def test_a_cell_whose_policy_never_answers_is_a_failed_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its jobs would run on the allocation kept in force (degraded mode) and give figures that are
+    not the policy's: the cell is answered as failed with the policy's reason, as gavel whatif
+    leaves such a replay out."""
+    (tmp_path / "plugb_cell_always_raises.py").write_text(
+        "class P:\n    name = 'p'\n\n    def allocate(self, problem):\n        raise RuntimeError('no licence')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = run_cell(SPEC.cell("plugb_cell_always_raises:P", 4.0, 0), _contexts("plugb_cell_always_raises:P"), "sim-a")  # type: ignore[arg-type]
+    assert done.error == (
+        "the policy's last solve failed (policy plug-in 'plugb_cell_always_raises:P': allocate raised RuntimeError: "
+        "no licence): the run ended on the allocation kept in force"
+    )
