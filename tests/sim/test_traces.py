@@ -458,7 +458,9 @@ def test_show_summarises_a_static_and_a_philly_trace(capsys):
     assert "arrivals          all at 0 s (static)" in stdout and "scale factors     1: 32 (100%)" in stdout
     philly = GAVEL_TRACES / "msr" / "seed=0" / "11cb48.trace"
     code, stdout, _ = gavel(capsys, "show", str(philly))
-    assert code == 0 and f"{len(read_trace(philly))} jobs (philly 7-column)" in stdout and "not sized" in stdout
+    assert code == 0 and f"{len(read_trace(philly))} jobs (philly 7-column)" in stdout
+    # its gangs the table lacks are sized as gavel simulate sizes them (sim/traces/philly.py): none left out
+    assert "not sized" not in stdout
 
 
 def test_converting_to_the_10_column_format_needs_positional_ids(tmp_path, capsys):
