@@ -1,6 +1,6 @@
-"""The schedulers of other papers end to end (Themis, Optimus, Gandiva's time-slicing): a short
-simulation with arrivals and multi-GPU gangs completes every job, on the bus-free path and on the
-services (the same schedule). Each case ~1-3 s."""
+"""The schedulers of other papers end to end (SRTF, Tiresias, Themis, Optimus, Gandiva's
+time-slicing): a short simulation with arrivals and multi-GPU gangs completes every job, on the
+bus-free path and on the services (the same schedule). Each case ~1-3 s."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def _trace():
     return generate_trace(spec, CONTEXT.table, np.random.default_rng(5))
 
 
-@pytest.mark.parametrize("policy", ["themis", "themis_perf", "optimus", "optimus_perf", "gandiva_ts"])
+@pytest.mark.parametrize(
+    "policy",
+    ["srtf", "srtf_perf", "tiresias", "tiresias_perf", "themis", "themis_perf", "optimus", "optimus_perf", "gandiva_ts"],
+)
 async def test_every_job_completes_and_both_engines_agree(policy):
     trace = _trace()
     config = RunConfig(policy, CLUSTER, preset("default", policy), seed=0)
