@@ -6,10 +6,10 @@ are printed beside it.
 
 What separates a replay from the real run is the time a live mechanism takes from a round's last
 report (or an arrival into an idle cluster) to its next boundary: a few milliseconds of wall time
-times the clock's scale (at --time-scale 100 a 360 s round lasts 3.6 s of wall time, so ~1% of a
+times the clock's scale (at --time-scale 200 a 360 s round lasts 1.8 s of wall time, so ~2% of a
 round). whatif measures its mean in the journal and gives the replays' rounds the same. A one-off
 delay it cannot model: a fresh policy process's first solve (loading the solver, seconds of wall
-time: minutes of the mechanism's at 100x). So the cluster first runs one warm-up job, and the
+time: minutes of the mechanism's at 200x). So the cluster first runs one warm-up job, and the
 comparison starts at the trace's arrival (--from), which also replays from a point in time."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.broker
 
 POLICY = "max_min_fairness_perf"
-SCALE = "100"
+SCALE = "200"
 # (job type, steps, arrival s): each a few rounds of 360 s on a v100, arriving over an hour
 JOBS = [
     ("ResNet-18 (batch size 64)", 40_000, 0.0),
@@ -53,7 +53,7 @@ async def wait_for(cluster: Cluster, count: int) -> None:
         raise AssertionError(f"jobs: {cluster.answer('jobs')}\n{cluster.logs()}") from None
 
 
-@pytest.mark.slow  # ~70 s: a warm-up job, then eight over ~3 h of the mechanism's time at 100x; three replays
+@pytest.mark.slow  # ~35 s (~60 s beside the suite): a warm-up job, then eight over ~3 h of the mechanism's time at 200x; three replays
 async def test_whatif_on_a_real_runs_journal_reproduces_its_average_jct(cluster, tmp_path):
     import asyncio
 
