@@ -1,7 +1,8 @@
 """Policy plug-ins over RabbitMQ, in service processes (issue 26, "plug-ins without forking"): the
 example package (examples/gavel-example-plugins, pip-installed into a temporary directory and on
-PYTHONPATH) runs a cluster's jobs by package.module:Name in separate `gavel serve` processes and
-by entry point in `gavel up --bus amqp`, and so do its placement and admission plug-ins; a
+PYTHONPATH) runs a cluster's jobs, its policy, placement and admission together, by
+package.module:Name in separate `gavel serve` processes and by entry point in `gavel up --bus
+amqp` (one cluster each, which every plug-in is seen at work in); a
 policy plug-in that raises in allocate costs answers, and the mechanism keeps running on its last
 allocation until the policy answers again.
 
@@ -60,44 +61,6 @@ async def all_completed(cluster: Cluster, job_ids: set[str], timeout_s: float = 
 
 def report(cluster: Cluster) -> dict[str, object]:
     return cluster.answer("cluster")  # type: ignore[return-value]
-
-
-@pytest.mark.slow  # ~15 s: four service processes, two jobs
-async def test_separate_processes_run_the_example_policy_by_module_reference(plugged: Cluster, tmp_path: Path) -> None:
-    """The replica is started with the plug-in and solves in its worker process (spawned: the
-    spec travels there and is resolved again); the mechanism names it in every request."""
-    c = plugged
-    c.start("policy", "serve", "policy", "--policy", POLICY_REFERENCE)  # solving in a worker process
-    c.start("mechanism", "serve", "mechanism", "--policy", POLICY_REFERENCE, "--journal", str(tmp_path / "j.sqlite"), *SCALE)
-    c.start("fleet", "serve", "fleet", "--cluster", FLEET, *SCALE)
-    await ready(c, 3)
-    submit(c, "a", "ResNet-50 (batch size 64)", 3000)
-    submit(c, "b", "A3C", 3000)
-    await all_completed(c, {"a", "b"})
-    answer = report(c)
-    assert answer["policy"] == POLICY_REFERENCE
-    assert answer["last_solve"]["status"] == "optimal" and answer["allocation"]["state"] == "current"  # type: ignore[index]
-    computed = logged(tmp_path / "policy.log", "allocation_computed")
-    assert computed and {e["policy"] for e in computed} == {POLICY_REFERENCE}
-    assert not logged(tmp_path / "policy.log", "allocation_failed")
-
-
-@pytest.mark.slow  # ~7 s: one `gavel up` process, two jobs
-async def test_gavel_up_runs_the_example_policy_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
-    """Installed, the policy is found by its entry point's name by the mechanism and the replica
-    alike (gavel up's replica serves the mechanism's policy)."""
-    c = plugged
-    c.start(
-        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--policy", POLICY_ENTRY_POINT,
-        "--cluster", FLEET, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
-    )
-    await ready(c, 3)
-    submit(c, "a", "ResNet-18 (batch size 64)", 5000)
-    submit(c, "b", "A3C", 3000)
-    await all_completed(c, {"a", "b"})
-    answer = report(c)
-    assert answer["policy"] == POLICY_ENTRY_POINT and answer["last_solve"]["status"] == "optimal"  # type: ignore[index]
-    assert {e["policy"] for e in logged(tmp_path / "up.log", "allocation_computed")} == {POLICY_ENTRY_POINT}
 
 
 @pytest.mark.slow  # ~20 s: three service processes, two jobs of several rounds each
@@ -165,27 +128,45 @@ async def placed_best_fit_and_admitted_per_entity(c: Cluster) -> None:
     assert where == {"a4": [["v100-0"]], "b2": [["v100-1"]], "c2": [["v100-1"]]}, where
 
 
+def solved_by(c: Cluster, policy: str, log: Path) -> None:
+    """Every allocation was the plug-in policy's: the mechanism names it, the replica solved it."""
+    answer = report(c)
+    assert answer["policy"] == policy and answer["last_solve"]["status"] == "optimal"  # type: ignore[index]
+    computed = logged(log, "allocation_computed")
+    assert computed and {e["policy"] for e in computed} == {policy}
+    assert not logged(log, "allocation_failed")
+
+
 @pytest.mark.slow  # ~20 s: one `gavel up` process, four jobs (the first ~10 s of wall time)
-async def test_gavel_up_runs_the_example_placement_and_admission_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
+async def test_gavel_up_runs_the_example_plugins_by_entry_point(plugged: Cluster, tmp_path: Path) -> None:
+    """Installed, each plug-in is found by its entry point's name: the policy by the mechanism and
+    the replica alike (gavel up's replica serves the mechanism's policy), the placement and the
+    admission by the mechanism."""
     c = plugged
     c.start(
-        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--policy", "max_min_fairness_perf",
+        "up", "up", "--bus", "amqp", "--services", "policy,mechanism,fleet", "--policy", POLICY_ENTRY_POINT,
         "--placement", "fewest_servers", "--admission", "per_entity_jobs", "--admission-param", "max_jobs=1",
         "--cluster", "v100=8", *SEAMS, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
     )
     await ready(c, 2)
     await placed_best_fit_and_admitted_per_entity(c)
+    solved_by(c, POLICY_ENTRY_POINT, tmp_path / "up.log")
 
 
 @pytest.mark.slow  # ~25 s: three service processes, four jobs (the first ~10 s of wall time)
-async def test_separate_processes_run_the_example_placement_and_admission_by_module_reference(plugged: Cluster, tmp_path: Path) -> None:
+async def test_separate_processes_run_the_example_plugins_by_module_reference(plugged: Cluster, tmp_path: Path) -> None:
+    """The replica is started with the policy plug-in and solves in its worker process (spawned:
+    the spec travels there and is resolved again); the mechanism names it in every request and
+    runs the placement and the admission by module:Name."""
     c = plugged
-    c.start("policy", "serve", "policy", "--solving", "inline")
+    c.start("policy", "serve", "policy", "--policy", POLICY_REFERENCE)  # solving in a worker process
     c.start(
-        "mechanism", "serve", "mechanism", "--placement", "gavel_example_plugins.placement:FewestServers",
+        "mechanism", "serve", "mechanism", "--policy", POLICY_REFERENCE,
+        "--placement", "gavel_example_plugins.placement:FewestServers",
         "--admission", "gavel_example_plugins.admission:PerEntityJobs", "--admission-param", "max_jobs=1",
         *SEAMS, "--journal", str(tmp_path / "j.sqlite"), *SCALE,
     )
     c.start("fleet", "serve", "fleet", "--cluster", "v100=8", *SEAMS, *SCALE)
     await ready(c, 2)
     await placed_best_fit_and_admitted_per_entity(c)
+    solved_by(c, POLICY_REFERENCE, tmp_path / "policy.log")
