@@ -66,7 +66,7 @@ def solve_max_min(
 
 
 @dataclass(frozen=True)
-class _Csc:
+class Csc:
     """A matrix in compressed sparse column form, as CLARABEL reads one (the attributes of a
     scipy ``csc_matrix`` it uses: sorted row indices, no duplicates). Not scipy's own, so that
     the simulator's programs do not load scipy.sparse (policy_service/core/sparse.py);
@@ -80,7 +80,7 @@ class _Csc:
     has_canonical_format: bool = True
 
 
-def _constraint_matrix(tt: np.ndarray, gpus_per_class: np.ndarray) -> tuple[_Csc, int]:
+def _constraint_matrix(tt: np.ndarray, gpus_per_class: np.ndarray) -> tuple[Csc, int]:
     """A of the program above, rows [level (C), capacity (K), budget (C), upper (C*K), lower
     (C*K)], columns [x (C*K, class-major), t], written column by column in CSC form.
 
@@ -100,7 +100,7 @@ def _constraint_matrix(tt: np.ndarray, gpus_per_class: np.ndarray) -> tuple[_Csc
     values = data[: 5 * n_x].reshape(n_x, 5)
     values[:, 0] = -tt.reshape(-1)
     values[:, 1] = np.repeat(gpus_per_class, num_types)
-    return _Csc(data, indices, indptr, (num_rows, n_x + 1)), num_rows
+    return Csc(data, indices, indptr, (num_rows, n_x + 1)), num_rows
 
 
 @functools.lru_cache(maxsize=256)
@@ -135,8 +135,8 @@ def _layout(num_classes: int, num_types: int) -> tuple[np.ndarray, np.ndarray, n
 
 
 @functools.lru_cache(maxsize=64)
-def _zeros(n: int) -> _Csc:
+def _zeros(n: int) -> Csc:
     """The (n, n) zero objective matrix of an LP, made once per size (CLARABEL copies what it
     reads; nothing writes it)."""
-    return _Csc(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(n + 1, dtype=np.int64), (n, n))
+    return Csc(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(n + 1, dtype=np.int64), (n, n))
 
