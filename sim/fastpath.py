@@ -23,12 +23,7 @@ import structlog
 
 from common.messages import AllocationComputed
 from common.throughputs import ThroughputTable
-from mechanism_service.core.model import (
-    Entry,
-    MechanismState,
-    Placement,
-    new_state,
-)
+from mechanism_service.core.model import MechanismState, new_state
 from mechanism_service.core.policy_input import (
     admitted_snapshot,
     allocation_fractions,
@@ -39,7 +34,6 @@ from mechanism_service.core.rates import EstimatedRates, Rates, TableRates
 from mechanism_service.core.reducers import LeaseResult, NewJob, apply_allocation
 from mechanism_service.core.rounds import (
     RoundClock,
-    RoundPlan,
     admit_arrivals,
     admit_through,
     begin_reset,
@@ -63,9 +57,10 @@ from policy_service.answer import (
 from policy_service.core.admitted import AdmittedJobs
 from sim.carry import Carry, CheckpointPlan
 from sim.clock import SimulationStalled
+from sim.dispatch import FullLeases, dispatch_round, full_lease_of
 from sim.fleet_changes import follow_fleet
 from sim.learning import EstimationConfig, InLoopEstimator
-from sim.physics import full_lease, lease_outcome, true_rates
+from sim.quiet import QuietRounds
 from sim.records import outcomes, record_round, round_record  # noqa: F401 - re-exported (driver, tests)
 from sim.results import RoundRecord, SimulationResult
 from sim.traces import TraceJob
@@ -93,6 +88,9 @@ class RunConfig:
     # mechanism's workers do: mechanism_service/core/servers.py). gavel whatif replays a live
     # cluster's; empty: the cluster throughout.
     fleet_changes: tuple[tuple[float, tuple[tuple[str, int], ...]], ...] = ()
+    # Advance quiet rounds without planning them (sim/quiet.py): the same results, byte for byte;
+    # False plans every round (--no-skip-quiet-rounds), the check that they are the same.
+    skip_quiet_rounds: bool = True
 
 
 def type_shuffler(config: RunConfig) -> Callable[[list[str]], None]:
@@ -153,6 +151,8 @@ def simulate(
     rejected: list[str] = []
     idle_passes = 0
     solve_failed = ""  # the policy's reason when the last solve failed: a stall names it
+    quiet = QuietRounds(settings, chosen, enabled=config.skip_quiet_rounds)
+    lease_of = full_lease_of(table, full_leases, settings)
     if resume is not None:  # every variable the loop carries, as a checkpoint kept them
         (state, arrivals, waiting_for, shuffle, chosen, queued, learning, rates, now_s, clock, running, full_leases,
          rounds, solve_times, rejected, idle_passes, solve_failed) = resume.values()
@@ -185,6 +185,11 @@ def simulate(
         if learning is not None:  # what the estimator heard during the round, in order
             learning.hear(arrived_jobs, running, clock.dispatched_at_s, state)
             heard = learning.captured()
+        # whether this boundary can be quiet (sim/quiet.py): nothing but time changes here
+        clean = (
+            quiet.steady is not None and running and not arrived_jobs and learning is None and not queued and not config.fleet_changes
+            and quiet.settled_cleanly(state, running, round_start_s)
+        )
         # 3. settle
         finished = close_round(state, running, round_start_s if running else now_s, settings)
         for job in finished:
@@ -219,15 +224,19 @@ def simulate(
             elif failed_before and not solve_failed:
                 log.info("allocation_restored", t_s=now_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
-        plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
-        for seam, error in plan.seam_errors:
-            if (fields := failures.said(chosen, seam, error)) is not None:
-                log.error("plugin_failed", **fields, t_s=now_s)
+        quiet_here = clean and not finished and not refused and not reset
+        plan = quiet.plan_for(state, now_s, quiet_here, arrivals, config.boundary_lag_s, lease_of, shuffle)
+        if plan is None:
+            plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
+            quiet.planned(state, plan)
+            for seam, error in plan.seam_errors:
+                if (fields := failures.said(chosen, seam, error)) is not None:
+                    log.error("plugin_failed", **fields, t_s=now_s)
         if observe is not None:
             observe(state, now_s)
         # 6. dispatch
         clock.dispatched_at_s = now_s
-        running = _dispatch_round(state, table, plan, now_s, settings, full_leases)
+        running = dispatch_round(state, table, plan, now_s, settings, full_leases)
         if running:
             idle_passes = 0
             rounds.append(record_round(state, len(rounds), now_s, plan, running, reset))
@@ -246,6 +255,7 @@ def simulate(
         if progress is not None:
             progress(now_s, len(state.completed), len(trace))
 
+    log.debug("quiet_rounds", advanced=quiet.advanced, rounds=len(rounds))
     return SimulationResult(
         policy=config.policy,
         preset=settings.preset,
@@ -338,53 +348,3 @@ def _reallocate(
         reply.valid_for_s,
     )
     return reply.solve_time_s, ""
-
-
-# (job type, scale factor, accelerator type, restore s) -> physics.full_lease: the table is the run's
-FullLeases = dict[tuple[str, int, str, float], tuple[float, tuple[int], float]]
-
-
-def _dispatch_round(
-    state: MechanismState, table: ThroughputTable, plan: RoundPlan, now_s: float, settings: MechanismSettings,
-    full_leases: FullLeases,
-) -> list[LeaseResult]:
-    """The round's leases, in the plan's order: ``_dispatch`` of each. A single job's lease (nearly
-    every one) is written out: its steps and length come from ``full_leases``, worked out once per
-    (job type, scale factor, accelerator type, restore) for the run (physics.full_lease: the same
-    floats as lease_outcome), unless the job has fewer steps left than the lease would run."""
-    jobs, kept, restore_s, lease_s = state.jobs, plan.kept, settings.restore_s, settings.round_s
-    running = []
-    for entry, placement in plan.assignment.items():
-        lease_restore_s = 0.0 if entry in kept else restore_s
-        if len(entry) != 1:
-            running.append(_dispatch(state, table, entry, placement, now_s, lease_restore_s, settings))
-            continue
-        job = jobs[entry[0]]
-        key = (job.job_type, job.scale_factor, placement.accelerator_type, lease_restore_s)
-        full = full_leases.get(key)
-        if full is None:
-            full = full_leases[key] = full_lease(table, *key[:3], lease_s, lease_restore_s)
-        rate, steps, duration_s = full
-        remaining = job.total_steps - job.steps_done
-        if remaining < steps[0]:  # the job's last lease: its own steps
-            steps, duration_s = lease_outcome((rate,), (remaining,), lease_s, lease_restore_s)
-        running.append(LeaseResult(entry, placement, steps, now_s + duration_s))
-    return running
-
-
-def _dispatch(
-    state: MechanismState, table: ThroughputTable, entry: Entry, placement: Placement, now_s: float, restore_s: float,
-    settings: MechanismSettings,
-) -> LeaseResult:
-    """What the simulated hardware does with a lease: the table's true rates, whatever the
-    mechanism believes."""
-    if len(entry) == 1:  # nearly every lease: one job, without the lists
-        job = state.jobs[entry[0]]
-        throughputs = true_rates(table, (job.job_type,), job.scale_factor, placement.accelerator_type)
-        remaining: tuple[int, ...] = (job.total_steps - job.steps_done,)
-    else:
-        jobs = [state.jobs[i] for i in entry]
-        throughputs = true_rates(table, [j.job_type for j in jobs], jobs[0].scale_factor, placement.accelerator_type)
-        remaining = tuple(j.steps_remaining for j in jobs)
-    steps, duration_s = lease_outcome(throughputs, remaining, settings.round_s, restore_s)
-    return LeaseResult(entry, placement, steps, now_s + duration_s)

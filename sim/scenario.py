@@ -231,6 +231,7 @@ class Scenario:
     boundary_lag_s: float = 0.0  # the fast engine only: RunConfig.boundary_lag_s (gavel whatif)
     fleet_changes: tuple[tuple[float, tuple[tuple[str, int], ...]], ...] = ()  # likewise RunConfig's
     checkpoint: CheckpointSpec | None = None  # the fast engine only (gavel simulate --checkpoint-to, --resume)
+    skip_quiet_rounds: bool = True  # the fast engine only: RunConfig's (gavel simulate --no-skip-quiet-rounds)
 
     def config(self, policy: str) -> RunConfig:
         settings = preset(self.preset, policy, round_s=self.round_s, gpus_per_server=self.gpus_per_server)
@@ -238,7 +239,7 @@ class Scenario:
             settings = dataclasses.replace(settings, **dict(self.mechanism))
         return RunConfig(
             policy, dict(self.cluster), settings, seed=self.seed, window=self.window, estimation=self.estimation,
-            boundary_lag_s=self.boundary_lag_s, fleet_changes=self.fleet_changes,
+            boundary_lag_s=self.boundary_lag_s, fleet_changes=self.fleet_changes, skip_quiet_rounds=self.skip_quiet_rounds,
         )
 
 

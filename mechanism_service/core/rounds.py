@@ -12,6 +12,7 @@ Pure except for mutating the MechanismState it is given.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -231,20 +232,23 @@ def lease_totals(
     state: MechanismState, start_s: float, results: Iterable[LeaseResult]
 ) -> tuple[float, dict[str, int], dict[str, float], int]:
     """(when the round's last lease ended, GPUs leased per type, GPU-seconds per type, jobs
-    running) of a round's leases, summed in their order."""
+    running) of a round's leases. The GPU-seconds are summed exactly rounded (math.fsum), so
+    they do not depend on the leases' order: a round the simulator advances without planning
+    it (sim/quiet.py) runs last round's leases in last round's order, which the priorities may
+    have reordered since, and must record the same floats."""
     busy = dict.fromkeys(state.gpus, 0)
-    busy_s = dict.fromkeys(state.gpus, 0.0)
+    terms: dict[str, list[float]] = {w: [] for w in state.gpus}
     end_s = start_s
     running = 0
     for lease in results:
         placement, finish_s = lease.placement, lease.finish_s
         w, gpus = placement.accelerator_type, len(placement.worker_ids)
         busy[w] += gpus
-        busy_s[w] += gpus * (finish_s - start_s)
+        terms[w].append(gpus * (finish_s - start_s))
         if finish_s > end_s:  # max(end_s, finish_s), without the call
             end_s = finish_s
         running += len(lease.entry)
-    return end_s, busy, busy_s, running
+    return end_s, busy, {w: math.fsum(t) for w, t in terms.items()}, running
 
 
 def open_round(

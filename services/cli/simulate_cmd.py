@@ -46,6 +46,7 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     add_fault_flags,
     add_job_option_flags,
     add_plots_flag,
+    add_quiet_rounds_flag,
     add_policy_flags,
     check_trace_flags,
     given_job_options,
@@ -129,6 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_option_flags(p)
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/<trace>-<date-time>)")
     add_plots_flag(p)
+    add_quiet_rounds_flag(p)
     p.add_argument("--json", action="store_true", help="print the summary (or the comparison) as JSON on stdout")
     p.set_defaults(run=run)
 
@@ -189,6 +191,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
         faults=faults, fault_seed=fault_seed, fault_journal_dir=out, checkpoint=checkpoint_spec(args, engine, policies),
         mechanism=(() if args.catch_up_ratio is PRESET_VALUE else (("catch_up_ratio", args.catch_up_ratio),))
         + module_settings(args),
+        skip_quiet_rounds=args.skip_quiet_rounds,
     )
     make_out_dir(out)
     plotter = None

@@ -59,6 +59,14 @@ def add_plots_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_quiet_rounds_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-skip-quiet-rounds", dest="skip_quiet_rounds", action="store_false",
+        help="plan every round, even those where nothing but time changes (by default they are advanced without "
+        "planning: the same results, byte for byte; this is the check)",
+    )
+
+
 def add_estimator_flags(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("throughput estimation (docs/estimator.md)")
     group.add_argument(

@@ -1,6 +1,6 @@
 """The bus-free loop's per-round fast forms against their plain definitions on random rounds
-(sim/fastpath.py): a round's leases (``_dispatch_round``, single leases looked up in the run's
-``full_leases``) against ``_dispatch`` of each lease, and ``record_round`` against
+(sim/fastpath.py): a round's leases (``dispatch_round``, single leases looked up in the run's
+``full_leases``) against ``dispatch_one`` of each lease, and ``record_round`` against
 ``round_record(round_report(...))``; ``physics.full_lease`` against ``lease_outcome``. The
 schedule must not change by a bit, so every comparison is exact."""
 
@@ -14,7 +14,8 @@ from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.reducers import LeaseResult
 from mechanism_service.core.rounds import RoundPlan, round_report
 from mechanism_service.core.settings import MechanismSettings
-from sim.fastpath import FullLeases, _dispatch, _dispatch_round, record_round, round_record
+from sim.dispatch import FullLeases, dispatch_one, dispatch_round
+from sim.fastpath import record_round, round_record
 from sim.physics import full_lease, lease_outcome
 from tests.unit.mechanism.builders import DEFAULT, state
 
@@ -63,9 +64,9 @@ def random_round(rng: random.Random) -> tuple[MechanismState, RoundPlan, Mechani
 def reference_round(
     s: MechanismState, table: ThroughputTable, plan: RoundPlan, now_s: float, settings: MechanismSettings
 ) -> list[LeaseResult]:
-    """The loop's dispatch as it was: ``_dispatch`` of each lease, in the plan's order."""
+    """The loop's dispatch as it was: ``dispatch_one`` of each lease, in the plan's order."""
     return [
-        _dispatch(s, table, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
+        dispatch_one(s, table, entry, placement, now_s, 0.0 if entry in plan.kept else settings.restore_s, settings)
         for entry, placement in plan.assignment.items()
     ]
 
@@ -80,7 +81,7 @@ def test_a_rounds_leases_are_the_plain_dispatch_s():
             s, plan, settings = random_round(rng)
             settings = replace(settings, round_s=360.0)  # one lease length a run
             now_s = rng.uniform(0.0, 10**6)
-            running = _dispatch_round(s, table, plan, now_s, settings, full_leases)
+            running = dispatch_round(s, table, plan, now_s, settings, full_leases)
             assert running == reference_round(s, table, plan, now_s, settings), seed
             assert [r.finish_s for r in running] == [r.finish_s for r in reference_round(s, table, plan, now_s, settings)]
             for lease in running:
@@ -107,7 +108,7 @@ def test_the_round_record_is_the_reports():
         table = random_table(rng)
         s, plan, settings = random_round(rng)
         now_s = rng.uniform(0.0, 10**6)
-        running = _dispatch_round(s, table, plan, now_s, settings, {})
+        running = dispatch_round(s, table, plan, now_s, settings, {})
         reset = rng.random() < 0.5
         expected = round_record(round_report(s, seed, now_s, plan, running, reset))
         assert record_round(s, seed, now_s, plan, running, reset) == expected, seed

@@ -1,0 +1,172 @@
+"""Quiet rounds: when the next boundaries' plans are this one's, so a simulator may run them
+without planning them (sim/quiet.py decides which boundaries are quiet and advances them).
+
+Between two events that can change a decision (an arrival, a completion, a failure, a reset),
+the planner's inputs change only by the time the round credited: each entry's received time,
+each type's total. Those move the priorities, so they can reorder a type's queue, but under
+the conditions ``steady_plan`` checks the reordering cannot change who runs where:
+
+- every active job runs, each alone (no pair entries), no profiling run, the default seams;
+- the greedy pick has slack: in every pass (docs/gavel-semantics.md section 5) the candidates
+  not yet taken fit in the free GPUs, so each entry is taken at its first pass whatever the
+  queue's order; which passes an entry is a candidate in depends only on the allocation, its
+  throughputs and whether its priority is above 0, which none of the round's credit changes
+  (an entry's priority is above 0 exactly where it has a share, as long as a move's charge
+  leaves some of a round: checked); with a reshuffled type order (the agnostic policies), each
+  entry must be a candidate on one type only of its first block of passes;
+- that pick is this round's plan: then every entry keeps its workers next round (an extension
+  of each, as placement.place extends a continuing entry) and the plan repeats.
+
+What the order still changes is the order of the assignment itself: the round's record sums
+its GPU time exactly rounded (rounds.lease_totals), settling sorts the leases by their finish,
+and the one other reader of the order, the holds' fit (planning/holds.py: last round's entries
+in last round's order, while GPUs last), is out of play once no entry can be held:
+``rounds_until_hold_free`` says when, and the simulator only advances a boundary without
+planning it when every boundary up to then will be quiet too, so a boundary that is planned
+again sees an assignment whose order cannot matter.
+
+Pure: reads a MechanismState (``replay`` writes what open_round writes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from mechanism_service.core.migration import move_cost_s
+from mechanism_service.core.model import Entry, MechanismState
+from mechanism_service.core.planning.picking import _passes, type_order
+from mechanism_service.core.reducers import record_first_runs
+from mechanism_service.core.rounds import RoundPlan
+from mechanism_service.core.seams.chosen import Chosen
+from mechanism_service.core.settings import MechanismSettings
+
+
+def steady_plan(state: MechanismState, plan: RoundPlan, settings: MechanismSettings, chosen: Chosen) -> RoundPlan | None:
+    """The plan the next boundaries would make if nothing but time changes before them (the
+    module docstring): ``plan``'s assignment with every entry kept; None when that cannot be
+    shown from this state."""
+    assignment = plan.assignment
+    jobs = state.jobs
+    if (
+        chosen.launch is not None or chosen.placement is not None or plan.jobs_waiting or plan.profiled
+        or plan.seam_errors or not assignment or len(assignment) != len(jobs) or len(state.entries) != len(jobs)
+    ):
+        return None
+    if settings.charge_moves and not _charges_leave_a_round(state, settings):
+        return None
+    taken = _slack_pick(state, settings)
+    if taken is None or len(taken) != len(assignment):
+        return None
+    for entry, placement in assignment.items():
+        if taken.get(entry) != placement.accelerator_type:
+            return None
+    kept = frozenset(assignment)
+    return RoundPlan(assignment, kept, len(kept), len(kept), 0)
+
+
+def _charges_leave_a_round(state: MechanismState, settings: MechanismSettings) -> bool:
+    """Whether every entry's move charge leaves some of a round (priority.py: the priority times
+    (round - charge) / round), so a charged priority is above 0 wherever the uncharged one is,
+    and which entries a move charge, or a job fallen behind (catch_up.py), cannot matter."""
+    restores = settings.move_charge_restores
+    if not state.move_costs_by_job_type:
+        return settings.round_s - restores * settings.restore_s > 0.0
+    return all(settings.round_s - restores * move_cost_s(state, entry, settings) > 0.0 for entry in state.entries)
+
+
+def _slack_pick(state: MechanismState, settings: MechanismSettings) -> dict[Entry, str] | None:
+    """Entry -> type of the greedy pick when every pass has room for all its candidates (then
+    the queues' order cannot matter), else None; None too when a reshuffled type order could
+    put an entry on another type. Read from the ledgers' columns as the planner reads them: an
+    entry runs on a type where every member's rate is above 0, and has a priority above 0 there
+    where its share is above 0 (priority.py)."""
+    ledgers = state.entries
+    rows = ledgers.rows
+    rates = ledgers.throughputs[:rows]
+    runs_on = ((rates[:, :, 0] > 0.0) & (rates[:, :, 1] > 0.0)).tolist()
+    served_on = (ledgers.allocation_matrix(state.allocation) > 0.0).tolist()
+    jobs, fifo = state.jobs, settings.only_allocated_run
+    column = ledgers.column_of
+    cells = [
+        (entry, jobs[entry[0]].scale_factor, runs_on[row], served_on[row])
+        for row, entry in enumerate(ledgers.keys[:rows])
+        if entry is not None
+    ]
+
+    def candidate(runs: list[bool], served: list[bool], allocated: bool | None, k: int) -> bool:
+        """Whether the entry is in the pass's ranking (picking.py): it runs there; under FIFO
+        only with a priority; in an allocated-first pass, with (True) or without (False) one."""
+        if not runs[k] or (fifo and not served[k]):
+            return False
+        return allocated is None or served[k] == allocated
+
+    left = dict(state.gpus)
+    taken: dict[Entry, tuple[str, bool | None]] = {}  # entry -> (type, the pass's kind)
+    for allocated, w in _passes(type_order(state, settings), settings):
+        k = column[w]
+        here = [(entry, gpus) for entry, gpus, runs, served in cells if entry not in taken and candidate(runs, served, allocated, k)]
+        need = sum(gpus for _, gpus in here)
+        if need > left[w]:
+            return None
+        left[w] -= need
+        for entry, _ in here:
+            taken[entry] = (w, allocated)
+    if settings.shuffle_type_order:  # the passes' order is drawn each round: one type each, or none
+        for entry, _, runs, served in cells:
+            at = taken.get(entry)
+            if at is not None and sum(candidate(runs, served, at[1], k) for k in range(len(runs))) != 1:
+                return None
+    return {entry: w for entry, (w, _) in taken.items()}
+
+
+def hold_threshold_rounds(cost_s: float, settings: MechanismSettings) -> float:
+    """The stretch (rounds run in a row on its GPUs) from which an entry whose move costs
+    ``cost_s`` can no longer be held (holds.py: a stretch whose time x ``move_overhead_share``
+    has paid for the move, the same test in the same float operations); 0 when nothing is ever
+    held, inf when no stretch pays."""
+    share_limit = settings.move_overhead_share
+    if share_limit is None:
+        return 0.0
+    if not settings.round_s * share_limit > 0.0 or not math.isfinite(cost_s):
+        return math.inf
+
+    def pays(stretch: float) -> bool:
+        return stretch * settings.round_s * share_limit >= cost_s
+
+    stretch = max(1.0, float(math.ceil(cost_s / (settings.round_s * share_limit))) - 1.0)
+    while not pays(stretch):  # the quotient rounded: at most a step or two from the first that pays
+        stretch += 1.0
+    return stretch
+
+
+def rounds_until_hold_free(state: MechanismState, plan: RoundPlan, settings: MechanismSettings) -> float:
+    """How many boundaries after this one (whose plan is ``plan``, its stretches counted in
+    ``state.stretch_rounds``) may still hold one of its entries: 0 when none can be held at the
+    next boundary, inf when one can be held however long it runs."""
+    if settings.move_overhead_share is None or not plan.assignment:
+        return 0.0
+    stretches = state.stretch_rounds
+    if not state.move_costs_by_job_type:  # one cost for every entry (the simulator measures none)
+        shortest = min(stretches.get(entry, 1) for entry in plan.assignment)
+        return max(0.0, hold_threshold_rounds(max(0.0, settings.restore_s), settings) - shortest)
+    return max(
+        max(0.0, hold_threshold_rounds(move_cost_s(state, entry, settings), settings) - stretches.get(entry, 1))
+        for entry in plan.assignment
+    )
+
+
+def replay(
+    state: MechanismState, plan: RoundPlan, now_s: float, settings: MechanismSettings, shuffle: Callable[[list[str]], None]
+) -> None:
+    """What rounds.open_round writes when its plan is ``plan``, a steady plan (every entry kept):
+    the type order's draw, the stretches, the extension counts, the first runs."""
+    if settings.shuffle_type_order:
+        shuffle(type_order(state, settings))  # the draw open_round makes, for the stream to stay in step
+    assignment = plan.assignment
+    stretches = state.stretch_rounds
+    state.stretch_rounds = {entry: stretches.get(entry, 0) + 1 for entry in assignment}
+    state.leases_extended += plan.extended
+    state.lease_opportunities += plan.opportunities
+    state.previous_assignment = assignment
+    record_first_runs(state, assignment, now_s, continues_within_s=settings.round_s / 2)
