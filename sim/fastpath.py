@@ -61,6 +61,7 @@ from sim.dispatch import FullLeases, dispatch_round, full_lease_of
 from sim.fleet_changes import follow_fleet
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.quiet import QuietRounds
+from sim.quiet_advance import advance
 from sim.records import outcomes, record_round, round_record  # noqa: F401 - re-exported (driver, tests)
 from sim.results import RoundRecord, SimulationResult
 from sim.traces import TraceJob
@@ -240,6 +241,11 @@ def simulate(
         if running:
             idle_passes = 0
             rounds.append(record_round(state, len(rounds), now_s, plan, running, reset))
+            if plan is quiet.steady and observe is None and (checkpoint is None or checkpoint.done):
+                # the quiet boundaries after this one but the last, in one step (sim/quiet_advance.py)
+                stretch = advance(quiet, state, plan, running, clock, rounds, now_s, arrivals, config.boundary_lag_s, lease_of, shuffle)
+                if stretch is not None:
+                    running, now_s = stretch
         elif not arrivals:
             idle_passes += 1
             if idle_passes > 2:
@@ -255,7 +261,6 @@ def simulate(
         if progress is not None:
             progress(now_s, len(state.completed), len(trace))
 
-    log.debug("quiet_rounds", advanced=quiet.advanced, rounds=len(rounds))
     return SimulationResult(
         policy=config.policy,
         preset=settings.preset,
