@@ -25,7 +25,7 @@ from policy_service.core.allocation import Allocation, Status, empty_allocation
 from policy_service.core.baselines import agnostic_unit_throughputs, equal_share_throughputs
 from policy_service.core.formulation import SolveOptions, build_space
 from policy_service.core.compiled import solve_max_min
-from policy_service.core.compiled_ecos import solve_ecos_max_min
+from policy_service.core.compiled_ecos import solve_ecos, space_ecos_data
 from policy_service.core.compiled_packed import solve_packed_max_min
 from policy_service.core.highs_columns import MaxMinMaster
 from policy_service.core.allocation import expand_pairs
@@ -124,6 +124,8 @@ class MaxMinFairness:
     ) -> Restricted:
         """The program over the space's variables, with the prices of its pair columns."""
         started = time.perf_counter() if started is None else started
+        if self.options.solver == "ECOS" and not self.options.solver_options:
+            return self._ecos_restricted(space, class_coefficients, started)
         level_matrix = sp.diags(class_coefficients) @ space.throughput()
         # Generated columns with the default solver: one warm-started HiGHS simplex model over
         # the rounds (highs_columns.MaxMinMaster: no cvxpy canonicalisation per round, and no
@@ -145,8 +147,6 @@ class MaxMinFairness:
             return Restricted(values, level, outcome_status, reason, timings, prices)
         if self.options.solver == "CLARABEL" and not self.options.solver_options:
             return self._compiled_restricted(space, level_matrix, class_coefficients, started)
-        if self.options.solver == "ECOS" and not self.options.solver_options:
-            return self._ecos_restricted(space, level_matrix, class_coefficients, started)
         import cvxpy as cp  # noqa: PLC0415 - loaded when a program is built, not when the package is imported
         v = cp.Variable(space.num_vars, nonneg=True)
         level = cp.Variable()
@@ -183,16 +183,12 @@ class MaxMinFairness:
             prices = Prices(solution.level_duals * class_coefficients, solution.time_duals, solution.gpu_duals)
         return Restricted(solution.values, solution.level, status, reason, timings, prices)
 
-    def _ecos_restricted(
-        self, space: Space, level_matrix: sp.spmatrix, class_coefficients: np.ndarray, started: float,
-    ) -> Restricted:
+    def _ecos_restricted(self, space: Space, class_coefficients: np.ndarray, started: float) -> Restricted:
         """The cvxpy program of ``_restricted`` in ECOS's standard form, laid out and read back as
         cvxpy does (policy_service.core.compiled_ecos): preset "gavel"'s answers to the bit, without
         cvxpy's canonicalisation (~5 of the ~5.7 ms each per-job program cost at Gavel's scale)."""
         solve_started = time.perf_counter()
-        solution = solve_ecos_max_min(
-            level_matrix, space.budget, space.usage, space.problem.worker_counts, space.balance, space.no_self
-        )
+        solution = solve_ecos(space_ecos_data(space, class_coefficients))
         build_s = solve_started - started
         if solution.status == "solver_error":  # what cvxpy raises, and solving.solve reports
             reason = "solver ECOS failed: Solver 'ECOS' failed. Try another solver, or solve with verbose=True for more information."

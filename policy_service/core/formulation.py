@@ -244,6 +244,13 @@ class Space:
     def throughput(self, per_type: np.ndarray | None = None) -> sp.csr_matrix:
         """(C, V): steps/s of one job of each class; ``per_type`` (K,) scales each type's terms
         (e.g. 1 / price for throughput per dollar)."""
+        return _csr(*self.throughput_triplets(per_type), (self.num_classes, self.num_vars))
+
+    def throughput_triplets(
+        self, per_type: np.ndarray | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """(rows, cols, values) of ``throughput``, one entry per (row, column): compiled_ecos.py
+        lays the program out from them without building the matrix."""
         scale = np.ones(self.problem.num_types) if per_type is None else np.asarray(per_type, float)
         sizes = self.classes.sizes.astype(float)
         c_idx, k_idx = np.nonzero(self.x_index >= 0)
@@ -265,7 +272,7 @@ class Space:
             rows.append(c)
             cols.append(var)
             vals.append(self.partners.throughputs_steps_per_s[p_idx, k_idx] / sizes[c] * scale[k_idx])
-        return _csr(rows, cols, vals, (self.num_classes, self.num_vars))
+        return rows, cols, vals
 
     def constraints(self, v: cp.Variable) -> list[cp.Constraint]:
         """The cluster: each job's time <= 1, each type's GPUs <= its count (v >= 0 is on v),

@@ -5,6 +5,8 @@ pairs, nothing pruned) and on grouped ones (partner keys: ECOS's equality rows).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -15,8 +17,11 @@ from policy_service.core import JobSpec, PairSpec, build_problem
 from policy_service.core.compiled_ecos import (
     _SOLUTION_PRESENT,
     ECOS_STATUS,
+    EcosData,
     ecos_data,
-    solve_ecos_max_min,
+    entry_layout,
+    solve_ecos,
+    space_ecos_data,
 )
 from policy_service.core.fairness import (
     MaxMinFairness,
@@ -95,9 +100,20 @@ def _assert_same_sparse(ours: sp.spmatrix | None, theirs: sp.spmatrix | None) ->
     assert np.array_equal(ours.data, theirs.data)
 
 
-def _assert_same_data(space, level_matrix, program) -> None:
+def _check_against_cvxpy(space, level_matrix, coefficients, program) -> bool:
+    """Each layout (from the matrices; from the space's entries, which the policy uses) against
+    cvxpy's; whether the entries' layout was made."""
     expected, _, _ = program.get_problem_data(cp.ECOS)
-    data = ecos_data(level_matrix, space.budget, space.usage, space.problem.worker_counts, space.balance, space.no_self)
+    counts = space.problem.worker_counts
+    _assert_data_equal(ecos_data(level_matrix, space.budget, space.usage, counts, space.balance, space.no_self), expected)
+    _assert_data_equal(space_ecos_data(space, coefficients), expected)
+    entries = entry_layout(space, coefficients)
+    if entries is not None:  # the layout the policy uses (not given way to the matrices)
+        _assert_data_equal(entries, expected)
+    return entries is not None
+
+
+def _assert_data_equal(data: EcosData, expected: dict) -> None:
     assert np.array_equal(data.c, expected["c"])
     _assert_same_sparse(data.g, expected["G"])
     assert np.array_equal(data.h, expected["h"])
@@ -116,9 +132,9 @@ CASES = [(seed, packing, aware) for seed in range(12) for packing, aware in ((Fa
 @pytest.mark.parametrize(("seed", "packing", "aware"), CASES)
 def test_the_ecos_data_are_cvxpys(seed: int, packing: bool, aware: bool) -> None:
     problem = _random_problem(seed, packing)
-    space, level_matrix, _, program = _program(problem, SolveOptions(**GAVEL), aware, packing)
+    space, level_matrix, coefficients, program = _program(problem, SolveOptions(**GAVEL), aware, packing)
     assert space.num_classes == problem.num_jobs  # preset gavel: a row per job
-    _assert_same_data(space, level_matrix, program)
+    assert _check_against_cvxpy(space, level_matrix, coefficients, program)
 
 
 @pytest.mark.parametrize(("n", "seed", "weights"), [(24, 3, False), (48, 4, True)])
@@ -126,10 +142,10 @@ def test_the_ecos_data_with_equality_rows_are_cvxpys(n: int, seed: int, weights:
     """Grouped partner keys (ECOS with the default grouping): balance rows are ECOS's A, b."""
     problem = random_problem(n, seed, weights=weights)
     options = SolveOptions(solver="ECOS", pair_variables="partner_keys")
-    space, level_matrix, _, program = _program(problem, options, True, True)
+    space, level_matrix, coefficients, program = _program(problem, options, True, True)
     assert space.balance is not None and space.balance.shape[0] > 0
     assert space.no_self is not None and (space.no_self.shape[0] > 0) == weights  # both forms of G's tail
-    _assert_same_data(space, level_matrix, program)
+    assert _check_against_cvxpy(space, level_matrix, coefficients, program)
 
 
 def _through_cvxpy(policy: MaxMinFairness) -> MaxMinFairness:
@@ -185,13 +201,25 @@ def test_an_infeasible_program_returns_no_values() -> None:
     level = sp.csr_matrix(np.array([[1.0, 2.0]]))
     budget = sp.csr_matrix(np.array([[1.0, 1.0]]))
     usage = sp.csr_matrix(np.array([[1.0, 1.0]]))
-    infeasible = solve_ecos_max_min(level, budget, usage, np.array([-1.0]))
+    infeasible = solve_ecos(ecos_data(level, budget, usage, np.array([-1.0])))
     assert infeasible.values is None and infeasible.level is None
     assert infeasible.status.startswith("infeasible")
-    optimal = solve_ecos_max_min(level, budget, usage, np.array([0.5]))
+    optimal = solve_ecos(ecos_data(level, budget, usage, np.array([0.5])))
     assert optimal.status == "optimal" and optimal.level == pytest.approx(1.0, abs=1e-7)
 
 
 def test_ecos_exit_flags_read_as_cvxpy_reads_them() -> None:
     assert ECOS_STATUS == ECOS.STATUS_MAP
     assert set(_SOLUTION_PRESENT) == set(SOLUTION_PRESENT)
+
+
+def test_a_space_whose_entries_repeat_is_laid_out_from_its_summed_matrices() -> None:
+    """No Space repeats a (row, column) today; one that did would have it summed by scipy in its
+    matrices, which cvxpy reads: the layout from entries must then give way to them."""
+    problem = _random_problem(3, packing=True)
+    space, level_matrix, coefficients, program = _program(problem, SolveOptions(**GAVEL), True, True)
+    rows, cols, vals = (np.concatenate(part) for part in space.budget_triplets)
+    halves = ([rows, rows], [cols, cols], [vals / 2, vals / 2])  # (1/size halves sum back exactly)
+    split = replace(space, budget_triplets=halves)
+    assert np.array_equal(split.budget.toarray(), space.budget.toarray())
+    assert not _check_against_cvxpy(split, level_matrix, coefficients, program)  # the entries repeat
