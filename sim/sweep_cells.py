@@ -31,6 +31,7 @@ from importlib import resources
 from common.errors import PluginError
 from common.messages import SweepCellFinished, SweepCellRequested
 from policy_service.answer import SolveContext
+from sim import sweep_jobs
 
 ID_CHARS = 16  # hex digits of a sweep or cell id (64 bits: no collision within any sweep)
 
@@ -130,7 +131,9 @@ def failed(cell: SweepCellRequested, simulator: str, reason: str, wall_s: float 
 def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], simulator: str) -> SweepCellFinished:
     """Simulate one cell and return its result; a cell that cannot run or fails (an unknown
     policy, a table this simulator lacks, a bad option, an error in the run) is answered with the
-    reason. ``contexts``: the tables this simulator holds, by digest (table_digest)."""
+    reason. ``contexts``: the tables this simulator holds, by digest (table_digest). A cell of
+    ``num_jobs`` 0 runs on longer and longer traces (sim/sweep_jobs.py) until one holds every job
+    that arrived before the window's jobs finished (Gavel's generation on demand)."""
     started_s = time.perf_counter()
     context = contexts.get(cell.table_sha256)
     if context is None:
@@ -143,13 +146,24 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
         from policy_service.plugins import policy_entry
         from sim.scenario import run_policy
 
-        scenario = cell_scenario(cell, context)
         # A cell is anybody's message on the bus: this simulator runs the built-ins, the installed
         # plug-ins and those it was started with (serve simulator --policy), and never imports a
         # module a cell names (policy_service/plugins.py)
         policy_entry(cell.policy, context.plugins)
-        _refuse_seam_modules(scenario, context.plugins)
-        result, summary = run_policy(cell.policy, scenario, context)
+        for num_jobs in _trace_sizes(cell):
+            scenario = cell_scenario(cell, context, num_jobs)
+            _refuse_seam_modules(scenario, context.plugins)
+            arrivals_s = [j.arrival_time_s for j in scenario.trace]
+            try:
+                result, summary = run_policy(cell.policy, scenario, context, progress=_until_ran_out(cell, arrivals_s[-1]))
+            except _RanOut:
+                continue  # this trace is too short to stand for Gavel's run: the next one is longer
+            arrived = sweep_jobs.jobs_arrived(arrivals_s, result.makespan_s)
+            if cell.num_jobs != sweep_jobs.ON_DEMAND or sweep_jobs.covers(num_jobs, arrived):
+                break
+        else:
+            reason = sweep_jobs.exhausted_reason(num_jobs, cell.jobs_per_hour, (cell.window_start, cell.window_end))
+            return failed(cell, simulator, reason, time.perf_counter() - started_s)
     except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
         # the run: either way the sweep must hear which cell and why, and the simulator goes on
         return failed(cell, simulator, f"{type(e).__name__}: {e}", time.perf_counter() - started_s)
@@ -167,7 +181,35 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
         jobs_completed=summary.jobs_completed,
         jobs_measured=summary.jobs_measured,
         wall_s=time.perf_counter() - started_s,
+        jobs_arrived=arrived,
     )
+
+
+def _trace_sizes(cell: SweepCellRequested) -> tuple[int, ...]:
+    """The cell's trace size, or (on demand) the sizes to try in turn."""
+    if cell.num_jobs != sweep_jobs.ON_DEMAND:
+        return (cell.num_jobs,)
+    if cell.window_start < 0:
+        raise ValueError("a cell with num_jobs 0 (generated on demand) needs a window: it is what ends the run")
+    return sweep_jobs.sizes(cell.window_end, cell.jobs_per_hour)
+
+
+class _RanOut(Exception):
+    """A run on demand whose clock passed its trace's last arrival (sim/sweep_jobs.py)."""
+
+
+def _until_ran_out(cell: SweepCellRequested, last_arrival_s: float):
+    """None for a trace of --jobs N (it runs to its end); on demand, a progress callback that
+    stops the run once its clock reaches the trace's last arrival: from there on it no longer
+    stands for Gavel's, whose next jobs would have arrived, and a longer trace will redo it."""
+    if cell.num_jobs != sweep_jobs.ON_DEMAND:
+        return None
+
+    def progress(now_s: float, _done: int, _total: int) -> None:
+        if now_s >= last_arrival_s:
+            raise _RanOut
+
+    return progress
 
 
 def _refuse_seam_modules(scenario, served: tuple[str, ...]) -> None:  # noqa: ANN001 - a sim.scenario.Scenario
@@ -181,13 +223,16 @@ def _refuse_seam_modules(scenario, served: tuple[str, ...]) -> None:  # noqa: AN
             raise PluginError(field, value, f"a simulator never imports a module a cell names: {instead}")
 
 
-def cell_scenario(cell: SweepCellRequested, context: SolveContext):
-    """The Scenario a cell stands for, its trace generated here (and checked as the sweep did)."""
+def cell_scenario(cell: SweepCellRequested, context: SolveContext, num_jobs: int | None = None):
+    """The Scenario a cell stands for, its trace generated here (and checked as the sweep did);
+    ``num_jobs``: the trace's size (None: the cell's, or on demand the first size tried)."""
     from sim.scenario import Scenario, check_trace, generated_trace
 
     assert context.table is not None
+    if num_jobs is None:
+        num_jobs = _trace_sizes(cell)[0]
     trace_options = _json_object(cell.trace_json, "trace_json")
-    trace = generated_trace(cell.num_jobs, cell.jobs_per_hour, cell.multi_gpu, cell.seed, context.table, **trace_options)
+    trace = generated_trace(num_jobs, cell.jobs_per_hour, cell.multi_gpu, cell.seed, context.table, **trace_options)
     check_trace(trace, context.table, cell.cluster, f"the trace generated with seed {cell.seed} at {cell.jobs_per_hour:g} jobs/hour")
     window = (cell.window_start, cell.window_end) if cell.window_start >= 0 else None
     scenario = Scenario(trace, dict(cell.cluster), cell.preset, cell.round_s, cell.gpus_per_server, cell.seed, window)

@@ -59,6 +59,7 @@ def ledger_line(cell: SweepCellRequested, result: SweepCellFinished) -> str:
             "avg_jct_s": result.avg_jct_s, "cluster_utilization": result.cluster_utilization,
             "jobs_completed": result.jobs_completed, "jobs_measured": result.jobs_measured,
             "wall_s": result.wall_s, "simulator": result.simulator, "error": result.error,
+            "jobs_arrived": result.jobs_arrived,
         },
         sort_keys=True,
     )
@@ -76,7 +77,7 @@ def parse_ledger(lines: Iterable[str], sweep_id: str) -> dict[str, SweepCellFini
                 sweep_id, str(entry["cell_id"]), str(entry.get("simulator", "")),
                 avg_jct_s=float(entry["avg_jct_s"]), cluster_utilization=float(entry["cluster_utilization"]),
                 jobs_completed=int(entry["jobs_completed"]), jobs_measured=int(entry["jobs_measured"]),
-                wall_s=float(entry.get("wall_s", 0.0)),
+                wall_s=float(entry.get("wall_s", 0.0)), jobs_arrived=int(entry.get("jobs_arrived", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a line cut short by a crash, or not ours

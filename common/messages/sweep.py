@@ -23,7 +23,7 @@ class SweepCellRequested(Message):
     policy: str
     jobs_per_hour: float
     seed: int  # the trace's and the scheduler's seed, as Gavel's sweeps
-    num_jobs: int
+    num_jobs: int  # jobs in the generated trace; 0: generated until the window's jobs finish (sim/sweep_jobs.py)
     multi_gpu: bool
     cluster: Mapping[str, int]  # accelerator type -> GPUs
     table_sha256: str  # the throughput table's digest (sim/sweep_cells.py, table_digest)
@@ -63,3 +63,6 @@ class SweepCellFinished(Message):
     jobs_measured: int = 0
     wall_s: float = 0.0
     error: str = ""
+    # jobs of the trace that had arrived when the run stopped (what Gavel's run would have
+    # generated; 0: not said, a simulator before this field)
+    jobs_arrived: int = 0

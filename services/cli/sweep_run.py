@@ -35,7 +35,8 @@ def _reporter(book: SweepBook, total: int | None, running: int | None = None):
             f = done.figures
             jct = "-" if f.avg_jct_s is None else f"{f.avg_jct_s / 3600:.2f} h"
             util = "-" if f.utilization is None else f"{f.utilization:.0%}"
-            what = f"avg JCT {jct}, utilisation {util}, {result.jobs_completed}/{result.jobs_measured} done ({result.wall_s:.1f} s)"
+            arrived = f", {result.jobs_arrived} jobs arrived" if result.jobs_arrived else ""
+            what = f"avg JCT {jct}, utilisation {util}, {result.jobs_completed}/{result.jobs_measured} done{arrived} ({result.wall_s:.1f} s)"
         where = f" on {result.simulator}" if result.simulator != "local" else ""
         shown = None if running is None else min(running, book.open_cells)  # local: every worker busy while cells wait
         variant = f" [{cell.option}]" if cell.option else ""
