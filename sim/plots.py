@@ -25,6 +25,7 @@ import numpy as np
 _BACKEND = os.environ.pop("MPLBACKEND", None)
 try:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgba
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, PercentFormatter
 finally:
@@ -215,15 +216,21 @@ SWEEP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
 SWEEP_BANDS_UP_TO = 6
 
 
-def plot_sweep(rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
-    """sweep_figure(rows, title), written to path."""
-    return _save(sweep_figure(rows, title), path)
+def plot_sweep(
+    rows: Iterable[SweepRow], path: str | os.PathLike[str], title: str | None = None, setting: str = ""
+) -> pathlib.Path:
+    """sweep_figure(rows, title, setting), written to path."""
+    return _save(sweep_figure(rows, title, setting), path)
 
 
-def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
+SWEEP_TICKS_UP_TO = 12  # rates marked on the x axis, each at its own tick, up to this many
+
+
+def sweep_figure(rows: Iterable[SweepRow], title: str | None = None, setting: str = "") -> Figure:
     """Average JCT (h) against input rate (jobs/h), one line per policy (per policy and variant:
     "policy [variant]") through the mean over seeds, with a band from the lowest to the highest
-    seed's value (Gavel's Figure 8 shape) while there are few enough lines (SWEEP_BANDS_UP_TO)."""
+    seed's value (Gavel's Figure 8 shape) while there are few enough lines (SWEEP_BANDS_UP_TO).
+    ``setting``: what every cell shared (cluster, measured jobs, preset, seeds), under the title."""
     fig, ax = _figure()
     lines = sweep_lines(rows)
     bands = len(lines) <= SWEEP_BANDS_UP_TO
@@ -234,15 +241,24 @@ def sweep_figure(rows: Iterable[SweepRow], title: str | None = None) -> Figure:
         seeds = int(line.seeds.max()) if len(line.seeds) else 0
         ax.plot(
             line.jobs_per_hour, line.mean_jct_h, marker=marker, linestyle=style, color=color,
-            label=f"{line.label} ({seeds} seeds)",
+            label=f"{line.label} (mean of {seeds} seeds)" if seeds > 1 else line.label,
         )
         if seeds > 1 and bands:
-            ax.fill_between(line.jobs_per_hour, line.min_jct_h, line.max_jct_h, color=color, alpha=0.2, linewidth=0)
+            # a faint face and a firmer edge: where two policies' bands overlap, each edge still shows
+            ax.fill_between(
+                line.jobs_per_hour, line.min_jct_h, line.max_jct_h, facecolor=to_rgba(color, 0.15),
+                edgecolor=to_rgba(color, 0.6), linewidth=0.8,
+            )
     if title:
-        _title(fig, title)
+        _title(fig, title, setting)
     else:
-        spread = "band: min to max" if bands else f"no bands past {SWEEP_BANDS_UP_TO} lines: sweep.csv has each seed"
-        _title(fig, "Average JCT against input rate", f"line: mean over seeds; {spread}")
+        spread = "band: min to max over seeds" if bands else f"no bands past {SWEEP_BANDS_UP_TO} lines: sweep.csv has each seed"
+        _title(fig, "Average JCT against input rate", "; ".join(part for part in (setting, spread) if part))
+    rates = np.unique(np.concatenate([line.jobs_per_hour for line in lines])) if lines else np.empty(0)
+    if 0 < len(rates) <= SWEEP_TICKS_UP_TO:
+        # Gavel's -a/-b/-n rates (0.25, 0.5, ...) where the points are, not matplotlib's round steps between them
+        ax.set_xticks(rates)
+        ax.xaxis.set_major_formatter(_PLAIN_NUMBERS)
     ax.set_xlabel("input job rate (jobs/h)")
     ax.set_ylabel("average JCT (h)")
     ax.set_ylim(bottom=0)

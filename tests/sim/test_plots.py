@@ -246,7 +246,7 @@ def test_sweep_plot_and_csv(tmp_path):
 def test_a_sweep_with_variants_has_a_line_per_policy_and_variant_and_their_column(tmp_path):
     rows = [SweepRow("fifo", rate, 0, 3600.0 * rate * k, option) for k, option in ((1, "base"), (2, "load05")) for rate in (1.0, 2.0)]
     ax = sweep_figure(rows).axes[0]
-    assert [line.get_label() for line in ax.get_lines()] == ["fifo [base] (1 seeds)", "fifo [load05] (1 seeds)"]
+    assert [line.get_label() for line in ax.get_lines()] == ["fifo [base]", "fifo [load05]"]
     assert [line.get_ydata().tolist() for line in ax.get_lines()] == [[1.0, 2.0], [2.0, 4.0]]
     csv_path, png = write_sweep(rows, tmp_path / "sweep")
     with csv_path.open(newline="") as f:
@@ -351,7 +351,8 @@ def test_the_sweep_legend_covers_no_data():
         for rate in (1.0, 2.0, 3.0)
         for seed in range(2)
     ]
-    fig = sweep_figure(rows)
+    # the settings line of Gavel's README sweep, as gavel sweep writes it under the title
+    fig = sweep_figure(rows, setting="36 v100, 36 p100, 36 k80, jobs 4000-4999, preset default, seeds 0, 1, 2")
     renderer = drawn(fig)
     assert_laid_out(fig)
     (ax,) = fig.axes
