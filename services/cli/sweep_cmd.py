@@ -3,7 +3,9 @@ machine or on ``gavel serve simulator`` processes over RabbitMQ (``--bus amqp``)
 against input rate (Gavel's Figure 8).
 
 Each seed s generates the trace Gavel generates with seed s at each rate (the same jobs, only the
-arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do. Each run is a
+arrivals stretch or shrink) and seeds the scheduler with s, as Gavel's sweeps do. With --window
+START:END and no --jobs, as many jobs as Gavel's run would draw before the window's jobs finish
+(sim/sweep_jobs.py); --jobs N measures a trace of N jobs instead. Each run is a
 cell (sim/sweep_cells.py) that carries everything it needs, so a cell runs the same in a local
 worker process and on another machine. The rates: ``--rates``, Gavel's evenly spaced interval
 (``--rate-start/--rate-stop/--rate-count``) or its search for saturation (``--until-saturated``),
@@ -26,7 +28,7 @@ import pathlib
 import sys
 from typing import TYPE_CHECKING
 
-from services.cli.common import CommandFailed, print_json, print_lines, print_table
+from services.cli.common import print_lines
 from services.cli.module_flags import add_module_flags
 from services.cli.simulate_cmd import add_cluster_flags
 from services.cli.simulate_flags import add_job_option_flags
@@ -35,8 +37,6 @@ from services.cli.sweep_variants import add_ideal_flag, add_variant_flag
 # The simulator and the policies are imported by the functions that run (services/cli/__init__.py).
 if TYPE_CHECKING:
     from common.config import Settings
-    from sim.metrics import SweepRow
-    from sim.sweep_ledger import CellResult, SweepBook
     from sim.sweep_plan import SweepPlan
 
 
@@ -52,7 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Exit codes: 0 done; 1 a cell failed or the plot could not be drawn; 2 bad input."
         ),
     )
-    p.add_argument("--policies", required=True, metavar="A,B,...", help="policies to compare (gavel policy list)")
+    p.add_argument(
+        "--policies", required=True, nargs="+", metavar="POLICY",
+        help="policies to compare (gavel policy list), by commas or, as Gavel's -p, by spaces",
+    )
     rates = p.add_argument_group("rates: one of --rates, --rate-start/--rate-stop, --until-saturated (docs/simulator.md)")
     rates.add_argument("--rates", metavar="R1,R2,...", help="input rates in jobs per hour")
     rates.add_argument("--rate-start", type=float, metavar="A", help="evenly spaced rates from A jobs/hour (Gavel's -a)")
@@ -68,8 +71,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help='Gavel\'s cutoff file, {"36:36:36": {"POLICY": JOBS_PER_HOUR}}: a policy is not run at or above its '
         "cutoff rate on this cluster",
     )
-    p.add_argument("--seeds", default="0", metavar="S1,S2,...", help="trace and scheduler seeds (default 0)")
-    p.add_argument("--jobs", type=int, required=True, metavar="N", help="jobs per generated trace")
+    p.add_argument(
+        "--seeds", nargs="+", default=["0"], metavar="SEED",
+        help="trace and scheduler seeds, by commas or, as Gavel's --seeds, by spaces (default 0)",
+    )
+    p.add_argument(
+        "--jobs", type=int, metavar="N",
+        help="jobs per generated trace; leave it out with --window to generate jobs until the window's jobs finish, as Gavel does",
+    )
     p.add_argument("--multi-gpu", action="store_true", help="jobs on 1, 2, 4 or 8 GPUs (70/10/15/5%%)")
     add_job_option_flags(p)
     add_ideal_flag(p)
@@ -77,7 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_module_flags(p)
     add_variant_flag(p)
     p.add_argument(
-        "--window", metavar="START:END", help="measure only the jobs at positions START..END-1 (Gavel's steady state)"
+        "--window", metavar="START:END",
+        help="measure only the jobs at positions START..END-1 (Gavel's -s START -e END: its job ids, from 0)",
     )
     p.add_argument("--out", metavar="DIR", help="output directory (default: ./out/sweep-<date-time>); again: resume")
     p.add_argument(
@@ -92,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
+    from services.cli.sweep_report import SweepSetting, report
     from services.cli.sweep_variants import (
         cell_fields,
         naming,
@@ -107,16 +118,16 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         load_context,
         parse_cluster,
         parse_numbers,
-        parse_window,
         seed_number,
         serving,
     )
     from sim.sweep_cells import SweepSpec, cell_scenario, table_digest
+    from sim.sweep_jobs import ON_DEMAND
     from sim.sweep_ledger import LedgerFile, SweepBook
 
     # 1. every input, checked before any cell runs
-    policies = check_policies("--policies", [n.strip() for n in args.policies.split(",")])
-    seeds = parse_numbers("--seeds", args.seeds, seed_number, "a whole number >= 0")
+    policies = check_policies("--policies", [n.strip() for n in ",".join(args.policies).split(",")])
+    seeds = parse_numbers("--seeds", ",".join(args.seeds), seed_number, "a whole number >= 0")
     # the sweep's own run flags, then each variant's (the sweep's with its flags over them)
     modules = run_settings(args, policies)
     variants = []
@@ -135,15 +146,13 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)
     check_prices(cluster, context)
-    if args.jobs < 1:
-        raise bad_input("--jobs", f"expected a whole number >= 1, got {args.jobs}")
-    window = parse_window(args.window, args.jobs)
+    window, num_jobs = jobs_and_window(args.jobs, args.window)
     shared = cell_fields("", args, modules, cluster)  # what every cell carries (without variants)
     cells = tuple(cell_fields(label, ns, m, cluster) for label, ns, m in variants)
     plan = sweep_plan(args, policies, seeds, cluster, context.table, tuple(v.label for v in cells) or ("",))
     digest = table_digest(_table_text(args.throughputs))
     spec = SweepSpec(
-        args.jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window,
+        num_jobs, args.multi_gpu, cluster, digest, args.preset, args.round_s, args.gpus_per_server, window,
         trace_json=shared.trace_json, scenario_json=shared.scenario_json, variants=cells,
     )
     rate = plan.rates[0] if plan.rates else 1.0
@@ -160,6 +169,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if cut:
         print_lines([f"sweep: --cutoffs leaves out {len(cut)} (policy, rate): " + ", ".join(f"{p} at {r:g}" for p, r in cut)], sys.stderr)
     where = f"{format_cluster(cluster)} (preset {args.preset})"
+    setting = SweepSetting(format_cluster(cluster), args.preset, num_jobs, window)
+    jobs = f" of {num_jobs} jobs" if num_jobs != ON_DEMAND else f", jobs drawn until {setting.measured} finish (as Gavel's),"
     what = f"{len(policies)} policies x {len(seeds)} seeds x " + (f"{len(cells)} variants x " if cells else "") + (
         f"{len(plan.rates)} rates = {total} cells" if total is not None else f"a search until utilisation {plan.until_utilization:g}"
     )
@@ -168,16 +179,16 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.bus == "amqp":
         from services.cli.sweep_run import run_amqp
 
-        await run_amqp(plan, spec, book, ledger, kept, settings, args.amqp, f"sweep: {what} of {args.jobs} jobs on {where}", total)
+        await run_amqp(plan, spec, book, ledger, kept, settings, args.amqp, f"sweep: {what}{jobs} on {where}", total)
     else:
         from services.cli.sweep_run import run_local
 
         processes = max(1, min(args.processes or os.cpu_count() or 1, total or os.cpu_count() or 1))
-        header = f"sweep: {what} of {args.jobs} jobs on {where}, {processes} processes"
+        header = f"sweep: {what}{jobs} on {where}, {processes} processes"
         await run_local(plan, spec, book, ledger, kept, {digest: context}, processes, header, total)
 
     # 3. files and the table (cells in plan order, whatever order they finished in)
-    return _report(args, out, book, plan, policies, len(seeds))
+    return report(args, out, book, plan, setting)
 
 
 def sweep_plan(
@@ -236,81 +247,32 @@ def _table_text(path: str | None) -> bytes | None:
     return None if path is None else pathlib.Path(path).read_bytes()  # load_context read it already
 
 
-def _report(args: argparse.Namespace, out: pathlib.Path, book: SweepBook, plan: SweepPlan, policies: tuple[str, ...], num_seeds: int) -> int:
-    from services.cli.simulate_cmd import plots_failed
-    from sim.output import write_sweep_csv
+def jobs_and_window(jobs: int | None, window_text: str | None) -> tuple[tuple[int, int] | None, int]:
+    """--window START:END (Gavel's -s/-e: job ids START..END-1, the first job 0) and --jobs N
+    into (the window, the trace's size); without --jobs, a window's trace is generated until its
+    jobs finish (sim/sweep_jobs.py's ON_DEMAND), as Gavel's sweep does. Each wrong combination
+    is one line naming the flag."""
+    from sim.scenario import bad_input
+    from sim.sweep_jobs import ON_DEMAND
 
-    order = {cell_id: i for i, cell_id in enumerate(book.cells)}
-    done = sorted(book.finished.values(), key=lambda r: (order[r.cell.cell_id]))
-    rows = [r.row() for r in done]
-    # The numbers first: a plot that cannot be drawn must not cost the sweep's results.
-    csv_path = write_sweep_csv(rows, out)
-    plot_error = None
-    png_path = None
-    try:
-        from sim.plots import (
-            plot_sweep,  # matplotlib: only once there is something to draw
+    if jobs is not None and jobs < 1:
+        raise bad_input("--jobs", f"expected a whole number >= 1, got {jobs}")
+    if window_text is None:
+        if jobs is None:
+            raise bad_input(
+                "--jobs", "say how many jobs each trace has (--jobs N), or measure a window (--window START:END, Gavel's "
+                "-s/-e) and the jobs are generated until its jobs finish, as Gavel does",
+            )
+        return None, jobs
+    start_text, sep, end_text = window_text.partition(":")
+    if not (sep and start_text.isdecimal() and end_text.isdecimal() and int(start_text) < int(end_text)):
+        raise bad_input(
+            f"--window {window_text}", "expected START:END, job positions from 0 with START < END, END excluded (Gavel's -s START -e END)"
         )
-
-        png_path = plot_sweep(rows, out / "sweep_jct.png")
-    except Exception as e:  # noqa: BLE001 - matplotlib fails in many ways; the CSV stands without the plot
-        plot_error = f"{type(e).__name__}: {e}"
-    failures = list(book.failures.values())
-    options = plan.options if plan.options != ("",) else ()
-    if args.json:
-        runs = [_run_json(r, bool(options)) for r in done]
-        print_json({"out_dir": str(out), "runs": runs, "failed": [_run_json(r, bool(options)) for r in failures]})
-    else:
-        print_sweep_table(rows, policies, num_seeds, options)
-        print_lines(["", f"wrote {csv_path}" if plot_error else f"wrote {csv_path} and {png_path}"])
-    if failures:
-        from sim.sweep_cells import describe
-
-        first = failures[0]
-        raise CommandFailed(
-            f"{len(failures)} cell(s) failed, e.g. {describe(first.cell)}: {first.result.error}; "
-            f"the others are in {csv_path} (the same command again retries the failed ones)"
+    start, end = int(start_text), int(end_text)
+    if jobs is not None and jobs < end:
+        raise bad_input(
+            "--jobs", f"{jobs} jobs end before the window {start}:{end} does (its last job is {end - 1}): give --jobs >= {end}, "
+            "or leave --jobs out to generate jobs until the window's jobs finish, as Gavel does",
         )
-    if plot_error:
-        raise plots_failed(out, plot_error, skip_hint=False)
-    return 0
-
-
-def _run_json(r: CellResult, variants: bool) -> dict[str, object]:
-    f = r.figures
-    return {
-        "policy": r.cell.policy, **({"option": r.cell.option} if variants else {}),
-        "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": f.avg_jct_s,
-        "cluster_utilization": f.utilization, "jobs_completed": r.result.jobs_completed,
-        "jobs_measured": r.result.jobs_measured, "wall_s": r.result.wall_s, "simulator": r.result.simulator,
-        **({"error": r.result.error} if r.result.error else {}),
-    }
-
-
-def print_sweep_table(rows: list[SweepRow], policies: tuple[str, ...], num_seeds: int, options: tuple[str, ...] = ()) -> None:
-    """Average JCT in hours, one row per rate, one column per policy (per policy and variant,
-    "policy [variant]", with ``options``): the mean over the seeds, with the range when there are
-    several."""
-    from sim.metrics import sweep_lines
-
-    lines = {(line.policy, line.option): line for line in sweep_lines(rows)}
-    columns = [(policy, option) for policy in policies for option in options or ("",)]
-    rates = sorted({row.jobs_per_hour for row in rows})
-    table = []
-    for rate in rates:
-        cells: list[object] = [f"{rate:g}"]
-        for column in columns:
-            line = lines.get(column)
-            at = [] if line is None else [k for k, r in enumerate(line.jobs_per_hour) if r == rate]
-            if not at:
-                cells.append("-")
-                continue
-            k = at[0]
-            cell = f"{line.mean_jct_h[k]:.2f}"  # type: ignore[union-attr]
-            if num_seeds > 1:
-                cell += f" ({line.min_jct_h[k]:.2f}-{line.max_jct_h[k]:.2f})"  # type: ignore[union-attr]
-            cells.append(cell)
-        table.append(cells)
-    print_lines(["average JCT in hours" + (f", mean over {num_seeds} seeds (min-max)" if num_seeds > 1 else "")])
-    print_table(["jobs/hour", *(f"{p} [{o}]" if o else p for p, o in columns)], table)
-
+    return (start, end), ON_DEMAND if jobs is None else jobs

@@ -260,7 +260,7 @@ def test_a_sweep_runs_the_grid_on_worker_processes(tmp_path, capsys):
     [
         (["--rates", "1,fast"], "--rates: 'fast' is not a number of jobs per hour > 0"),
         (["--rates", "1", "--seeds", "0,-3"], "--seeds: '-3' is not a whole number >= 0"),
-        (["--rates", "1", "--window", "0:13"], "--window 0:13: out of range"),
+        (["--rates", "1", "--window", "0:13"], "--jobs: 12 jobs end before the window 0:13 does"),
         (["--rates", "1", "--processes", "0"], "--processes: expected a whole number >= 1"),
     ],
 )

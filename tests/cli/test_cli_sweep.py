@@ -111,3 +111,84 @@ def test_cutoffs_of_other_clusters_only_are_said_to_leave_nothing_out(tmp_path, 
     assert code == 0, stderr
     assert ("sweep: --cutoffs has no cutoff for fifo, max_min_fairness_perf on this cluster (2 v100, 2 p100, 2 k80): "
             "nothing is left out") in stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rates", "1"], "--jobs: say how many jobs each trace has (--jobs N), or measure a window (--window START:END"),
+        (["--rates", "1", "--window", "6:2"], "--window 6:2: expected START:END, job positions from 0 with START < END"),
+        (["--rates", "1", "--window", "4000:5000", "--jobs", "4500"],
+         ("--jobs: 4500 jobs end before the window 4000:5000 does (its last job is 4999): give --jobs >= 5000, or leave "
+          "--jobs out to generate jobs until the window's jobs finish, as Gavel does")),
+    ],
+)
+def test_jobs_and_window_go_together_as_gavels_sweep_or_say_why_in_one_line(argv, message, tmp_path, capsys):
+    code, stdout, stderr = gavel(capsys, "sweep", "--policies", "fifo", "--cluster", "2:2:2", *argv, "--out", str(tmp_path / "x"))
+    assert (code, stdout, stderr.count("\n")) == (2, "", 1)
+    assert message in stderr
+
+
+# Gavel's README sweep, small: -s 2 -e 6 -p max_min_fairness max_min_fairness_perf --seeds 0 1 2 -c 2:2:2 -a 0 -b 0.1 -n 3
+README_SMALL = (
+    "sweep", "--window", "2:6", "--policies", "max_min_fairness", "max_min_fairness_perf", "--seeds", "0", "1", "2",
+    "--cluster", "2:2:2", "--rate-start", "0", "--rate-stop", "0.1", "--rate-count", "3",
+)
+
+
+@pytest.mark.slow  # ~5-12 s (the load): 12 cells of a few jobs on worker processes, the same sweep printed from its ledger
+def test_gavels_readme_sweep_runs_gavels_points_and_reports_each_point_over_its_seeds(tmp_path, capsys):
+    from sim.plots import sweep_figure
+    from tests.support.plots import band
+
+    out = tmp_path / "readme"
+    code, stdout, stderr = gavel(capsys, *README_SMALL, "--out", str(out), "--json")
+    assert code == 0, stderr
+    assert "= 12 cells, jobs drawn until jobs 2-5 finish (as Gavel's), on 2 v100" in stderr.splitlines()[0]
+    # Gavel's points: linspace(0, 0.1, 3) without its 0, every policy and seed
+    rates = [float(r) for r in np.linspace(0, 0.1, 3)][1:]
+    policies, seeds = ["max_min_fairness", "max_min_fairness_perf"], [0, 1, 2]
+    assert sorted(rows(out)) == sorted((p, r, s) for p in policies for r in rates for s in seeds)
+    answer = json.loads(stdout)
+    runs = {(r["policy"], r["jobs_per_hour"], r["seed"]): r for r in answer["runs"]}
+    # every window job done, with the jobs that arrived before (0 and 1) and after it (as many as Gavel's run drew)
+    assert all(r["jobs_measured"] == r["jobs_completed"] == 4 and r["jobs_arrived"] >= 6 for r in runs.values())
+    # the table: a row per (policy, rate), its seeds' values, their mean, min and max
+    table = answer["table"]
+    assert [(row["policy"], row["jobs_per_hour"]) for row in table] == [(p, r) for p in policies for r in rates]
+    for row in table:
+        jcts = [runs[(row["policy"], row["jobs_per_hour"], s)]["avg_jct_s"] for s in seeds]
+        assert [s["seed"] for s in row["seeds"]] == seeds and [s["avg_jct_s"] for s in row["seeds"]] == jcts
+        assert (row["mean_avg_jct_s"], row["min_avg_jct_s"], row["max_avg_jct_s"]) == (pytest.approx(sum(jcts) / 3), min(jcts), max(jcts))
+    # the plot's band over the seeds is the table's min to max
+    with (out / "sweep.csv").open() as f:
+        from sim.metrics import SweepRow
+
+        written = [SweepRow(r["policy"], float(r["jobs_per_hour"]), int(r["seed"]), float(r["avg_jct_s"])) for r in csv.DictReader(f)]
+    (ax,) = sweep_figure(written).axes
+    for i, policy in enumerate(policies):
+        assert band(ax, i) == {
+            row["jobs_per_hour"]: (row["min_avg_jct_s"] / 3600, row["max_avg_jct_s"] / 3600) for row in table if row["policy"] == policy
+        }
+
+    # the same command again runs nothing and prints the table: a line per (policy, rate)
+    code, stdout, stderr = gavel(capsys, *README_SMALL, "--out", str(out))
+    assert code == 0 and "12 cell(s) of this sweep already in the ledger" in stderr
+    printed = stdout.splitlines()
+    assert printed[0] == "average JCT of jobs 2-5 in hours, mean over the seeds (min, max), on 2 v100, 2 p100, 2 k80 (preset default)"
+    assert printed[1].split() == ["policy", "jobs/hour", "seeds", "avg", "JCT", "min", "max", "utilisation"]
+    by_row = {(line.split()[0], float(line.split()[1])): line.split()[2:6] for line in printed[3:7]}
+    assert by_row == {
+        (row["policy"], row["jobs_per_hour"]): ["3", *(f"{row[k] / 3600:.2f}" for k in ("mean_avg_jct_s", "min_avg_jct_s", "max_avg_jct_s"))]
+        for row in table
+    }
+
+
+def test_a_trace_of_n_jobs_that_ran_out_before_the_window_finished_is_said(tmp_path, capsys):
+    code, _, stderr = gavel(
+        capsys, "sweep", "--policies", "max_min_fairness_perf", "--cluster", "2:2:2", "--window", "2:6", "--jobs", "6",
+        "--rates", "0.1", "--out", str(tmp_path / "short"),
+    )
+    assert code == 0, stderr
+    assert ("sweep: in 1 of 1 cells all 6 jobs had arrived before jobs 2-5 finished: Gavel draws jobs until they finish, so "
+            "its runs would have measured them under more arrivals; leave --jobs out to do the same") in stderr

@@ -68,10 +68,12 @@ def test_variant_cells_are_simulate_runs_with_their_flags_and_a_restart_runs_onl
     added = (out / "cells.jsonl").read_text()
     assert added.startswith(ledger) and len(added.splitlines()) == 3
     assert json.loads(added.splitlines()[-1])["avg_jct_s"] == pytest.approx(simulated_jct_s(capsys, tmp_path, IDEAL[1]), rel=1e-12)
-    header = next(line for line in stdout.splitlines() if line.startswith("jobs/hour"))
-    assert header.split("  ")[0] == "jobs/hour" and all(
-        f"max_min_fairness_perf [{label}]" in header for label in ("tight", "open", "ideal")
-    )
+    printed = stdout.splitlines()  # a row per (policy, variant, rate), the variants in the order given
+    header = next(i for i, line in enumerate(printed) if line.startswith("policy"))
+    assert printed[header].split()[:3] == ["policy", "variant", "jobs/hour"]
+    assert [line.split()[:3] for line in printed[header + 2 : header + 5]] == [
+        ["max_min_fairness_perf", label, "6"] for label in ("tight", "open", "ideal")
+    ]
 
     # the third variant alone: the ledger holds 3 cells of this sweep, and it takes 1 of them
     code, _, stderr = gavel(capsys, *SWEEP, *SHARED, f"--variant=ideal={IDEAL[0]}", "--processes", "2", "--out", str(out))
