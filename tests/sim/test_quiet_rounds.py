@@ -20,7 +20,6 @@ from sim.fastpath import RunConfig, simulate
 from sim.quiet import QuietRounds
 from sim.scenario import Scenario, run_policy
 from sim.traces import TraceSpec, TraceStreams, generate_trace, read_trace, write_trace
-from tests.support.data import REFERENCE
 
 CONTEXT = shipped_context()
 TABLE = CONTEXT.table
@@ -34,9 +33,14 @@ POLICIES = [
     "max_sum_throughput_perf", "min_total_duration", "min_total_duration_packed", "min_total_duration_perf", "optimus",
     "optimus_perf", "proportional", "srtf", "srtf_perf", "themis", "themis_perf", "tiresias", "tiresias_perf",
 ]
-# Few jobs at a time (long quiet stretches) and many (a saturated cluster, rounds that change).
-QUIET = generate_trace(TraceSpec(num_jobs=45, jobs_per_hour=0.4, slos=True), TABLE, TraceStreams.gavel(5))
-BUSY = generate_trace(TraceSpec(num_jobs=40, jobs_per_hour=4.0, multi_gpu=True, slos=True), TABLE, TraceStreams.gavel(6))
+# A few jobs at a time (long quiet stretches), then a burst that saturates the cluster (rounds that
+# change: gangs, jobs taking turns), in one trace.
+_QUIET = generate_trace(TraceSpec(num_jobs=14, jobs_per_hour=0.4, slos=True), TABLE, TraceStreams.gavel(5))
+_BUSY = generate_trace(TraceSpec(num_jobs=14, jobs_per_hour=6.0, multi_gpu=True, slos=True), TABLE, TraceStreams.gavel(6))
+MIXED = (*_QUIET, *(
+    dataclasses.replace(job, job_id=str(len(_QUIET) + k), arrival_time_s=_QUIET[-1].arrival_time_s + 3600.0 + job.arrival_time_s)
+    for k, job in enumerate(_BUSY)
+))
 CLUSTER = {"v100": 2, "p100": 2, "k80": 2}
 
 
@@ -79,22 +83,20 @@ def advanced_rounds(monkeypatch) -> list[int]:
 @pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness", "fifo_perf"])
 def test_the_headline_policies_give_the_same_results_with_the_skip(policy, preset, monkeypatch):
     counts = advanced_rounds(monkeypatch)
-    for trace in (QUIET, BUSY):
-        (with_skip, summary), (without, plain_summary) = both_ways(Scenario(trace, CLUSTER, preset), policy)
-        assert with_skip == without
-        assert summary == plain_summary
+    (with_skip, summary), (without, plain_summary) = both_ways(Scenario(MIXED, CLUSTER, preset), policy)
+    assert with_skip == without
+    assert summary == plain_summary
     if policy.endswith("_perf"):  # (an agnostic policy's type order is drawn each round: its jobs move)
         assert max(counts) > 50
 
 
-@pytest.mark.slow  # ~70 s: 32 policies x 2 presets x 2 traces, each both ways
+@pytest.mark.slow  # ~40 s in all: 32 policies x 2 presets, each run both ways
 @pytest.mark.parametrize("preset", ["default", "gavel"])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_gives_the_same_results_with_the_skip(policy, preset):
-    for trace in (QUIET, BUSY):
-        (with_skip, summary), (without, plain_summary) = both_ways(Scenario(trace, CLUSTER, preset), policy)
-        assert with_skip == without
-        assert summary == plain_summary
+    (with_skip, summary), (without, plain_summary) = both_ways(Scenario(MIXED, CLUSTER, preset), policy)
+    assert with_skip == without
+    assert summary == plain_summary
 
 
 @pytest.mark.parametrize("preset", ["default", "gavel"])
@@ -119,16 +121,15 @@ def _settings(preset: str, gpus_per_server: int):
     return make(preset, "max_min_fairness_perf", gpus_per_server=gpus_per_server)
 
 
-@pytest.mark.slow  # ~12 s: four runs of `gavel simulate` on 1,200 jobs
 @pytest.mark.parametrize("preset", ["default", "gavel"])
 def test_gavel_simulate_writes_the_same_files_byte_for_byte(preset, tmp_path):
-    trace = REFERENCE / "continuous_rate1.4_n1200_seed1.trace"
+    write_trace(MIXED, tmp_path / "mixed.trace")
     outs = []
     for flag in ([], ["--no-skip-quiet-rounds"]):
         out = tmp_path / f"run{len(outs)}"
         subprocess.run(
-            [sys.executable, "-m", "services.cli", "simulate", "--trace", str(trace), "--cluster", "8:8:8", "--window",
-             "100:300", "--policy", "max_min_fairness_perf", "--preset", preset, "--no-plots", "--out", str(out), *flag],
+            [sys.executable, "-m", "services.cli", "simulate", "--trace", str(tmp_path / "mixed.trace"), "--cluster",
+             "4:4:4", "--policy", "max_min_fairness_perf", "--preset", preset, "--no-plots", "--out", str(out), *flag],
             check=True, capture_output=True,
         )
         outs.append(out)
