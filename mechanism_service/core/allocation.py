@@ -38,6 +38,7 @@ def reset_ledgers(state: MechanismState, now_s: float, settings: MechanismSettin
     target_s = ledgers.allocation_matrix(state.allocation) * elapsed_s
     ledgers.deficit_s[:rows] += target_s - (ledgers.received_s[:rows] - seed)
     ledgers.received_s[:rows] = seed
+    ledgers.changed()  # the deficits moved: what the planner derived from them is stale
     total = _seeds_summed(seed, len(ledgers))
     for w in state.accelerator_types:
         state.type_time_s[w] = total

@@ -71,6 +71,7 @@ class _TypeColumns(Mapping[str, float]):
     def __setitem__(self, w: str, value: float) -> None:
         array, row = self._cells()
         array[row, self._ledgers.column_of[w]] = value
+        self._ledgers.changed()
 
     def update(self, values: Mapping[str, float]) -> None:
         for w, value in values.items():
@@ -106,6 +107,7 @@ class _Throughputs(_TypeColumns):
     def __setitem__(self, w: str, value: tuple[float, ...]) -> None:  # type: ignore[override]
         ledgers = self._ledgers
         ledgers.throughputs[ledgers.row_of[self._entry], ledgers.column_of[w]] = (value[0], value[-1])
+        ledgers.changed()
 
 
 class Ledgers(MutableMapping[Entry, EntryLedger]):
@@ -123,12 +125,18 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
 
     ``allocation`` (rows x types) is the installed allocation's columnar copy, made by
     ``allocation_matrix`` and kept while the state holds the same FrozenAllocation.
+
+    ``derived``: what the planner reads from the ledgers but a lease's time (its lists of the
+    allocation, the deficits and the rates, each type's candidates), kept between rounds, which
+    change only the time received: every other write (an entry added or removed, a column
+    written, an allocation installed, the reset's fold: ``changed``) empties it, so it is made
+    again from the ledgers as they are at its next read.
     """
 
     __slots__ = (
         "types", "column_of", "keys", "row_of", "rows", "throughputs", "received_s", "deficit_s", "allocation", "live",
         "members",
-        "allocation_of", "_holes", "_by_job",
+        "_allocation_of", "_holes", "_by_job", "derived",
     )
 
     def __init__(self, types: Iterable[str] = ()) -> None:
@@ -139,10 +147,28 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
         self.rows = 0
         self._holes = 0
         self._by_job: dict[int, dict[Entry, None]] = {}  # job index -> its entries (an ordered set)
-        self.allocation_of: object = None
+        self._allocation_of: object = None
+        self.derived: dict[str, object] = {}
         self._allocate_arrays(16)
 
+    def changed(self) -> None:
+        """The ledgers changed other than by a lease's time received (settle_round adds that to
+        ``received_s`` without calling this): what was derived from them is made again."""
+        if self.derived:
+            self.derived = {}
+
+    @property
+    def allocation_of(self) -> object:
+        """The FrozenAllocation that ``allocation`` mirrors (None: none, gathered at next use)."""
+        return self._allocation_of
+
+    @allocation_of.setter
+    def allocation_of(self, allocation: object) -> None:
+        self._allocation_of = allocation
+        self.changed()
+
     def _allocate_arrays(self, capacity: int) -> None:
+        self.changed()
         t = len(self.types)
         self.throughputs = np.zeros((capacity, t, 2))
         self.received_s = np.zeros((capacity, t))
@@ -168,6 +194,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
 
     def __setitem__(self, entry: Entry, ledger: EntryLedger) -> None:
         """A new entry takes the next row (an existing one has its values overwritten)."""
+        self.changed()
         row = self.row_of.get(entry)
         if row is None:
             if self.rows == len(self.live):
@@ -189,6 +216,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
 
     def __delitem__(self, entry: Entry) -> None:
         row = self.row_of.pop(entry)
+        self.changed()
         self.keys[row] = None
         self.live[row] = False
         self.members[row] = -1
@@ -220,6 +248,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
     def add_type(self, w: str, received_s: float) -> None:
         """A new accelerator type: a column, each entry seeded with ``received_s``, no deficit,
         no throughput (the caller sets each entry's) and no allocation."""
+        self.changed()
         self.types.append(w)
         self.column_of[w] = len(self.types) - 1
         pad = [(0, 0), (0, 1)]
@@ -232,6 +261,7 @@ class Ledgers(MutableMapping[Entry, EntryLedger]):
         """Close the holes removed entries left (the order of the rest is kept)."""
         if not self._holes:
             return
+        self.changed()
         kept = np.flatnonzero(self.live[: self.rows])
         self.keys = [self.keys[r] for r in kept.tolist()]
         self.row_of = {entry: row for row, entry in enumerate(self.keys)}  # type: ignore[misc]

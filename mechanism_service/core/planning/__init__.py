@@ -10,8 +10,10 @@ one module a step, in the order a round runs them (core/rounds.py, ``open_round`
 
 Each step has a row form, the definition, written plainly over the entries, and the fast forms
 the rounds run: columnar (one numpy operation a type over the ledgers' columns, model.Ledgers)
-and, below ledger_reads.SMALL_ROWS rows, on Python lists read once a round
-(ledger_reads.ledger_lists). A step module keeps its row form beside its fast forms, so the
+and, below ledger_reads.SMALL_ROWS rows, on Python lists (ledger_reads.ledger_lists: the time
+received read each round; what only a change of the ledgers moves, the lists of the allocation,
+the deficits and the rates and each type's candidate cells, kept in them until then:
+model.Ledgers.derived). A step module keeps its row form beside its fast forms, so the
 definition and what is held to it read together; the holds' and the charges' row forms stay in
 migration.py, where what a move costs is decided (docs/mechanism.md, "What a move costs"), and
 their fast forms here name them. tests/unit/mechanism/test_planning_fast.py,

@@ -30,15 +30,19 @@ class LedgerLists(NamedTuple):
 
 
 def ledger_lists(state: MechanismState) -> LedgerLists | None:
-    """The ledgers' columns as lists, or None above SMALL_ROWS rows (there numpy pays)."""
+    """The ledgers' columns as lists, or None above SMALL_ROWS rows (there numpy pays). Only
+    the time received is read each round: the allocation, the deficits and the rates change
+    only where the ledgers say so (``Ledgers.changed``: a reset, an admission, a removal), and
+    their lists are kept in the ledgers' ``derived`` until then. Nothing may change a list."""
     ledgers = state.entries
     rows = ledgers.rows
     if rows > SMALL_ROWS:
         return None
-    return LedgerLists(
-        len(ledgers.types),
-        ledgers.allocation_matrix(state.allocation).ravel().tolist(),
-        ledgers.received_s[:rows].ravel().tolist(),
-        ledgers.deficit_s[:rows].ravel().tolist(),
-        ledgers.throughputs[:rows].ravel().tolist(),
-    )
+    allocation = ledgers.allocation_matrix(state.allocation)  # (first: a new allocation empties derived)
+    kept = ledgers.derived.get("lists")
+    if kept is None:
+        kept = ledgers.derived["lists"] = (
+            allocation.ravel().tolist(), ledgers.deficit_s[:rows].ravel().tolist(), ledgers.throughputs[:rows].ravel().tolist(),
+        )
+    allocation_list, deficit_s, rates = kept  # type: ignore[misc]
+    return LedgerLists(len(ledgers.types), allocation_list, ledgers.received_s[:rows].ravel().tolist(), deficit_s, rates)

@@ -10,6 +10,7 @@ few rows (ledger_reads.SMALL_ROWS). Both sit here so the definition and the form
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 
@@ -81,9 +82,16 @@ def _passes(order: Sequence[str], settings: MechanismSettings) -> list[tuple[boo
 
 
 def type_order(state: MechanismState, settings: MechanismSettings) -> list[str]:
-    """The fixed visiting order, restricted to the cluster's types (others last, by name)."""
-    known = [w for w in settings.type_order if w in state.gpus]
-    return known + sorted(w for w in state.gpus if w not in known)
+    """The fixed visiting order, restricted to the cluster's types (others last, by name): a new
+    list each call (the agnostic policies shuffle it in place)."""
+    return list(_type_order(settings.type_order, tuple(state.gpus)))
+
+
+@functools.lru_cache(maxsize=64)
+def _type_order(preferred: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, ...]:
+    """``type_order`` of a cluster's types (asked every round, the same answer for a run)."""
+    known = [w for w in preferred if w in types]
+    return (*known, *sorted(w for w in types if w not in known))
 
 
 def pick_columns(
@@ -112,6 +120,8 @@ def pick_columns(
         ranked_rows = _ranked_rows_small if len(queues.live) <= ledger_reads.SMALL_ROWS else _ranked_rows
         ranking = ranked_rows(queues, settings.only_allocated_run)
     for allocated, w in _passes(order, settings):
+        if len(taken) >= len(jobs) and taken.issuperset(jobs):
+            break  # every job is taken: no entry is left to pick (nor a type's queue to rank)
         free = left[w]
         if free == 0:
             continue
@@ -192,9 +202,9 @@ def _ranked_lists(queues: QueueLists, fifo: bool) -> Ranking:
             allocated = True
         rows = ranked.get((k, allocated))
         if rows is None:
-            served, unserved, sort_keys = column(k)
+            served, unserved, sort_keys, candidates = column(k)
             if allocated is None:
-                rows = sorted(served + unserved)  # (admission order again: ties keep it even against a NaN)
+                rows = list(candidates)  # (admission order again: ties keep it even against a NaN)
             elif allocated:
                 rows = list(served)
             else:

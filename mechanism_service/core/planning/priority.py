@@ -141,13 +141,14 @@ def _with_member(keys: Sequence[Entry | None], rows: int, jobs: frozenset[int]) 
 
 class TypeQueue(NamedTuple):
     """One type's candidates for ``pick_columns`` from lists: the live rows where every member
-    runs there, in admission order, split by whether the entry has a priority there (``served``)
-    or not; ``sort_keys[row]`` is the row's (priority, deficit, allocation) there, as
-    ``charge_move_columns(priority_columns(...))`` gives them (None: not a candidate)."""
+    runs there, in admission order (``candidates``), split by whether the entry has a priority
+    there (``served``) or not; ``sort_keys[row]`` is the row's (priority, deficit, allocation)
+    there, as ``charge_move_columns(priority_columns(...))`` gives them (None: not a candidate)."""
 
     served: list[int]
     unserved: list[int]
     sort_keys: list[tuple[float, float, float] | None]
+    candidates: list[int]
 
 
 class QueueLists(NamedTuple):
@@ -178,10 +179,12 @@ def queue_lists(
     fused on Python floats for the cells a pick can visit (the live rows whose every member
     runs there), a type when the pick first asks for it: the same IEEE operations in the same
     order, so the same floats, without ~25 numpy calls on arrays of tens of cells
-    (tests/unit/mechanism/test_planning_lists.py holds the two equal). The state must not
-    change until the pick is done."""
+    (tests/unit/mechanism/test_planning_lists.py holds the two equal). What does not change
+    between two changes of the ledgers (which cells are candidates, their shares, deficits and
+    uniform charges: ``_type_cells``) is kept in them; a round computes only what its time moved,
+    the served cells' priorities. The state must not change until the pick is done."""
     made: dict[int, TypeQueue] = {}
-    moves: list[tuple[list[str | None], list[tuple[float, float] | None]]] = []  # made with the first type's
+    moves: list[tuple[dict[int, str], dict[int, tuple[float, float]]]] = []  # made with the first type's
 
     def column(k: int) -> TypeQueue:
         queue = made.get(k)
@@ -196,26 +199,22 @@ def queue_lists(
 
 def _moves(
     state: MechanismState, settings: MechanismSettings, behind: frozenset[int] = frozenset()
-) -> tuple[list[str | None], list[tuple[float, float] | None]]:
-    """Per ledger row: the type it ran on last round (None: none, or moves are not charged),
-    and what a move costs it, (charge_s, the priority's factor) (None: looked up at its first
-    move, when job types were measured; (0.0, 1.0) for an entry with a member ``behind``)."""
-    ledgers = state.entries
-    rows = ledgers.rows
-    ran_on: list[str | None] = [None] * rows
-    charges: list[tuple[float, float] | None] = [None] * rows
+) -> tuple[dict[int, str], dict[int, tuple[float, float]]]:
+    """This round's part of the charges: ledger row -> the type it ran on last round (empty when
+    moves are not charged), and ledger row -> its charge where it is not the one ``_type_cells``
+    keeps: (0.0, 1.0) for an entry with a member ``behind`` (x 1.0 and - 0.0: the same floats as
+    no charge); a measured cost's charge is added at the row's first move."""
+    ran_on: dict[int, str] = {}
+    charges: dict[int, tuple[float, float]] = {}
     if not settings.charge_moves:
         return ran_on, charges
-    row_of = ledgers.row_of
+    row_of = state.entries.row_of
     for entry, placement in state.previous_assignment.items():
         row = row_of.get(entry)
         if row is not None:
             ran_on[row] = placement.accelerator_type
-    if not state.move_costs_by_job_type:  # one cost for all: a single's charge, a pair's
-        single, pair = _move_charge(state, settings, (0,), settings.restore_s), _move_charge(state, settings, (0, 1), settings.restore_s)
-        charges = [pair if entry is not None and len(entry) == 2 else single for entry in ledgers.keys]
-    if behind:  # (x 1.0 and - 0.0: the same floats as no charge)
-        for row, entry in enumerate(ledgers.keys[:rows]):
+    if behind:
+        for row, entry in enumerate(state.entries.keys[: state.entries.rows]):
             if entry is not None and not behind.isdisjoint(entry):
                 charges[row] = (0.0, 1.0)
     return ran_on, charges
@@ -231,39 +230,91 @@ def _move_charge(state: MechanismState, settings: MechanismSettings, entry: Entr
     return charge_s, (0.0 if 0.0 >= left_s else left_s) / settings.round_s
 
 
+class TypeCells(NamedTuple):
+    """One type's cells as the ledgers give them, the same from one round to the next until the
+    ledgers change (``Ledgers.derived``): the candidates (live rows whose every member runs
+    there) in row order; those without a share there (priority 0, whatever the time: their sort
+    keys, (0.0, deficit, share), are made here, None in ``sort_keys`` for every other row); and
+    each other candidate's (row, entry, cell, share, deficit, its move's charge: None when it is
+    looked up at its first move, job types being measured)."""
+
+    candidates: list[int]
+    unserved: list[int]
+    sort_keys: list[tuple[float, float, float] | None]
+    served: list[tuple[int, Entry, int, float, float, tuple[float, float] | None]]
+
+
+def _type_cells(state: MechanismState, settings: MechanismSettings, lists: LedgerLists, k: int) -> TypeCells:
+    """The type in column k's TypeCells, kept in the ledgers' ``derived`` with what they were
+    made for (the settings, whether job types were measured, the job count: a pair's charge
+    counts its members only where the entries have pairs)."""
+    ledgers = state.entries
+    stamp = (settings, bool(state.move_costs_by_job_type), len(state.jobs))
+    kept = ledgers.derived.get("type_cells")
+    if kept is None or kept[0] != stamp:  # type: ignore[index]
+        kept = ledgers.derived["type_cells"] = (stamp, [None] * len(ledgers.types))
+    by_type: list[TypeCells | None] = kept[1]  # type: ignore[index]
+    cells = by_type[k]
+    if cells is None:
+        cells = by_type[k] = _make_type_cells(state, settings, lists, k)
+    return cells
+
+
+def _make_type_cells(state: MechanismState, settings: MechanismSettings, lists: LedgerLists, k: int) -> TypeCells:
+    ledgers = state.entries
+    types, rows = lists.types, ledgers.rows
+    single = pair = None  # one cost for all (no job type measured): a single's charge, a pair's
+    if settings.charge_moves and not state.move_costs_by_job_type:
+        single, pair = _move_charge(state, settings, (0,), settings.restore_s), _move_charge(state, settings, (0, 1), settings.restore_s)
+    candidates: list[int] = []
+    unserved: list[int] = []
+    sort_keys: list[tuple[float, float, float] | None] = [None] * rows
+    served: list[tuple[int, Entry, int, float, float, tuple[float, float] | None]] = []
+    cells = zip(
+        range(rows), ledgers.keys, lists.allocation[k::types], lists.deficit_s[k::types],
+        lists.rates[2 * k :: 2 * types], lists.rates[2 * k + 1 :: 2 * types],
+    )
+    for row, entry, share, deficit, first_rate, second_rate in cells:
+        if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
+            continue
+        candidates.append(row)
+        if share == 0.0:
+            sort_keys[row] = (0.0, deficit, share)
+            unserved.append(row)
+        else:
+            served.append((row, entry, row * types + k, share, deficit, pair if len(entry) == 2 else single))
+    return TypeCells(candidates, unserved, sort_keys, served)
+
+
 def _type_queue(
     state: MechanismState,
     settings: MechanismSettings,
     lists: LedgerLists,
     k: int,
-    ran_on: list[str | None],
-    charges: list[tuple[float, float] | None],
+    ran_on: dict[int, str],
+    charges: dict[int, tuple[float, float]],
 ) -> TypeQueue:
-    """``queue_lists``' queue for the type in column k, its cells zipped from strided slices."""
-    ledgers = state.entries
-    types, rows, w = lists.types, ledgers.rows, ledgers.types[k]
-    total_s, charging = state.type_time_s[w], settings.charge_moves
+    """``queue_lists``' queue for the type in column k: its TypeCells, and each served cell's
+    priority from the time it received (``lists.received_s``), charged where it would move."""
+    cells = _type_cells(state, settings, lists, k)
+    w = state.entries.types[k]
+    total_s, charging, received_s = state.type_time_s[w], settings.charge_moves, lists.received_s
     served: list[int] = []
     unserved: list[int] = []
-    sort_keys: list[tuple[float, float, float] | None] = [None] * rows
-    cells = zip(
-        range(rows), ledgers.keys, lists.allocation[k::types], lists.received_s[k::types], lists.deficit_s[k::types],
-        lists.rates[2 * k :: 2 * types], lists.rates[2 * k + 1 :: 2 * types], ran_on, charges,
-    )
-    for row, entry, share, received, deficit, first_rate, second_rate, ran, charge in cells:
-        if entry is None or not (first_rate > 0.0 and second_rate > 0.0):  # np.minimum(...) > 0.0, NaN included
-            continue
-        if share == 0.0:
-            sort_keys[row] = (0.0, deficit, share)
-            unserved.append(row)
-            continue
-        received = received / total_s if total_s > 0 else 0.0
+    sort_keys = list(cells.sort_keys)
+    for row, entry, cell, share, deficit, charge in cells.served:
+        received = received_s[cell] / total_s if total_s > 0 else 0.0
         priority = share / received if received > 0 else share * UNSERVED_FACTOR
-        if charging and priority != 0.0 and ran != w:  # it would start afresh here: charged its move
+        if charging and priority != 0.0 and ran_on.get(row) != w:  # it would start afresh here: charged its move
+            charge = charges.get(row, charge)
             if charge is None:  # (a cost looked up for the rows that move, as charge_move_columns does)
                 charge = charges[row] = _move_charge(state, settings, entry, move_cost_s(state, entry, settings))
             priority *= charge[1]
             deficit -= charge[0]
         sort_keys[row] = (priority, deficit, share)
         (served if priority > 0.0 else unserved).append(row)
-    return TypeQueue(served, unserved, sort_keys)
+    if unserved:  # (rare: a share whose priority is not above 0) in row order with the others
+        unserved = sorted(cells.unserved + unserved)
+    else:
+        unserved = cells.unserved
+    return TypeQueue(served, unserved, sort_keys, cells.candidates)

@@ -83,10 +83,10 @@ def test_queue_lists_hold_the_charged_columns_floats_for_every_candidate():
             queues = charge_move_columns(s, queues, settings)
         fused = queue_lists(s, settings, lists)
         for k in random.Random(seed).sample(range(len(s.entries.types)), len(s.entries.types)):  # made in any order
-            served, unserved, sort_keys = fused.column(k)
+            served, unserved, sort_keys, candidates = fused.column(k)
             assert fused.column(k) is fused.column(k)  # made once
             runs = [r for r in range(s.entries.rows) if queues.live[r] and queues.runs[r, k]]
-            assert sorted(served + unserved) == runs, seed
+            assert sorted(served + unserved) == candidates == runs, seed
             assert served == [r for r in runs if queues.priority[r, k] > 0.0], seed
             assert all(sort_keys[r] is None for r in set(range(s.entries.rows)) - set(runs))
             for r in runs:
