@@ -39,12 +39,46 @@ def behind_jobs(state: MechanismState, now_s: float, settings: MechanismSettings
     bound = settings.catch_up_ratio
     if bound is None or not state.jobs:
         return frozenset()
-    job_indices, late = steps_late_columns(state, now_s, settings)
     excess, jobs = bound - 1.0, state.jobs
+    if len(state.entries.row_of) == len(jobs):  # no pairs (a job has one single): one row a job
+        return _behind_singles(state, now_s, settings, excess)
+    job_indices, late = steps_late_columns(state, now_s, settings)
     # each job's own bound is read only for those late by more than the smallest job's
     candidates = job_indices[late > excess * min(job.total_steps for job in jobs.values())].tolist()
     late_of = dict(zip(job_indices.tolist(), late.tolist()))
     return frozenset(j for j in candidates if j in jobs and late_of[j] > excess * jobs[j].total_steps)
+
+
+def _behind_singles(state: MechanismState, now_s: float, settings: MechanismSettings, excess: float) -> frozenset[int]:
+    """``behind_jobs`` when every entry is a single: a job is behind where its row's steps late
+    exceed ``excess`` x its steps (the test behind_jobs makes; its first cut, against the
+    smallest job's, only spares it reading the others). steps_late_columns' arithmetic on the
+    live rows, in arrays laid out as its own, so the einsum sums each row alike; what only a
+    change of the ledgers moves (the rows, their deficits, shares and rates, the jobs' bounds)
+    is gathered once and kept in the ledgers' ``derived``, and a round reads its time received."""
+    indices, late, bounds = late_singles(state, now_s, settings, excess)
+    behind = np.flatnonzero(late > bounds)
+    return frozenset(indices[behind].tolist()) if len(behind) else frozenset()
+
+
+def late_singles(
+    state: MechanismState, now_s: float, settings: MechanismSettings, excess: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(job indices, steps late, ``excess`` x their steps) of the live rows, every entry a single."""
+    ledgers = state.entries
+    allocation = ledgers.allocation_matrix(state.allocation)  # (first: a new allocation empties derived)
+    kept = ledgers.derived.get("catch_up")
+    if kept is None or kept[0] != excess:  # type: ignore[index]
+        rows = np.flatnonzero(ledgers.live[: ledgers.rows])
+        indices = ledgers.members[rows, 0]
+        steps = np.fromiter((state.jobs[j].total_steps for j in indices.tolist()), float, len(rows))
+        kept = ledgers.derived["catch_up"] = (
+            excess, rows, indices, ledgers.deficit_s[rows], allocation[rows], ledgers.throughputs[rows], excess * steps,
+        )
+    _, rows, indices, deficit_s, shares, rates, bounds = kept  # type: ignore[misc]
+    owed_s = deficit_s + shares * (now_s - state.last_reset_s + settings.round_s)
+    owed_s -= ledgers.received_s[rows] - settings.seed_s
+    return indices, np.einsum("rt,rt->r", owed_s, rates[:, :, 0]), bounds
 
 
 def steps_late(state: MechanismState, now_s: float, settings: MechanismSettings) -> dict[int, float]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from common.errors import ConfigError
-from mechanism_service.core.catch_up import behind_jobs, steps_late
+from mechanism_service.core.catch_up import behind_jobs, late_singles, steps_late
 from mechanism_service.core.migration import charge_moves, fit_held
 from mechanism_service.core.model import MechanismState, Placement
 from mechanism_service.core.planning.holds import fit_held_columns
@@ -103,6 +103,29 @@ def test_steps_late_are_the_plain_definition_on_random_states():
         now_s = s.last_reset_s + random.Random(seed).uniform(0.0, 3600.0)
         expected = plain_steps_late(s, now_s, settings)
         assert steps_late(s, now_s, settings) == pytest.approx(expected, rel=1e-9, abs=1e-6), seed
+
+
+def test_with_singles_only_the_kept_columns_give_the_columns_floats_and_their_bound():
+    """catch_up._behind_singles (every entry a single: the simulator's rounds unless it packs),
+    its rows, shares, deficits and rates kept in the ledgers between rounds, against
+    steps_late_columns on all rows, to the bit; each seed's ratio splits its jobs in two."""
+    split = 0
+    for seed in SEEDS:
+        s, settings = varied(seed)
+        for entry in [e for e in s.entries if len(e) == 2]:
+            del s.entries[entry]  # (the pairs' rows become holes)
+        rng = random.Random(seed)
+        now_s = s.last_reset_s + rng.uniform(0.0, 3600.0)
+        expected = steps_late(s, now_s, settings)
+        ratio = 1.0 + max(1e-6, sorted(late / s.jobs[j].total_steps for j, late in expected.items())[len(expected) // 2])
+        settings = replace(settings, catch_up_ratio=ratio)
+        behind = behind_jobs(s, now_s, settings)  # (the first call keeps the columns; the second reads them)
+        for _ in range(2):
+            indices, late, _ = late_singles(s, now_s, settings, ratio - 1.0)
+            assert dict(zip(indices.tolist(), late.tolist())) == expected, seed
+        assert behind == {j for j, late in expected.items() if late > (ratio - 1.0) * s.jobs[j].total_steps}, seed
+        split += 0 < len(behind) < len(s.jobs)
+    assert split > 50
 
 
 def random_behind(s: MechanismState, seed: int, share: float = 0.3) -> frozenset[int]:
