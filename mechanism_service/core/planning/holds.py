@@ -79,19 +79,25 @@ def _held_small(
     ledgers = state.entries
     row_of, column_of = ledgers.row_of, ledgers.column_of
     types = len(ledgers.types)  # the arrays are C-ordered rows x types: a cell is row x types + column
+    previous = state.previous_assignment.items()
+    if not state.move_costs_by_job_type:  # one cost for all: a stretch that paid for it is out first
+        cost_s, stretches, round_s = max(0.0, settings.restore_s), state.stretch_rounds, settings.round_s
+        previous = [(entry, p) for entry, p in previous if not float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s]
+        if not previous:
+            return []
     if lists is not None:  # the cells that can hold (a share, every member runs), read as found
         allocation, rates = lists.allocation, lists.rates
         deficits_s, received_s = lists.deficit_s, lists.received_s
         cells = [
             (entry, w, share, rates[2 * cell], rates[2 * cell + 1], deficits_s[cell], received_s[cell])
-            for entry, p in state.previous_assignment.items()
+            for entry, p in previous
             if (row := row_of.get(entry)) is not None
             and (share := allocation[cell := row * types + column_of[w := p.accelerator_type]]) > 0.0
             and rates[2 * cell] > 0.0
             and rates[2 * cell + 1] > 0.0
         ]
         return _holds(state, now_s, settings, share_limit, cells)
-    found = [(entry, p.accelerator_type, row) for entry, p in state.previous_assignment.items() if (row := row_of.get(entry)) is not None]
+    found = [(entry, p.accelerator_type, row) for entry, p in previous if (row := row_of.get(entry)) is not None]
     if not found:
         return []
     at = np.array([row * types + column_of[w] for _, w, row in found])
@@ -174,6 +180,8 @@ def fit_held_columns(
     summed from the ledgers' allocation matrix (integers: the same counts as one subtraction at
     a time; from ``lists`` where the round read them); the reserved and held entries, few, as
     the plain form walks them. The jobs ``behind`` and in no held entry count as newcomers."""
+    if not held:  # (what fits is some of the held: none)
+        return []
     left = dict(state.gpus)
     jobs, ledgers = state.jobs, state.entries
     newcomers = list(itertools.compress(jobs.values(), map(operator.is_, map(_FIRST_RUN, jobs.values()), itertools.repeat(None))))

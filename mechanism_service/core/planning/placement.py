@@ -26,6 +26,7 @@ def place(
     lowest free workers, filling a server before moving to the next (consolidation). ``forced``
     entries (profiling runs) are placed even where the allocation gives them nothing."""
     assignment: dict[Entry, Placement] = {}
+    previous_of, allocation, run_unallocated = state.previous_assignment.get, state.allocation, settings.run_unallocated
     for w in order:
         entries = sorted(picked.get(w, ()), key=_SIZE, reverse=True)
         if not entries:
@@ -35,38 +36,36 @@ def place(
             # its GPUs by a larger gang placed afresh (Gavel places sizes in turn).
             _place_extensions_first(state, w, entries, state.servers[w], assignment, settings, forced)
             continue
-        servers = [list(s) for s in state.servers[w]]
-        cursor = 0
+        # the lowest free worker first, a server at a time: each worker is passed once (Gavel's
+        # servers copied and popped from the front: the same sequence, without the copies)
+        workers_in_order = itertools.chain.from_iterable(state.servers[w])
         used: set[int] = set()
-        sizes = sorted({s for _, s in entries}, reverse=True)
-        for size in sizes:  # Gavel: each size extended, then placed afresh, largest first
-            for entry, _ in (p for p in entries if p[1] == size):  # pass 1: extensions
-                previous = state.previous_assignment.get(entry)
-                if previous is not None and previous.accelerator_type == w and not used & set(previous.worker_ids):
+        for _, group in itertools.groupby(entries, key=_SIZE):  # Gavel: each size extended, then placed afresh, largest first
+            sized = list(group)
+            for entry, _ in sized:  # pass 1: extensions
+                previous = previous_of(entry)
+                if previous is not None and previous.accelerator_type == w and used.isdisjoint(previous.worker_ids):
                     assignment[entry] = previous
                     used.update(previous.worker_ids)
-            for entry, scale_factor in (p for p in entries if p[1] == size):  # pass 2: fresh placements
+            for entry, scale_factor in sized:  # pass 2: fresh placements
                 if entry in assignment:
                     continue
-                if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
+                if entry not in allocation and not run_unallocated and entry not in forced:
                     continue  # picked but not allocated: its GPUs idle this round (Gavel)
                 workers: list[int] = []
                 while len(workers) < scale_factor:
-                    if cursor >= len(servers):
+                    worker = next(workers_in_order, None)
+                    if worker is None:
                         raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
-                    server = servers[cursor]
-                    if not server:
-                        cursor += 1
-                        continue
-                    worker = server.pop(0)
                     if worker not in used:
                         workers.append(worker)
+                        used.add(worker)
                 assignment[entry] = Placement(w, tuple(workers))
-                used.update(workers)
     return assignment
 
 
 _SIZE = operator.itemgetter(1)
+_FIRST = operator.itemgetter(0)
 
 
 def _place_extensions_first(
@@ -91,27 +90,35 @@ def _place_extensions_first(
             used.update(previous.worker_ids)
         else:
             fresh.append(picked)
-    free: list[list[int]] | None = None  # each server's free workers, listed at the first fresh entry
+    # each server's free workers, listed when a fresh entry first looks at the server (most
+    # rounds extend every entry, and a fresh one looks at the first servers with room only)
+    free: list[list[int] | None] = [None] * len(servers)
+
+    def free_at(k: int) -> list[int]:
+        workers = free[k]
+        if workers is None:
+            workers = free[k] = list(itertools.filterfalse(used.__contains__, servers[k]))
+        return workers
+
+    count = len(servers)
     first = 0  # servers before this one are full
     for entry, scale_factor in fresh:
         if entry in assignment:
             continue
         if entry not in state.allocation and not settings.run_unallocated and entry not in forced:
             continue
-        if free is None:  # (most rounds extend every entry: then no server is listed)
-            free = [list(itertools.filterfalse(used.__contains__, server)) for server in servers]
-        while first < len(free) and not free[first]:
+        while first < count and not free_at(first):
             first += 1
-        room = next((k for k in range(first, len(free)) if len(free[k]) >= scale_factor), None) if scale_factor > 1 else first
+        room = next((k for k in range(first, count) if len(free_at(k)) >= scale_factor), None) if scale_factor > 1 else first
         workers: list[int] = []
-        if room is not None and room < len(free):
-            workers, free[room] = free[room][:scale_factor], free[room][scale_factor:]
+        if room is not None and room < count:
+            workers, free[room] = free_at(room)[:scale_factor], free_at(room)[scale_factor:]
         k = first
         while len(workers) < scale_factor:
-            if k >= len(free):
+            if k >= count:
                 raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
-            take = free[k][: scale_factor - len(workers)]
-            free[k] = free[k][len(take):]
+            take = free_at(k)[: scale_factor - len(workers)]
+            free[k] = free_at(k)[len(take):]
             workers += take
             k += 1
         assignment[entry] = Placement(w, tuple(workers))
@@ -122,9 +129,13 @@ def count_extensions(
 ) -> tuple[int, int]:
     """Section 6.3: (extended, opportunities) for this round against the previous one
     (``kept``: kept_entries of the assignment, when the caller has it)."""
-    jobs = state.jobs
-    # an entry is one job or a pair: "some member still here" is its first or last
-    opportunities = sum(1 for entry in state.previous_assignment if entry[0] in jobs or entry[-1] in jobs)
+    jobs, previous = state.jobs, state.previous_assignment
+    # an entry is one job or a pair: "some member still here" is its first or last (the first
+    # counted in C; the last looked at only where the first has left)
+    present = list(map(jobs.__contains__, map(_FIRST, previous)))
+    opportunities = sum(present)
+    if opportunities < len(previous):
+        opportunities += sum(1 for entry, first in zip(previous, present) if not first and entry[-1] in jobs)
     return len(kept_entries(state, assignment) if kept is None else kept), opportunities
 
 
