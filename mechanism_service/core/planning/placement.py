@@ -52,6 +52,15 @@ def place(
                     continue
                 if entry not in allocation and not run_unallocated and entry not in forced:
                     continue  # picked but not allocated: its GPUs idle this round (Gavel)
+                if scale_factor == 1:  # (most entries: the loop below for one worker)
+                    for worker in workers_in_order:
+                        if worker not in used:
+                            break
+                    else:
+                        raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+                    used.add(worker)
+                    assignment[entry] = Placement(w, (worker,))
+                    continue
                 workers: list[int] = []
                 while len(workers) < scale_factor:
                     worker = next(workers_in_order, None)
