@@ -84,8 +84,13 @@ def _slack_pick(state: MechanismState, settings: MechanismSettings) -> dict[Entr
     ledgers = state.entries
     rows = ledgers.rows
     rates = ledgers.throughputs[:rows]
-    runs_on = ((rates[:, :, 0] > 0.0) & (rates[:, :, 1] > 0.0)).tolist()
-    served_on = (ledgers.allocation_matrix(state.allocation) > 0.0).tolist()
+    runs = (rates[:, :, 0] > 0.0) & (rates[:, :, 1] > 0.0)
+    served = runs & (ledgers.allocation_matrix(state.allocation) > 0.0)
+    if settings.shuffle_type_order:  # the common refusal first, in one numpy pass: several types to go to
+        several = (served if settings.allocated_first else runs).sum(axis=1) > 1
+        if several[ledgers.live[:rows]].any():
+            return None
+    runs_on, served_on = runs.tolist(), served.tolist()
     jobs, fifo = state.jobs, settings.only_allocated_run
     column = ledgers.column_of
     cells = [
