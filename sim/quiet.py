@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from common.errors import GavelError
 from mechanism_service.core.allocation import reset_due
 from mechanism_service.core.model import MechanismState
-from mechanism_service.core.quiet import replay, rounds_until_hold_free, steady_plan
+from mechanism_service.core.quiet import (
+    moves_with_the_draw,
+    replay,
+    rounds_until_hold_free,
+    steady_plan,
+)
 from mechanism_service.core.reducers import LeaseResult
 from mechanism_service.core.rounds import RoundPlan
 from mechanism_service.core.seams.chosen import Chosen
@@ -53,14 +58,27 @@ class QuietRounds:
     steady: RoundPlan | None = None  # the plan the next quiet boundary repeats
     allocation: object = None  # the allocation that plan was shown steady under
     promised: int = 0  # boundaries after the last one advanced that must be quiet too
-    advanced: int = 0  # boundaries advanced without planning, for the run's log line
+    advanced: int = 0  # boundaries advanced without planning
+    # (the allocation, (next job index, jobs)) under which some job goes where the type order's draw
+    # says (core/quiet.moves_with_the_draw): no plan is steady until one of them changes
+    moving: tuple[object, tuple[int, int]] | None = None
 
     def planned(self, state: MechanismState, plan: RoundPlan) -> None:
         """A boundary was planned: whether its plan repeats at the next quiet ones."""
         if self.promised:
             raise SkipMispredicted(f"a boundary promised quiet was planned ({self.promised} promised)")
-        self.steady = steady_plan(state, plan, self.settings, self.chosen) if self.enabled else None
+        self.steady = None
         self.allocation = state.allocation
+        if not self.enabled:
+            return
+        if self.settings.shuffle_type_order:  # jobs that go where the draw says, remembered while nothing changes
+            jobs = (state.next_index, len(state.jobs))
+            if self.moving is not None and self.moving[0] is state.allocation and self.moving[1] == jobs:
+                return
+            if moves_with_the_draw(state, self.settings):
+                self.moving = (state.allocation, jobs)
+                return
+        self.steady = steady_plan(state, plan, self.settings, self.chosen)
 
     def settled_cleanly(self, state: MechanismState, running: Sequence[LeaseResult], round_start_s: float) -> bool:
         """Whether settling ``running`` (before it is settled) can fail no lease: every lease one

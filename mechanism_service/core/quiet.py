@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from mechanism_service.core.migration import move_cost_s
 from mechanism_service.core.model import Entry, MechanismState
 from mechanism_service.core.planning.picking import _passes, type_order
@@ -83,13 +85,9 @@ def _slack_pick(state: MechanismState, settings: MechanismSettings) -> dict[Entr
     where its share is above 0 (priority.py)."""
     ledgers = state.entries
     rows = ledgers.rows
-    rates = ledgers.throughputs[:rows]
-    runs = (rates[:, :, 0] > 0.0) & (rates[:, :, 1] > 0.0)
-    served = runs & (ledgers.allocation_matrix(state.allocation) > 0.0)
-    if settings.shuffle_type_order:  # the common refusal first, in one numpy pass: several types to go to
-        several = (served if settings.allocated_first else runs).sum(axis=1) > 1
-        if several[ledgers.live[:rows]].any():
-            return None
+    runs, served = _runs_and_served(state)
+    if settings.shuffle_type_order and _several_types(state, settings, runs, served):
+        return None
     runs_on, served_on = runs.tolist(), served.tolist()
     jobs, fifo = state.jobs, settings.only_allocated_run
     column = ledgers.column_of
@@ -123,6 +121,30 @@ def _slack_pick(state: MechanismState, settings: MechanismSettings) -> dict[Entr
             if at is not None and sum(candidate(runs, served, at[1], k) for k in range(len(runs))) != 1:
                 return None
     return {entry: w for entry, (w, _) in taken.items()}
+
+
+def _runs_and_served(state: MechanismState) -> tuple[np.ndarray, np.ndarray]:
+    """(rows x types) where each ledger row runs (every member's rate above 0) and where it also
+    has a share, so a priority above 0 (priority.py)."""
+    ledgers = state.entries
+    rates = ledgers.throughputs[: ledgers.rows]
+    runs = (rates[:, :, 0] > 0.0) & (rates[:, :, 1] > 0.0)
+    return runs, runs & (ledgers.allocation_matrix(state.allocation) > 0.0)
+
+
+def _several_types(state: MechanismState, settings: MechanismSettings, runs: np.ndarray, served: np.ndarray) -> bool:
+    """Whether some entry has several types it could be picked on first (among those it has a
+    share on, with allocated-first passes; among those it runs on, else): under a type order
+    drawn each round, which it goes to is the draw's."""
+    several = (served if settings.allocated_first else runs).sum(axis=1) > 1
+    return bool(several[state.entries.live[: state.entries.rows]].any())
+
+
+def moves_with_the_draw(state: MechanismState, settings: MechanismSettings) -> bool:
+    """``steady_plan``'s usual refusal under a type order drawn each round (the agnostic
+    policies), alone: true while the allocation and the jobs stay as they are, so a caller may
+    remember it until either changes."""
+    return settings.shuffle_type_order and _several_types(state, settings, *_runs_and_served(state))
 
 
 def hold_threshold_rounds(cost_s: float, settings: MechanismSettings) -> float:
