@@ -188,7 +188,7 @@ def simulate(
             heard = learning.captured()
         # whether this boundary can be quiet (sim/quiet.py): nothing but time changes here
         clean = (
-            quiet.steady is not None and running and not arrived_jobs and learning is None and not queued and not config.fleet_changes
+            quiet.armed and running and not arrived_jobs and learning is None and not queued and not config.fleet_changes
             and quiet.settled_cleanly(state, running, round_start_s)
         )
         # 3. settle

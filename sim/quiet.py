@@ -27,7 +27,11 @@ from dataclasses import dataclass
 from common.errors import GavelError
 from mechanism_service.core.allocation import reset_due
 from mechanism_service.core.model import MechanismState
+from mechanism_service.core.planning.picking import type_order
 from mechanism_service.core.quiet import (
+    DrawnPlans,
+    drawn_plan,
+    drawn_plans,
     moves_with_the_draw,
     replay,
     rounds_until_hold_free,
@@ -59,26 +63,34 @@ class QuietRounds:
     allocation: object = None  # the allocation that plan was shown steady under
     promised: int = 0  # boundaries after the last one advanced that must be quiet too
     advanced: int = 0  # boundaries advanced without planning
-    # (the allocation, (next job index, jobs)) under which some job goes where the type order's draw
-    # says (core/quiet.moves_with_the_draw): no plan is steady until one of them changes
-    moving: tuple[object, tuple[int, int]] | None = None
+    drawn: DrawnPlans | None = None  # the plans the next quiet boundaries' draws make, instead
+    # (the allocation, (next job index, jobs), their DrawnPlans, whether some job goes where the type
+    # order's draw says: core/quiet.moves_with_the_draw), kept until the allocation or the jobs change
+    moving: tuple[object, tuple[int, int], DrawnPlans | None, bool] | None = None
 
     def planned(self, state: MechanismState, plan: RoundPlan) -> None:
         """A boundary was planned: whether its plan repeats at the next quiet ones."""
         if self.promised:
             raise SkipMispredicted(f"a boundary promised quiet was planned ({self.promised} promised)")
-        self.steady = None
+        self.steady = self.drawn = None
         self.allocation = state.allocation
         if not self.enabled:
             return
         if self.settings.shuffle_type_order:  # jobs that go where the draw says, remembered while nothing changes
             jobs = (state.next_index, len(state.jobs))
-            if self.moving is not None and self.moving[0] is state.allocation and self.moving[1] == jobs:
-                return
-            if moves_with_the_draw(state, self.settings):
-                self.moving = (state.allocation, jobs)
+            if self.moving is None or self.moving[0] is not state.allocation or self.moving[1] != jobs:
+                moving = moves_with_the_draw(state, self.settings)
+                self.moving = (state.allocation, jobs, drawn_plans(state, self.settings, self.chosen) if moving else None, moving)
+            if self.moving[3]:
+                if not (plan.jobs_waiting or plan.profiled or plan.seam_errors):
+                    self.drawn = self.moving[2]
                 return
         self.steady = steady_plan(state, plan, self.settings, self.chosen)
+
+    @property
+    def armed(self) -> bool:
+        """Whether the next quiet boundary may run without planning."""
+        return self.steady is not None or self.drawn is not None
 
     def settled_cleanly(self, state: MechanismState, running: Sequence[LeaseResult], round_start_s: float) -> bool:
         """Whether settling ``running`` (before it is settled) can fail no lease: every lease one
@@ -98,6 +110,13 @@ class QuietRounds:
         writes), or None: plan it. ``quiet_here``: nothing arrived, finished, failed or reset
         here, and the admission queue is empty."""
         steady = self.steady
+        if self.drawn is not None and quiet_here and state.allocation is self.allocation:
+            order = type_order(state, self.settings)
+            shuffle(order)  # open_round's draw: it alone says where each job goes (core/quiet.drawn_plans)
+            plan = drawn_plan(state, self.drawn, order)
+            replay(state, plan, now_s, self.settings, None)
+            self.advanced += 1
+            return plan
         if steady is None or not quiet_here or state.allocation is not self.allocation:
             if self.promised:
                 raise SkipMispredicted(f"t={now_s:.3f} s: a boundary promised quiet is not")

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from mechanism_service.core.migration import move_cost_s
-from mechanism_service.core.model import Entry, MechanismState
+from mechanism_service.core.model import Entry, MechanismState, Placement
 from mechanism_service.core.planning.picking import _passes, type_order
 from mechanism_service.core.reducers import record_first_runs
 from mechanism_service.core.rounds import RoundPlan
@@ -147,6 +148,85 @@ def moves_with_the_draw(state: MechanismState, settings: MechanismSettings) -> b
     return settings.shuffle_type_order and _several_types(state, settings, *_runs_and_served(state))
 
 
+@dataclass(frozen=True, slots=True)
+class DrawnPlans:
+    """Under Gavel's mechanism with a type order drawn each round (an agnostic policy: one pass per
+    type, every entry a candidate wherever it runs, no charges, no holds), when every type has room
+    for every job that can run there and every job is one entry of one size: each job goes to the
+    first type of the draw it can run on, whatever the priorities, so the draw alone makes the
+    plan (``plan``). ``types``: each entry's candidate types."""
+
+    types: dict[Entry, frozenset[str]]
+    sizes: dict[Entry, int]
+
+
+def drawn_plans(state: MechanismState, settings: MechanismSettings, chosen: Chosen) -> DrawnPlans | None:
+    """The plans of the next quiet boundaries as a function of their draws, when the state allows
+    (DrawnPlans), else None. It holds while the allocation and the jobs stay as they are."""
+    jobs = state.jobs
+    if (
+        not settings.shuffle_type_order or settings.allocated_first or settings.charge_moves
+        or settings.move_overhead_share is not None or settings.catch_up_ratio is not None
+        or chosen.launch is not None or chosen.placement is not None or not jobs or len(state.entries) != len(jobs)
+    ):
+        return None
+    if len({job.scale_factor for job in jobs.values()}) != 1:  # sizes placed in turn: a gang may move a smaller job
+        return None
+    if not settings.run_unallocated and any(entry not in state.allocation for entry in state.entries):
+        return None
+    runs, served = _runs_and_served(state)
+    can = (runs & served) if settings.only_allocated_run else runs
+    ledgers = state.entries
+    column = ledgers.types
+    types: dict[Entry, frozenset[str]] = {}
+    sizes: dict[Entry, int] = {}
+    need = dict.fromkeys(state.gpus, 0)
+    for row, entry in enumerate(ledgers.keys[: ledgers.rows]):
+        if entry is None:
+            continue
+        on = frozenset(w for w, ok in zip(column, can[row].tolist(), strict=True) if ok and w in state.gpus)
+        if not on:
+            return None
+        types[entry] = on
+        sizes[entry] = jobs[entry[0]].scale_factor
+        for w in on:
+            need[w] += sizes[entry]
+    if any(need[w] > state.gpus[w] for w in need):
+        return None
+    return DrawnPlans(types, sizes)
+
+
+def drawn_plan(state: MechanismState, plans: DrawnPlans, order: list[str]) -> RoundPlan:
+    """The plan open_round makes under ``order`` (drawn): each entry on the first type of the order
+    it can run on, last round's placement kept where it stays, the lowest free workers where it
+    moves (which free workers a moved entry takes changes no outcome: every lease of a type runs
+    alike, and a kept lease keeps its own)."""
+    previous = state.previous_assignment
+    rank = {w: k for k, w in enumerate(order)}
+    going: dict[str, list[Entry]] = {w: [] for w in order}
+    for entry, on in plans.types.items():
+        going[min(on, key=rank.__getitem__)].append(entry)
+    assignment: dict[Entry, Placement] = {}
+    kept = []
+    for w in order:
+        moving = []
+        used: set[int] = set()
+        for entry in going[w]:
+            last = previous.get(entry)
+            if last is not None and last.accelerator_type == w:
+                assignment[entry] = last
+                kept.append(entry)
+                used.update(last.worker_ids)
+            else:
+                moving.append(entry)
+        if moving:
+            free = [worker for server in state.servers[w] for worker in server if worker not in used]
+            for entry in moving:
+                size = plans.sizes[entry]
+                assignment[entry], free = Placement(w, tuple(free[:size])), free[size:]
+    return RoundPlan(assignment, frozenset(kept), len(kept), len(previous), 0)
+
+
 def hold_threshold_rounds(cost_s: float, settings: MechanismSettings) -> float:
     """The stretch (rounds run in a row on its GPUs) from which an entry whose move costs
     ``cost_s`` can no longer be held (holds.py: a stretch whose time x ``move_overhead_share``
@@ -184,15 +264,17 @@ def rounds_until_hold_free(state: MechanismState, plan: RoundPlan, settings: Mec
 
 
 def replay(
-    state: MechanismState, plan: RoundPlan, now_s: float, settings: MechanismSettings, shuffle: Callable[[list[str]], None]
+    state: MechanismState, plan: RoundPlan, now_s: float, settings: MechanismSettings,
+    shuffle: Callable[[list[str]], None] | None,
 ) -> None:
-    """What rounds.open_round writes when its plan is ``plan``, a steady plan (every entry kept):
-    the type order's draw, the stretches, the extension counts, the first runs."""
-    if settings.shuffle_type_order:
+    """What rounds.open_round writes when its plan is ``plan``, a steady or a drawn plan: the type
+    order's draw (``shuffle``; None: the caller drew it), the stretches, the extension counts, the
+    first runs."""
+    if settings.shuffle_type_order and shuffle is not None:
         shuffle(type_order(state, settings))  # the draw open_round makes, for the stream to stay in step
     assignment = plan.assignment
-    stretches = state.stretch_rounds
-    state.stretch_rounds = {entry: stretches.get(entry, 0) + 1 for entry in assignment}
+    stretches, kept = state.stretch_rounds, plan.kept
+    state.stretch_rounds = {entry: stretches.get(entry, 0) + 1 if entry in kept else 1 for entry in assignment}
     state.leases_extended += plan.extended
     state.lease_opportunities += plan.opportunities
     state.previous_assignment = assignment

@@ -86,7 +86,9 @@ def test_the_headline_policies_give_the_same_results_with_the_skip(policy, prese
     (with_skip, summary), (without, plain_summary) = both_ways(Scenario(MIXED, CLUSTER, preset), policy)
     assert with_skip == without
     assert summary == plain_summary
-    if policy.endswith("_perf"):  # (an agnostic policy's type order is drawn each round: its jobs move)
+    # an agnostic policy's type order is drawn each round: under Gavel's mechanism the draw alone
+    # places its jobs (core/quiet.drawn_plans); under ours, charges and holds weigh in: planned
+    if policy.endswith("_perf") or preset == "gavel":
         assert max(counts) > 50
 
 
