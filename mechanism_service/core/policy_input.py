@@ -3,7 +3,11 @@ is recomputed, and the allocation it reads back. Pure."""
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from common.messages import (
     AllocationComputed,
@@ -184,17 +188,22 @@ def previous_entries(state: MechanismState) -> tuple[AllocationEntry, ...]:
 
 
 def runnable_jobs(state: MechanismState) -> list[JobState]:
-    """The jobs some type here can run (runs_here), in admission order: one loop over the jobs,
-    no call per job (every job at every reset)."""
-    gpus, entries = tuple(state.gpus.items()), state.entries
-    out = []
-    for job in state.jobs.values():
-        scale_factor, throughputs = job.scale_factor, entries[(job.index,)].throughputs
-        for w, count in gpus:
-            if count >= scale_factor and throughputs[w][0] > 0:
-                out.append(job)
-                break
-    return out
+    """The jobs some type here can run (runs_here), in admission order: the jobs' ledger rows'
+    throughputs read as one (jobs x types) array, not a ledger view a job (every job at every
+    reset)."""
+    jobs = list(state.jobs.values())
+    if not jobs:
+        return jobs
+    ledgers, gpus = state.entries, state.gpus
+    rows = list(map(ledgers.row_of.__getitem__, zip(map(_INDEX, jobs))))  # each job's own entry, (index,)
+    rates = ledgers.throughputs[np.array(rows)[:, None], list(map(ledgers.column_of.__getitem__, gpus)), 0]
+    fits = np.fromiter(gpus.values(), float, len(gpus)) >= np.fromiter(map(_SCALE, jobs), float, len(jobs))[:, None]
+    runs = (fits & (rates > 0)).any(axis=1)
+    return jobs if runs.all() else list(itertools.compress(jobs, runs.tolist()))
+
+
+_INDEX = operator.attrgetter("index")
+_SCALE = operator.attrgetter("scale_factor")
 
 
 def runs_here(state: MechanismState, index: int) -> bool:

@@ -6,7 +6,14 @@ from common.messages import AllocationComputed, AllocationEntry, AllocationReque
 from common.messages.allocation import SolveStatus
 from mechanism_service.core.job_entries import withdraw_job
 from mechanism_service.core.model import Placement
-from mechanism_service.core.policy_input import admitted_snapshot, allocation_fractions, allocation_request, service_of
+from mechanism_service.core.policy_input import (
+    admitted_snapshot,
+    allocation_fractions,
+    allocation_request,
+    runnable_jobs,
+    runs_here,
+    service_of,
+)
 from mechanism_service.core.settle import record_first_runs
 from tests.unit.mechanism.builders import state
 
@@ -146,3 +153,24 @@ def test_what_each_job_ran_is_read_from_its_uninterrupted_runs():
     ]
     withdraw_job(s, 0)
     assert s.run_started_s == {}
+
+
+def test_the_jobs_sent_are_those_some_type_here_runs_in_admission_order():
+    # A cluster that lost workers: 2 k80s and 1 v100 left, so a 4-GPU gang fits nowhere, a
+    # 2-GPU one only on k80, where "nok80" has no throughput.
+    s = (
+        state(k80=2, v100=1)
+        .job("a")
+        .job("a", scale_factor=4)
+        .job("nok80", scale_factor=2)
+        .job("nok80")
+        .job("b", scale_factor=2)
+        .remove(0)
+        .build()
+    )
+
+    sent = runnable_jobs(s)
+
+    assert [job.job_id for job in sent] == ["j3", "j4"]
+    assert sent == [job for job in s.jobs.values() if runs_here(s, job.index)]
+    assert runnable_jobs(state(k80=1).build()) == []
