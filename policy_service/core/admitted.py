@@ -102,7 +102,7 @@ def admitted_columns(
     seen = dict(zip(ids, range(num_jobs)))
     if len(seen) != num_jobs:
         return None
-    table_rows = _table_rows(table, worker_types)
+    table_rows, runnable = _table_rows(table, worker_types)
     rows = []
     for key in zip(job_types, scale_factors_given):
         row = table_rows.get(key)
@@ -114,19 +114,24 @@ def admitted_columns(
     numbers = (jobs.steps_remaining, jobs.time_since_arrival_s, jobs.isolated_time_s, *jobs.service())
     if not all(_all_numbers(column) for column in numbers):
         return None
-    # In range on the Python numbers (a NaN fails both comparisons, an infinity the upper one):
-    # three numpy reductions cost more than the comparisons at a few dozen jobs.
-    limits = (MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S, MAX_SERVICE_GPU_S, MAX_TIME_S, MAX_TIME_S)
-    for column, limit in zip(numbers, limits):
-        if not all(0 <= v <= limit for v in column):
-            return None
+    try:
+        values = np.array(numbers, dtype=float).reshape(6, num_jobs)
+    except OverflowError:  # an int beyond any float: out of range
+        return None
+    # In range, as one array (a NaN fails both comparisons, an infinity the upper one); each
+    # limit is a float exactly, and an int column's values compare as the ints do below 2**53,
+    # above every limit.
+    if not ((values >= 0.0) & (values <= _LIMITS)).all():
+        return None
     # Each job can run somewhere (a type with enough GPUs where it has a throughput): a property
-    # of its key, checked once per key.
-    count_list = counts.tolist()
-    for (_, scale_factor), row in dict(zip(zip(job_types, scale_factors_given), rows)).items():
-        if not any(count >= scale_factor and steps_per_s > 0 for count, steps_per_s in zip(count_list, row)):
+    # of its key and the counts, answered once and kept with the table's rows.
+    counts_key = tuple(counts.tolist())
+    for key, row in zip(zip(job_types, scale_factors_given), rows):
+        runs = runnable.get((key, counts_key))
+        if runs is None:
+            runs = runnable[key, counts_key] = any(count >= key[1] and steps_per_s > 0 for count, steps_per_s in zip(counts_key, row))
+        if not runs:
             return None
-    values = np.array(numbers, dtype=float).reshape(6, num_jobs)
     # (flat from the rows: half the time of np.array on a list of tuples)
     throughputs = np.fromiter(itertools.chain.from_iterable(rows), float, num_jobs * num_types).reshape(num_jobs, num_types)
     scale_factors = np.array(scale_factors_given, dtype=np.int64)
@@ -136,6 +141,10 @@ def admitted_columns(
         throughputs, scale_factors, weights, values[0].copy(), values[1].copy(), slo, values[2].copy(),
         np.full(num_jobs, -1, dtype=np.int64), seen, values[3:].copy(),
     )
+
+
+# The upper bound of each of admitted_columns' six number columns, as a (6, 1) column
+_LIMITS = np.array([MAX_TOTAL_STEPS, MAX_TIME_S, MAX_TIME_S, MAX_SERVICE_GPU_S, MAX_TIME_S, MAX_TIME_S], dtype=float)[:, None]
 
 
 def _all_of_type(values: Sequence[object], kind: type) -> bool:
@@ -148,16 +157,19 @@ def _all_numbers(values: Sequence[object]) -> bool:
 
 
 # The rows of the table last read, by (job type, scale factor), for the worker types of the
-# problem: a simulation's hundreds of problems look up the same few dozen keys (the table is
-# read-only; one held weakly, so a new table is read afresh).
-_ROWS_CACHE: list[tuple[weakref.ref, tuple[str, ...], dict[tuple[str, int], tuple[float, ...]]]] = []
+# problem, and whether each key runs on given counts: a simulation's hundreds of problems look up
+# the same few dozen keys on one cluster (the table is read-only; one held weakly, so a new table
+# is read afresh).
+_ROWS_CACHE: list[tuple[weakref.ref, tuple[str, ...], dict[tuple[str, int], tuple[float, ...]], dict[tuple, bool]]] = []
 
 
-def _table_rows(table: ThroughputTable, worker_types: tuple[str, ...]) -> dict[tuple[str, int], tuple[float, ...]]:
-    for ref, types, rows in _ROWS_CACHE:
+def _table_rows(
+    table: ThroughputTable, worker_types: tuple[str, ...]
+) -> tuple[dict[tuple[str, int], tuple[float, ...]], dict[tuple, bool]]:
+    for ref, types, rows, runnable in _ROWS_CACHE:
         if ref() is table and types == worker_types:
-            return rows
-    rows = {}
-    _ROWS_CACHE.insert(0, (weakref.ref(table), worker_types, rows))
+            return rows, runnable
+    rows, runnable = {}, {}
+    _ROWS_CACHE.insert(0, (weakref.ref(table), worker_types, rows, runnable))
     del _ROWS_CACHE[4:]
-    return rows
+    return rows, runnable

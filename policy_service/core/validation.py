@@ -18,6 +18,7 @@ it admitted them (admitted.py).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -227,18 +228,34 @@ def _check_job(job: JobSpec, path: str, entity_index: Mapping[str, int]) -> None
         raise ProblemError(f"{path}.entity: unknown entity {job.entity!r} (entities: {known})")
 
 
+# Clusters whose counts passed _validate_worker_types' shortcut: (name, count) items -> (the table
+# they were checked against, held weakly; names; counts, read-only). A simulation asks about one.
+_KNOWN_CLUSTERS: dict[tuple[tuple[str, int], ...], tuple[weakref.ref, tuple[str, ...], np.ndarray]] = {}
+
+
 def _validate_worker_types(
     worker_counts: Mapping[str, int], table: ThroughputTable | None
 ) -> tuple[tuple[str, ...], np.ndarray]:
     if not isinstance(worker_counts, Mapping) or not worker_counts:
         raise ProblemError("worker_types: expected a non-empty object of worker type -> GPU count")
-    if (
-        table is not None and set(map(type, worker_counts.values())) == {int} and min(worker_counts.values()) >= 0
-        and worker_counts.keys() <= set(table.accelerator_types) and sum(worker_counts.values()) > 0
-    ):
-        # Plain counts of known types (every request of a simulation): what the loop below
-        # accepts, without its per-type checks (a known type's name is a non-empty string).
-        return tuple(worker_counts), np.asarray(list(worker_counts.values()), dtype=float)
+    if table is not None and set(map(type, worker_counts.values())) == {int}:
+        # Plain counts (every request of a simulation): the same cluster's answer kept (the
+        # counts are ints, so the items are the key; the array is read-only, as a Problem's)
+        items = tuple(worker_counts.items())
+        known = _KNOWN_CLUSTERS.get(items)
+        if known is not None and known[0]() is table:
+            return known[1], known[2]
+        if (
+            min(worker_counts.values()) >= 0 and worker_counts.keys() <= set(table.accelerator_types)
+            and sum(worker_counts.values()) > 0
+        ):
+            # Counts of known types: what the loop below accepts, without its per-type checks
+            # (a known type's name is a non-empty string).
+            counts = _readonly(np.asarray(list(worker_counts.values()), dtype=float))
+            if len(_KNOWN_CLUSTERS) >= 16:
+                _KNOWN_CLUSTERS.clear()
+            _KNOWN_CLUSTERS[items] = (weakref.ref(table), tuple(worker_counts), counts)
+            return tuple(worker_counts), counts
     names = []
     counts = []
     for name, count in worker_counts.items():

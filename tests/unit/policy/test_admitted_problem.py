@@ -81,3 +81,40 @@ def test_inputs_beyond_the_simulators_take_the_checks() -> None:
     bad_class = [dataclasses.replace(jobs[0], colocation_class=None), *jobs[1:]]  # type: ignore[arg-type]
     with pytest.raises(ProblemError, match=r"jobs\[0\].colocation_class"):
         build_problem(COUNTS, bad_class, table=gavel_table(), admitted=True)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("steps_remaining", float("nan")), ("steps_remaining", -1), ("steps_remaining", 10**13),
+        ("time_since_arrival_s", float("inf")), ("isolated_time_s", -0.5),
+        ("attained_service_gpu_s", float("nan")), ("last_run_s", 1e11),
+    ],
+)
+def test_a_value_the_shortcut_cannot_vouch_for_gets_the_checked_error(field: str, value: float) -> None:
+    jobs = _simulator_jobs(6, 8)
+    jobs[4] = dataclasses.replace(jobs[4], **{field: value})
+    with pytest.raises(ProblemError) as checked:
+        build_problem(COUNTS, jobs, table=gavel_table())
+    with pytest.raises(ProblemError) as admitted:
+        build_problem(COUNTS, jobs, table=gavel_table(), admitted=True)
+    assert str(admitted.value) == str(checked.value) and f"jobs[4].{field}" in str(admitted.value)
+
+
+def test_whether_a_job_runs_is_asked_again_of_another_cluster() -> None:
+    table = gavel_table()
+    jobs = [dataclasses.replace(job, scale_factor=4) for job in _simulator_jobs(3, 9) if table.has_job(job.job_type, 4)]
+    assert jobs
+    build_problem(COUNTS, jobs, table=table, admitted=True)  # every type has 8 GPUs: they run
+    with pytest.raises(ProblemError, match=r"jobs\[0\].scale_factor"):
+        build_problem({"v100": 2, "p100": 2, "k80": 2}, jobs, table=table, admitted=True)
+
+
+def test_counts_of_another_kind_than_ints_are_checked_though_the_cluster_was_seen() -> None:
+    jobs = [job for job in _simulator_jobs(6, 10) if job.scale_factor == 1]
+    assert jobs
+    build_problem({"v100": 1, "p100": 1, "k80": 1}, jobs, table=gavel_table(), admitted=True)
+    with pytest.raises(ProblemError, match=r"worker_types.v100"):
+        build_problem({"v100": True, "p100": 1, "k80": 1}, jobs, table=gavel_table(), admitted=True)
+    problem = build_problem({"v100": 2, "p100": 1, "k80": 1}, jobs, table=gavel_table(), admitted=True)
+    assert problem.worker_counts.tolist() == [2.0, 1.0, 1.0] and not problem.worker_counts.flags.writeable
