@@ -49,15 +49,14 @@ def solve_max_min(
     tt = np.maximum(np.asarray(weighted_throughputs, dtype=float), 0.0)
     num_classes, num_types = tt.shape
     n_x = num_classes * num_types
-    a, num_rows = _constraint_matrix(tt, np.asarray(gpus_per_class, dtype=float))
-    b = np.concatenate(
-        [np.zeros(num_classes), np.asarray(counts, dtype=float), np.ones(num_classes), allowed.reshape(-1).astype(float), np.zeros(n_x)]
-    )
-    q = np.zeros(n_x + 1)
-    q[-1] = -1.0  # maximise t
-    solution = clarabel.DefaultSolver(
-        _zeros(n_x + 1), q, a, b, [clarabel.NonnegativeConeT(num_rows)], _SETTINGS
-    ).solve()
+    a, _ = _constraint_matrix(tt, np.asarray(gpus_per_class, dtype=float))
+    b_template, q, cones = _vectors(num_classes, num_types)
+    # b: [0 (level rows), N (capacity), 1 (budget), allowed (upper), 0 (lower)]
+    b = b_template.copy()
+    b[num_classes:num_classes + num_types] = counts
+    b[2 * num_classes + num_types:2 * num_classes + num_types + n_x] = allowed.reshape(-1)
+    # (vectors as lists: CLARABEL's binding reads a list's floats faster than an array's, Csc)
+    solution = clarabel.DefaultSolver(_zeros(n_x + 1), q, a, b.tolist(), cones, _SETTINGS).solve()
     status = CLARABEL_STATUS.get(str(solution.status), "solver_error")
     if not status.startswith("optimal"):
         return None, None, status
@@ -71,11 +70,12 @@ class Csc:
     scipy ``csc_matrix`` it uses: sorted row indices, no duplicates). Not scipy's own, so that
     the simulator's programs do not load scipy.sparse (policy_service/core/sparse.py);
     tests/unit/policy/test_compiled_matrix.py holds it to scipy's form and CLARABEL to
-    accepting it."""
+    accepting it. Arrays or lists: CLARABEL's binding copies either into its own vectors, a
+    list's numbers faster (~15 us of a max-min program's ~75 us set-up)."""
 
-    data: np.ndarray
-    indices: np.ndarray
-    indptr: np.ndarray
+    data: np.ndarray | list[float]
+    indices: np.ndarray | list[int]
+    indptr: np.ndarray | list[int]
     shape: tuple[int, int]
     has_canonical_format: bool = True
 
@@ -100,14 +100,15 @@ def _constraint_matrix(tt: np.ndarray, gpus_per_class: np.ndarray) -> tuple[Csc,
     values = data[: 5 * n_x].reshape(n_x, 5)
     values[:, 0] = -tt.reshape(-1)
     values[:, 1] = np.repeat(gpus_per_class, num_types)
-    return Csc(data, indices, indptr, (num_rows, n_x + 1)), num_rows
+    return Csc(data.tolist(), indices, indptr, (num_rows, n_x + 1)), num_rows
 
 
 @functools.lru_cache(maxsize=256)
-def _layout(num_classes: int, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _layout(num_classes: int, num_types: int) -> tuple[list[int], list[int], np.ndarray, int]:
     """(row indices, column pointers, the data's constant entries with zeros where TT and G go,
-    number of rows) of _constraint_matrix's A at one shape. Read-only: CLARABEL copies what it
-    reads, and a simulation solves a few dozen shapes hundreds of times."""
+    number of rows) of _constraint_matrix's A at one shape, the indices as lists (Csc). Never
+    written: CLARABEL copies what it reads, and a simulation solves a few dozen shapes hundreds
+    of times."""
     n_x = num_classes * num_types
     capacity, budget = num_classes, num_classes + num_types
     upper = budget + num_classes
@@ -129,14 +130,27 @@ def _layout(num_classes: int, num_types: int) -> tuple[np.ndarray, np.ndarray, n
     values[:, 4] = -1.0
     data[5 * n_x:] = 1.0
     indptr = np.append(np.arange(0, 5 * n_x + 1, 5), 5 * n_x + num_classes)
-    for array in (indices, indptr, data):
-        array.setflags(write=False)
-    return indices, indptr, data, lower + n_x
+    data.setflags(write=False)
+    return indices.tolist(), indptr.tolist(), data, lower + n_x
+
+
+@functools.lru_cache(maxsize=256)
+def _vectors(num_classes: int, num_types: int) -> tuple[np.ndarray, list[float], list]:
+    """The program's vectors at one shape, made once: b with zeros and ones where they are
+    constant (a solve copies it and writes the counts and the upper bounds), q (maximise t, a
+    list: Csc) and the cone. Never written: CLARABEL copies what it reads."""
+    n_x = num_classes * num_types
+    b = np.zeros(2 * num_classes + num_types + 2 * n_x)
+    b[num_classes + num_types:2 * num_classes + num_types] = 1.0
+    q = np.zeros(n_x + 1)
+    q[-1] = -1.0  # maximise t
+    b.setflags(write=False)
+    return b, q.tolist(), [clarabel.NonnegativeConeT(len(b))]
 
 
 @functools.lru_cache(maxsize=64)
 def _zeros(n: int) -> Csc:
-    """The (n, n) zero objective matrix of an LP, made once per size (CLARABEL copies what it
-    reads; nothing writes it)."""
-    return Csc(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(n + 1, dtype=np.int64), (n, n))
+    """The (n, n) zero objective matrix of an LP, made once per size, as lists (Csc; CLARABEL
+    copies what it reads; nothing writes it)."""
+    return Csc([], [], [0] * (n + 1), (n, n))
 
