@@ -204,7 +204,7 @@ class MaxMinFairness:
     def _compiled(self, space, coefficients: np.ndarray, started: float) -> Allocation:  # noqa: ANN001
         """The same LP in CLARABEL's standard form, without cvxpy (policy_service.core.compiled)."""
         reps = space.classes.representative
-        allowed = space.x_index >= 0
+        allowed = space.x_mask
         solve_started = time.perf_counter()
         x, level, status = solve_max_min(
             coefficients[reps, None] * space.class_throughputs,

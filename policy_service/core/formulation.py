@@ -212,6 +212,16 @@ class Space:
     def num_classes(self) -> int:
         return self.classes.num_classes
 
+    @functools.cached_property
+    def x_mask(self) -> np.ndarray:
+        """(C, K) bool: where x has a variable."""
+        return self.x_index >= 0
+
+    @functools.cached_property
+    def num_x_vars(self) -> int:
+        """How many variables x has (they come first, in ``x_mask``'s row-major order)."""
+        return int(np.count_nonzero(self.x_mask))
+
     def with_pairs(self, selected: np.ndarray) -> Space:
         """The same space with the pool's columns ``selected`` ((P, K) bool, within
         ``pool.allowed``) as its class-pair variables, after the x variables (same indices)."""
@@ -321,8 +331,12 @@ class Space:
         values = np.clip(values, 0.0, None)
         values[values < NOISE_FRACTION] = 0.0
         x = np.zeros((self.num_classes, num_types))
-        mask = self.x_index >= 0
-        x[mask] = values[self.x_index[mask]]
+        mask = self.x_mask
+        # x's variables are numbered in mask order (build_space), so its values are the first
+        # ones, as they come
+        x[mask] = values[: self.num_x_vars] if self.mode != "none" else values
+        if self.mode == "none":  # no pair variables (every unpacked program): _repair's own branch
+            return _repair(x, _NO_PAIRS, _no_pair_time(num_types), self.classes.sizes.astype(float), self.class_scale_factors, self.problem.worker_counts)
         if self.mode == "class_pairs":
             w = np.zeros(self.pair_index.shape)
             mask = self.pair_index >= 0
@@ -370,6 +384,36 @@ class Space:
             reason=reason,
             timings=MappingProxyType(dict(timings or {})),
         )
+
+
+@functools.lru_cache(maxsize=16)
+def _none_pairs(num_types: int) -> PairClasses:
+    """PairClasses.none, made once per K (read-only: a space without pairs never writes them)."""
+    pairs = PairClasses.none(num_types)
+    for array in (pairs.pairs, pairs.throughputs_steps_per_s):
+        array.setflags(write=False)
+    return pairs
+
+
+@functools.lru_cache(maxsize=16)
+def _none_pair_index(num_types: int) -> np.ndarray:
+    """(0, K) pair_index of a space without pair variables, made once per K (read-only)."""
+    index = np.zeros((0, num_types), dtype=np.int64)
+    index.setflags(write=False)
+    return index
+
+
+# A space's class pairs when it has none, shared (read-only): (0, 2) class indices
+_NO_PAIRS = np.zeros((0, 2), np.int64)
+_NO_PAIRS.setflags(write=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _no_pair_time(num_types: int) -> np.ndarray:
+    """(0, K) pair time of a space without pairs, made once per K (read-only)."""
+    w = np.zeros((0, num_types))
+    w.setflags(write=False)
+    return w
 
 
 @functools.lru_cache(maxsize=256)
@@ -463,8 +507,8 @@ def build_space(
     b_rows, b_cols, b_vals = [c_idx], [x_cols], [np.ones(len(c_idx))]
     u_rows, u_cols, u_vals = [k_idx], [x_cols], [sizes[c_idx] * class_sf[c_idx]]
 
-    pairs, partners = PairClasses.none(num_types), None
-    pair_index = np.zeros((0, num_types), dtype=np.int64)
+    pairs, partners = _none_pairs(num_types), None
+    pair_index = _none_pair_index(num_types)
     balance = no_self = None
     num_vars = num_x
     pool = None
