@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 import math
 import operator
 from collections.abc import Mapping
@@ -286,9 +287,8 @@ def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[
     """(job ids, worker type -> fraction) of each job, then of each concrete packed pair: the
     reply's entries, as allocation_to_json writes them."""
     worker_types, job_ids = allocation.worker_types, allocation.job_ids
-    entries = [
-        ((job_id,), dict(zip(worker_types, row))) for job_id, row in zip(job_ids, _cleaned(allocation.job_fractions))
-    ]
+    # ((job id,), {type: fraction}) a job, built in C
+    entries = list(zip(zip(job_ids), map(dict, map(zip, itertools.repeat(worker_types), _cleaned(allocation.job_fractions)))))
     if not allocation.pairs.num_pairs:  # nothing packed (an unpacked policy's every answer)
         return entries
     pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
