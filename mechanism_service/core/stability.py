@@ -99,19 +99,27 @@ def _steady(
             share_matrix(list(answer.values()), ledgers.types),
         )
     answer_rows, answer_shares = columns
-    # the single-job entries the answer gives some share (an empty one gives none)
-    lengths = np.fromiter(map(len, answer), np.intp, count)
-    given = np.fromiter(map(bool, answer.values()), bool, count)
-    single = (lengths == 1) & given
-    chosen = single.nonzero()[0]
+    # the single-job entries the answer gives some share (an empty one gives none): every entry,
+    # most often (an unpacked policy's answer gives each job some time), told without an array
+    every_single = count > 0 and set(map(len, answer)) == {1} and all(answer.values())
+    if every_single:
+        lengths = None
+        chosen = _positions(count)
+    else:
+        lengths = np.fromiter(map(len, answer), np.intp, count)
+        given = np.fromiter(map(bool, answer.values()), bool, count)
+        single = (lengths == 1) & given
+        chosen = single.nonzero()[0]
     if not len(chosen) or len(types) < 2:
         return answer, None
-    rows = answer_rows[chosen]
-    columns_of_types = np.fromiter(map(ledgers.column_of.__getitem__, types), np.intp, len(types))
+    # (every entry: the rows and shares as given, the same values as gathered, C-ordered alike)
+    whole = every_single and answer_shares.flags.c_contiguous
+    rows = answer_rows if whole else answer_rows[chosen]
+    columns_of_types = _columns_of(tuple(ledgers.types), tuple(types))
     rates = ledgers.throughputs[rows[:, None], columns_of_types, 0]
     # (Column-major, as the column gather makes it: the sums over jobs below add in that order,
     # and the LP's bounds are the same floats only when they do.)
-    shares = answer_shares[chosen][:, columns_of_types]
+    shares = (answer_shares if whole else answer_shares[chosen])[:, columns_of_types]
     runs = rates > 0.0
     if (rows < 0).any():  # an entry whose job left since the request runs nowhere
         runs &= (rows >= 0)[:, None]
@@ -123,14 +131,15 @@ def _steady(
     split = int(np.count_nonzero(types_given >= 2))
     if split == 0 or (max_split_jobs is not None and split > max_split_jobs):
         return answer, None  # no job is split (nothing to re-lay), or too many to re-lay in a boundary
-    singles = list(itertools.compress(answer, single.tolist()))
+    singles = list(answer) if every_single else list(itertools.compress(answer, single.tolist()))
     laid = types_given > 0  # every job the answer gives time
     scale = np.fromiter(map(_SCALE, map(state.jobs.__getitem__, map(_FIRST, singles))), float, len(singles))
     budget = np.ones(len(singles))
     capacity = np.fromiter(map(state.gpus.__getitem__, types), float, len(types))
-    paired = ((lengths == 2) & given).tolist()
-    if any(paired):  # pairs stay as they are: what they take is not offered
-        _take_pairs(state, answer, paired, singles, types, budget, capacity)
+    if not every_single:
+        paired = ((lengths == 2) & given).tolist()
+        if any(paired):  # pairs stay as they are: what they take is not offered
+            _take_pairs(state, answer, paired, singles, types, budget, capacity)
     used = scale[:, None] * shares
     # The answer itself must be feasible (a solver's answer may overshoot by its tolerance).
     budget = np.maximum(budget, shares.sum(axis=1))
@@ -138,8 +147,9 @@ def _steady(
     everyone = bool(laid.all())
     if not everyone:
         capacity = capacity - used[~laid].sum(axis=0)
-    home = _home_types(state, singles, rows, shares, types, columns_of_types)
-    home = np.where(support[np.arange(len(home)), home], home, shares.argmax(axis=1))
+    most_given = shares.argmax(axis=1)
+    home = _home_types(state, singles, rows, most_given, types, columns_of_types)
+    home = np.where(support[_positions(len(home)), home], home, most_given)
     levels = (rates * shares).sum(axis=1)
     problem = (
         (rates, levels, budget, scale, capacity, support, home) if everyone
@@ -150,14 +160,20 @@ def _steady(
         solved = _solve(*problem, tolerance)
     if solved is None:
         return answer, None
-    out = dict(answer)
     relaid = singles if everyone else list(itertools.compress(singles, laid.tolist()))
     # Each job's positive shares: a solved share is > _ZERO_SHARE or exactly 0.0, so its truth
     # is "> 0.0" (compress in C, ~30% less than a comprehension's test).
     solved_rows = solved.tolist()
-    out.update(zip(relaid, [dict(itertools.compress(zip(types, x), x)) for x in solved_rows], strict=True))
+    relaid_shares = map(dict, map(itertools.compress, map(zip, itertools.repeat(types), solved_rows), solved_rows))
     # The re-laid rows' shares: a share the dict does not name is 0.0, and a ledger type outside
     # ``types`` is named by none.
+    if whole and everyone:  # every entry re-laid: the answer's entries in its order, all new
+        out = dict(zip(relaid, relaid_shares, strict=True))
+        out_shares = np.zeros_like(answer_shares)
+        out_shares[:, columns_of_types] = solved
+        return out, out_shares
+    out = dict(answer)
+    out.update(zip(relaid, relaid_shares, strict=True))
     out_shares = answer_shares.copy()
     positions = chosen if everyone else chosen[laid]
     out_shares[positions] = 0.0
@@ -167,6 +183,24 @@ def _steady(
 
 _SCALE = operator.attrgetter("scale_factor")
 _FIRST = operator.itemgetter(0)
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(n: int) -> np.ndarray:
+    """np.arange(n), made once per n (read-only: only ever an index)."""
+    positions = np.arange(n)
+    positions.setflags(write=False)
+    return positions
+
+
+@functools.lru_cache(maxsize=64)
+def _columns_of(ledger_types: tuple[str, ...], types: tuple[str, ...]) -> np.ndarray:
+    """(K,) the ledgers' column of each of ``types`` (Ledgers.column_of: a type's position in
+    the ledgers' types), made once per pair of orders (read-only)."""
+    column_of = {w: k for k, w in enumerate(ledger_types)}
+    columns = np.fromiter(map(column_of.__getitem__, types), np.intp, len(types))
+    columns.setflags(write=False)
+    return columns
 
 
 def _take_pairs(
@@ -198,7 +232,7 @@ def _all_on_home(
     tolerances, ~1e-9 relative; here it is exact.) About one answer in ten on the calibration
     trace, and each skips a solve (~1 ms, most of it HiGHS' set-up)."""
     n, num_types = rates.shape
-    jobs = np.arange(n)
+    jobs = _positions(n)
     if not support[jobs, home].all():
         return None
     need = levels / rates[jobs, home]  # the time on its home type that gives a job its whole level
@@ -211,7 +245,7 @@ def _all_on_home(
 
 
 def _home_types(
-    state: MechanismState, singles: list[Entry], rows: np.ndarray, shares: np.ndarray, types: list[str],
+    state: MechanismState, singles: list[Entry], rows: np.ndarray, most_given: np.ndarray, types: list[str],
     columns_of_types: np.ndarray,
 ) -> np.ndarray:
     """(n,) the column of each job's home type: where the installed allocation gives it most
@@ -225,12 +259,12 @@ def _home_types(
     types alike takes the first its allocation names, as the allocation's own order says."""
     installed = state.allocation
     ledgers = state.entries
-    home = shares.argmax(axis=1)
+    home = most_given  # ``most_given``: (n,) the column the answer gives each job most time on
     if ledgers.allocation_of is not installed or len(ledgers.types) != len(types) or (rows < 0).any():
         return _home_types_of(installed, singles, range(len(singles)), types, home)
     held = ledgers.allocation[rows][:, columns_of_types]
     best = held.argmax(axis=1)
-    most = held[np.arange(len(best)), best]
+    most = held[_positions(len(best)), best]
     home = np.where(most > 0.0, best, home)
     tied = (most > 0.0) & ((held == most[:, None]).sum(axis=1) > 1)
     if tied.any():

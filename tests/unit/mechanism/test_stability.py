@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from common.errors import ConfigError
+from mechanism_service.core.model import share_matrix
 from mechanism_service.core.reducers import apply_allocation
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.core.stability import steady_allocation
@@ -325,8 +326,27 @@ def test_home_types_read_from_the_ledgers_are_those_of_the_installed_allocation(
     rows = np.array([s.entries.row_of[e] for e in singles])
     shares = rng.random((n, 3))
 
-    home = _home_types(s, singles, rows, shares, types, [s.entries.column_of[w] for w in types])
+    home = _home_types(s, singles, rows, shares.argmax(axis=1), types, [s.entries.column_of[w] for w in types])
 
     assert home.tolist() == _home_types_of(s.allocation, singles, range(n), types, shares.argmax(axis=1)).tolist()
     if any(len(set(v.values())) < len(v) and max(v.values()) > 0 for v in installed.values()):
         assert s.entries.allocation_of is s.allocation  # ties were met on the columnar path
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_an_answer_of_single_jobs_only_is_re_laid_as_the_general_path_does(seed):
+    # Every entry one job with some time (an unpacked policy's answer): the rows and shares are
+    # read as given, not gathered; an F-ordered copy of the shares takes the gathering path.
+    s, answer, tolerance = _random_case(seed)
+    answer = {entry: by_type for entry, by_type in answer.items() if len(entry) == 1 and by_type}
+    rows = np.array([s.entries.row_of[entry] for entry in answer])
+    shares = share_matrix(list(answer.values()), s.entries.types)
+
+    whole = steady_allocation(s, answer, tolerance, columns=(rows, shares), with_shares=True)
+    gathered = steady_allocation(s, answer, tolerance, columns=(rows, np.asfortranarray(shares)), with_shares=True)
+
+    assert list(whole[0].items()) == list(gathered[0].items())
+    if gathered[1] is None:
+        assert whole[1] is None
+    else:
+        assert whole[1].tobytes() == np.ascontiguousarray(gathered[1]).tobytes()
