@@ -62,6 +62,7 @@ from sim.fleet_changes import follow_fleet
 from sim.learning import EstimationConfig, InLoopEstimator
 from sim.quiet import QuietRounds
 from sim.quiet_advance import advance
+from sim.quiet_drawn import advance_drawn
 from sim.records import outcomes, record_round, round_record  # noqa: F401 - re-exported (driver, tests)
 from sim.results import RoundRecord, SimulationResult
 from sim.traces import TraceJob
@@ -226,7 +227,7 @@ def simulate(
                 log.info("allocation_restored", t_s=now_s)
         profiling = choose_profiling(state, learning.book.profiling, learning.book.profiling_share, packing=settings.packing) if learning and learning.book.profiling else []
         quiet_here = clean and not finished and not refused and not reset
-        plan = quiet.plan_for(state, now_s, quiet_here, arrivals, config.boundary_lag_s, lease_of, shuffle)
+        plan = skipped = quiet.plan_for(state, now_s, quiet_here, arrivals, config.boundary_lag_s, lease_of, shuffle)
         if plan is None:
             plan = open_round(state, now_s, settings, shuffle, profiling, chosen)
             quiet.planned(state, plan)
@@ -241,9 +242,10 @@ def simulate(
         if running:
             idle_passes = 0
             rounds.append(record_round(state, len(rounds), now_s, plan, running, reset))
-            if plan is quiet.steady and observe is None and (checkpoint is None or checkpoint.done):
-                # the quiet boundaries after this one but the last, in one step (sim/quiet_advance.py)
-                stretch = advance(quiet, state, plan, running, clock, rounds, now_s, arrivals, config.boundary_lag_s, lease_of, shuffle)
+            if skipped is not None and observe is None and (checkpoint is None or checkpoint.done):
+                # the quiet boundaries after this one, in one step (sim/quiet_advance.py, sim/quiet_drawn.py)
+                step = advance if skipped is quiet.steady else advance_drawn
+                stretch = step(quiet, state, plan, running, clock, rounds, now_s, arrivals, config.boundary_lag_s, lease_of, shuffle)
                 if stretch is not None:
                     running, now_s = stretch
         elif not arrivals:

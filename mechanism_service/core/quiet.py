@@ -158,6 +158,7 @@ class DrawnPlans:
 
     types: dict[Entry, frozenset[str]]
     sizes: dict[Entry, int]
+    everywhere: bool = False  # every entry runs on every type: all go to the first type drawn
 
 
 def drawn_plans(state: MechanismState, settings: MechanismSettings, chosen: Chosen) -> DrawnPlans | None:
@@ -193,7 +194,7 @@ def drawn_plans(state: MechanismState, settings: MechanismSettings, chosen: Chos
             need[w] += sizes[entry]
     if any(need[w] > state.gpus[w] for w in need):
         return None
-    return DrawnPlans(types, sizes)
+    return DrawnPlans(types, sizes, everywhere=all(len(on) == len(state.gpus) for on in types.values()))
 
 
 def drawn_plan(state: MechanismState, plans: DrawnPlans, order: list[str]) -> RoundPlan:
