@@ -67,6 +67,8 @@ class QuietRounds:
     # (the allocation, (next job index, jobs), their DrawnPlans, whether some job goes where the type
     # order's draw says: core/quiet.moves_with_the_draw), kept until the allocation or the jobs change
     moving: tuple[object, tuple[int, int], DrawnPlans | None, bool] | None = None
+    # sim/quiet_drawn.py's leases of the drawn plans' entries: (the plans, the entries, the leases)
+    drawn_leases: tuple[DrawnPlans, list, object] | None = None
 
     def planned(self, state: MechanismState, plan: RoundPlan) -> None:
         """A boundary was planned: whether its plan repeats at the next quiet ones."""

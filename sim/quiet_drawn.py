@@ -50,7 +50,7 @@ def advance_drawn(
 ) -> tuple[list[LeaseResult], float] | None:
     """After a boundary at ``now_s`` ran the drawn ``plan`` (its leases ``running``): advance the
     quiet boundaries after it that need no draw to be decided; (the last one's leases, its time),
-    or None when fewer than MIN_BOUNDARIES can be (nothing drawn, nothing changed)."""
+    or None when not even the next one can be (nothing drawn, nothing changed)."""
     plans = quiet.drawn
     settings = quiet.settings
     if plans is None or not plans.everywhere or not plan.assignment:
@@ -65,8 +65,14 @@ def advance_drawn(
         _, (steps,), duration_s = full_lease((jobs[k].job_type, jobs[k].scale_factor, w, 0.0 if kept else restore_s))
         return steps, duration_s
 
-    leases = {(w, kept): [lease(k, w, kept) for k in range(len(entries))] for w in types for kept in (True, False)}
-    most_steps = [max(leases[key][k][0] for key in leases) for k in range(len(entries))]
+    # every job's lease on every type, kept or moved: the same while these plans and entries hold
+    cached = quiet.drawn_leases
+    if cached is not None and cached[0] is plans and cached[1] == entries:
+        leases, most_steps = cached[2]
+    else:
+        leases = {(w, kept): [lease(k, w, kept) for k in range(len(entries))] for w in types for kept in (True, False)}
+        most_steps = [max(leases[key][k][0] for key in leases) for k in range(len(entries))]
+        quiet.drawn_leases = (plans, entries, (leases, most_steps))
     kept_now = bool(plan.kept)
     this = leases[(first_type, kept_now)]
     for lease_result, entry, (steps, duration_s) in zip(running, entries, this, strict=True):
