@@ -153,11 +153,13 @@ def simulate(
     rejected: list[str] = []
     idle_passes = 0
     solve_failed = ""  # the policy's reason when the last solve failed: a stall names it
-    quiet = QuietRounds(settings, chosen, enabled=config.skip_quiet_rounds)
-    lease_of = full_lease_of(table, full_leases, settings)
     if resume is not None:  # every variable the loop carries, as a checkpoint kept them
         (state, arrivals, waiting_for, shuffle, chosen, queued, learning, rates, now_s, clock, running, full_leases,
          rounds, solve_times, rejected, idle_passes, solve_failed) = resume.values()
+    # Quiet rounds (sim/quiet.py) start afresh after a resume: the next boundary is planned, which
+    # makes the plan a skip would have run (they are the same, to the bit)
+    quiet = QuietRounds(settings, chosen, enabled=config.skip_quiet_rounds)
+    lease_of = full_lease_of(table, full_leases, settings)
     while True:
         if checkpoint is not None and checkpoint.due(now_s, len(trace) - len(arrivals)):
             checkpoint.done = True
