@@ -25,6 +25,11 @@ in last round's order, while GPUs last), is out of play once no entry can be hel
 planning it when every boundary up to then will be quiet too, so a boundary that is planned
 again sees an assignment whose order cannot matter.
 
+Under Gavel's mechanism an agnostic policy's plans differ from round to round (its type order
+is drawn each round, and a job goes where the draw says), but when every type has room for
+every job that can run there and the jobs are of one size, the draw alone makes the plan:
+``drawn_plans`` says when, ``drawn_plan`` makes it (no charges, no holds: no order to keep).
+
 Pure: reads a MechanismState (``replay`` writes what open_round writes).
 """
 
