@@ -35,6 +35,7 @@ from mechanism_service.core.reducers import LeaseResult
 from mechanism_service.core.rounds import RoundClock, RoundPlan
 from mechanism_service.core.settings import MechanismSettings
 from sim.quiet import FullLease, QuietRounds
+from sim.quiet_credit import credit_rounds, record_rounds
 from sim.results import RoundRecord
 from sim.traces import TraceJob
 
@@ -92,7 +93,7 @@ def advance(
         return None
     times_s.pop()  # (the last quiet boundary: the loop's)
     ends_s.pop()
-    _advance(state, plan, entries, placements, members, steps, durations_s, longest_s, times_s, ends_s, clock, rounds, settings, shuffle)
+    _advance(state, plan, entries, placements, members, steps, durations_s, times_s, ends_s, clock, rounds, settings, shuffle)
     quiet.advanced += count
     quiet.promised = max(0, quiet.promised - count)
     now_s = times_s[-1]
@@ -106,56 +107,29 @@ def advance(
 
 def _advance(
     state: MechanismState, plan: RoundPlan, entries: list[Entry], placements: list[Placement], members: list[JobState],
-    steps: list[tuple[int]], durations_s: list[float], longest_s: float, times_s: list[float], ends_s: list[float],
+    steps: list[tuple[int]], durations_s: list[float], times_s: list[float], ends_s: list[float],
     clock: RoundClock, rounds: list[RoundRecord], settings: MechanismSettings, shuffle: Callable[[list[str]], None],
 ) -> None:
     """Boundaries times_s[1:] (count of them), each settling the round dispatched at the one
     before and running ``plan`` again: the state, the clock and the records as the loop leaves
-    them. ``ends_s[i]``: the end of the round before the one dispatched at times_s[i] (Gavel's
-    round start)."""
+    them (sim/quiet_credit.py). ``ends_s[i]``: the end of the round before the one dispatched at
+    times_s[i] (Gavel's round start)."""
     count = len(times_s) - 1
     t = np.array(times_s)
     finish = t[:, None] + np.array(durations_s)[None, :]  # (count + 1) x leases: each round's finishes
-    if settings.round_start_from_previous_end:
-        starts = np.array(ends_s[:count])  # the previous round's end (RoundClock.close)
-    else:
-        starts = t[:count]  # its own dispatch
-    ran_s = finish[:count] - starts[:, None]  # what settle credits: finish - the round's start
+    on = np.array([[p.accelerator_type for p in placements]] * (count + 1))
     gpus = np.array([len(p.worker_ids) for p in placements])
-    types = [p.accelerator_type for p in placements]
-    # received time, per entry, one round after the other
-    ledgers = state.entries
-    rows = [ledgers.row_of[entry] for entry in entries]
-    columns = [ledgers.column_of[w] for w in types]
-    first = ledgers.received_s[rows, columns]
-    ledgers.received_s[rows, columns] = np.add.accumulate(np.vstack((first, ran_s)), axis=0)[-1]
-    # each type's total: within a round, latest finish first (settle's order: the times descending)
-    for w in sorted(set(types)):
-        on = [k for k, kind in enumerate(types) if kind == w]
-        descending = -np.sort(-ran_s[:, on], axis=1)
-        state.type_time_s[w] = float(np.add.accumulate(np.concatenate(([state.type_time_s[w]], descending.ravel())))[-1])
-    # each job's GPU time on the type, its steps, its last finish
-    gpu_s = ran_s * gpus[None, :]
-    before = np.array([job.gpu_seconds_by_type.get(w, 0.0) for job, w in zip(members, types, strict=True)])
-    after = np.add.accumulate(np.vstack((before, gpu_s)), axis=0)[-1].tolist()
-    last_finish_s = finish[count - 1].tolist()
-    for job, w, step, gpu_seconds, finish_s in zip(members, types, steps, after, last_finish_s, strict=True):
-        job.gpu_seconds_by_type[w] = gpu_seconds
-        job.steps_done += count * step[0]
-        job.last_finish_s = finish_s
-        job.failures = 0
-    _replay_planning(state, plan, members, t, finish, count, settings, shuffle)
-    _record(state, plan, types, gpus, t, finish, longest_s, count, rounds)
-    clock.previous_end_s = ends_s[-1]  # RoundClock.close at the last of them: that round's end
-    clock.start_s = float(starts[-1])
-    clock.dispatched_at_s = times_s[-1]
+    rounds_steps = np.array([[step[0] for step in steps]] * (count + 1))
+    credit_rounds(state, entries, members, on, gpus, t, finish, rounds_steps, ends_s, clock, settings)
+    _replay_planning(state, plan, count, settings, shuffle)
+    record_rounds(state, on, gpus, t, finish, [plan.extended] * count, rounds)
 
 
 def _replay_planning(
-    state: MechanismState, plan: RoundPlan, members: list[JobState], t: np.ndarray, finish: np.ndarray, count: int,
-    settings: MechanismSettings, shuffle: Callable[[list[str]], None],
+    state: MechanismState, plan: RoundPlan, count: int, settings: MechanismSettings, shuffle: Callable[[list[str]], None],
 ) -> None:
-    """What planning writes at ``count`` boundaries of a steady plan (core/quiet.replay, each)."""
+    """What planning writes at ``count`` boundaries of a steady plan (core/quiet.replay, each; the
+    first runs: sim/quiet_credit.py)."""
     if settings.shuffle_type_order:
         for _ in range(count):
             shuffle(type_order(state, settings))
@@ -163,33 +137,3 @@ def _replay_planning(
     state.stretch_rounds = {entry: stretches.get(entry, 0) + count for entry in plan.assignment}
     state.leases_extended += count * plan.extended
     state.lease_opportunities += count * plan.opportunities
-    # record_first_runs: a run that did not continue (its last lease ended over half a round
-    # before the boundary) starts again there
-    restarted = (t[1:, None] - finish[:count]) > settings.round_s / 2
-    if restarted.any():
-        run_started = state.run_started_s
-        for k in np.flatnonzero(restarted.any(axis=0)).tolist():
-            run_started[members[k].index] = float(t[1 + int(np.flatnonzero(restarted[:, k])[-1])])
-
-
-def _record(
-    state: MechanismState, plan: RoundPlan, types: list[str], gpus: np.ndarray, t: np.ndarray, finish: np.ndarray,
-    longest_s: float, count: int, rounds: list[RoundRecord],
-) -> None:
-    """The records of the rounds dispatched at t[1:], as record_round makes them."""
-    busy = dict.fromkeys(state.gpus, 0)
-    for w, g in zip(types, gpus.tolist(), strict=True):
-        busy[w] += g
-    on = {w: [k for k, kind in enumerate(types) if kind == w] for w in state.gpus}
-    run_s = (finish[1:] - t[1:, None]) * gpus[None, :]  # gpus x (finish - start), as lease_totals
-    columns = {w: run_s[:, ks].tolist() for w, ks in on.items() if ks}
-    running = sum(map(len, plan.assignment))
-    for i in range(count):
-        start_s = float(t[i + 1])
-        busy_s = {w: math.fsum(columns[w][i]) if w in columns else 0.0 for w in state.gpus}
-        rounds.append(RoundRecord(
-            round_id=len(rounds), start_s=start_s, end_s=start_s + longest_s, busy_gpus_by_type=dict(busy),
-            busy_gpu_seconds_by_type=busy_s, jobs_running=running, jobs_waiting=plan.jobs_waiting,
-            leases_extended=plan.extended, lease_opportunities=plan.opportunities, reset=False,
-            leases=len(plan.assignment),
-        ))

@@ -31,6 +31,7 @@ from mechanism_service.core.quiet import DrawnPlans, drawn_plan
 from mechanism_service.core.reducers import LeaseResult
 from mechanism_service.core.rounds import RoundClock, RoundPlan
 from sim.quiet import FullLease, QuietRounds, SkipMispredicted
+from sim.quiet_credit import credit_rounds, record_rounds
 from sim.results import RoundRecord
 from sim.traces import TraceJob
 
@@ -126,7 +127,7 @@ def advance_drawn(
     count = len(times_s) - 1
     if count == 0:
         return None
-    assignment = _advance(state, plan, plans, entries, jobs, leases, times_s, ends_s, kinds, clock, rounds, quiet)
+    assignment = _advance(state, plans, entries, jobs, leases, times_s, ends_s, kinds, clock, rounds, quiet)
     quiet.advanced += count
     now_s = times_s[-1]
     last = leases[kinds[-1]]
@@ -139,42 +140,23 @@ def advance_drawn(
 
 
 def _advance(
-    state: MechanismState, plan: RoundPlan, plans: DrawnPlans, entries: list[Entry], jobs: list[JobState],
+    state: MechanismState, plans: DrawnPlans, entries: list[Entry], jobs: list[JobState],
     leases: dict[tuple[str, bool], list[tuple[int, float]]], times_s: list[float], ends_s: list[float],
     kinds: list[tuple[str, bool]], clock: RoundClock, rounds: list[RoundRecord], quiet: QuietRounds,
 ) -> dict[Entry, Placement]:
     """Boundaries times_s[1:], each settling the round dispatched at the one before and running its
     drawn plan (``kinds``: each round's type, and whether it kept last round's GPUs): the state, the
-    clock and the records as the loop leaves them; the last round's assignment."""
+    clock and the records as the loop leaves them (sim/quiet_credit.py); the last round's
+    assignment."""
     settings = quiet.settings
     count = len(times_s) - 1
     t = np.array(times_s)
     steps = np.array([[s for s, _ in leases[kind]] for kind in kinds])  # (count + 1) x leases
     finish = t[:, None] + np.array([[d for _, d in leases[kind]] for kind in kinds])
-    starts = np.array(ends_s[:count]) if settings.round_start_from_previous_end else t[:count]
-    ran_s = finish[:count] - starts[:, None]
+    on = np.array([[w] * len(entries) for w, _ in kinds])
     gpus = np.array([job.scale_factor for job in jobs])  # one size, each entry a gang of it
-    on = np.array([kind[0] for kind in kinds[:count]])
-    ledgers = state.entries
-    rows = [ledgers.row_of[entry] for entry in entries]
-    for w in sorted(set(on.tolist())):
-        mask = on == w
-        column = ledgers.column_of[w]
-        first = ledgers.received_s[rows, column]
-        credited = np.where(mask[:, None], ran_s, 0.0)  # (+ 0.0 on another type's rounds: no float moves)
-        ledgers.received_s[rows, column] = np.add.accumulate(np.vstack((first, credited)), axis=0)[-1]
-        descending = -np.sort(-ran_s[mask], axis=1)
-        state.type_time_s[w] = float(np.add.accumulate(np.concatenate(([state.type_time_s[w]], descending.ravel())))[-1])
-        before = np.array([job.gpu_seconds_by_type.get(w, 0.0) for job in jobs])
-        after = np.add.accumulate(np.vstack((before, credited * gpus[None, :])), axis=0)[-1].tolist()
-        for job, gpu_seconds in zip(jobs, after, strict=True):
-            job.gpu_seconds_by_type[w] = gpu_seconds
-    done = steps[:count].sum(axis=0).tolist()
-    for job, steps_done, finish_s in zip(jobs, done, finish[count - 1].tolist(), strict=True):
-        job.steps_done += steps_done
-        job.last_finish_s = finish_s
-        job.failures = 0
-    # what planning wrote at each boundary (core/quiet.replay): stretches, extensions, runs begun;
+    credit_rounds(state, entries, jobs, on, gpus, t, finish, steps, ends_s, clock, settings)
+    # what planning wrote at each boundary (core/quiet.replay): stretches, extensions;
     # after a move every job is on the last round's type, on drawn_plan's lowest free workers
     moves = [i for i, (_, kept) in enumerate(kinds) if i and not kept]
     if moves:
@@ -185,30 +167,7 @@ def _advance(
         state.stretch_rounds = {entry: stretches.get(entry, 0) + count for entry in entries}
     state.leases_extended += (count - len(moves)) * len(entries)
     state.lease_opportunities += count * len(entries)
-    restarted = (t[1:, None] - finish[:count]) > settings.round_s / 2
-    if restarted.any():
-        for k in np.flatnonzero(restarted.any(axis=0)).tolist():
-            state.run_started_s[jobs[k].index] = float(t[1 + int(np.flatnonzero(restarted[:, k])[-1])])
-    # the records of the rounds dispatched at t[1:], as record_round makes them
-    size = int(gpus[0])
-    run_s = ((finish[1:] - t[1:, None]) * gpus[None, :]).tolist()
-    last_finish_s = finish[1:].max(axis=1).tolist()
-    for i in range(count):
-        w, kept = kinds[i + 1]
-        start_s = times_s[i + 1]
-        busy = dict.fromkeys(state.gpus, 0)
-        busy[w] = size * len(entries)
-        busy_s = dict.fromkeys(state.gpus, 0.0)
-        busy_s[w] = math.fsum(run_s[i])
-        rounds.append(RoundRecord(
-            round_id=len(rounds), start_s=start_s, end_s=max(start_s, last_finish_s[i]), busy_gpus_by_type=busy,
-            busy_gpu_seconds_by_type=busy_s, jobs_running=len(entries), jobs_waiting=0,
-            leases_extended=len(entries) if kept else 0, lease_opportunities=len(entries), reset=False,
-            leases=len(entries),
-        ))
-    clock.previous_end_s = ends_s[-1]
-    clock.start_s = float(starts[-1])
-    clock.dispatched_at_s = times_s[-1]
+    record_rounds(state, on, gpus, t, finish, [len(entries) if kept else 0 for _, kept in kinds[1:]], rounds)
     return state.previous_assignment
 
 
