@@ -21,6 +21,7 @@ Gavel's ``cluster_utilization`` does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -539,7 +540,7 @@ def sweep_lines(rows: Iterable[SweepRow]) -> tuple[SweepLine, ...]:
     by_line: dict[tuple[str, str], dict[float, list[float]]] = {}
     for row in rows:
         rates = by_line.setdefault((row.policy, row.option), {})
-        if row.avg_jct_s is not None:
+        if row.avg_jct_s is not None and math.isfinite(row.avg_jct_s):  # a saturated cell: no point to draw
             rates.setdefault(float(row.jobs_per_hour), []).append(row.avg_jct_s / SECONDS_PER_HOUR)
     lines = []
     for (policy, option), rates in by_line.items():

@@ -162,8 +162,12 @@ def run_cell(cell: SweepCellRequested, contexts: Mapping[str, SolveContext], sim
             if cell.num_jobs != sweep_jobs.ON_DEMAND or sweep_jobs.covers(num_jobs, arrived):
                 break
         else:
-            reason = sweep_jobs.exhausted_reason(num_jobs, cell.jobs_per_hour, (cell.window_start, cell.window_end))
-            return failed(cell, simulator, reason, time.perf_counter() - started_s)
+            # Gavel's run would not end either: its timeout stops it, and its sweep records an
+            # infinite JCT at utilisation 1.0, which the saturation search reads as saturated
+            return SweepCellFinished(
+                cell.sweep_id, cell.cell_id, simulator, wall_s=time.perf_counter() - started_s, jobs_arrived=num_jobs,
+                saturated=True,
+            )
     except Exception as e:  # noqa: BLE001 - a bad cell (its policy, option or trace refused) or a bug in
         # the run: either way the sweep must hear which cell and why, and the simulator goes on
         return failed(cell, simulator, f"{type(e).__name__}: {e}", time.perf_counter() - started_s)

@@ -16,9 +16,9 @@ the stop cost only their generation (~30 µs each), so the first size is generou
 is the exception: the longest jobs (up to ~167 h alone on a V100, several times that when shared)
 set how long the window's last job takes.
 
-A rate past the cluster's saturation never lets Gavel's run end (its sweeps give such runs a
-timeout, ``-t``); here a cell whose largest trace still ran out fails, saying so
-(``exhausted_reason``).
+A rate past the cluster's saturation never lets Gavel's run end: its sweeps stop such a run at a
+timeout (``-t``) and record an infinite average JCT at utilisation 1.0. Here a cell whose largest
+trace still ran out is recorded so (SweepCellFinished.saturated; ``saturated_note`` says it).
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ def measured_jobs(window: tuple[int, int] | None) -> str:
     return f"job {start}" if end - start == 1 else f"jobs {start}-{end - 1}"
 
 
-def exhausted_reason(num_jobs: int, jobs_per_hour: float, window: tuple[int, int]) -> str:
+def saturated_note(num_jobs: int, jobs_per_hour: float, window: tuple[int, int]) -> str:
+    """Why a cell is recorded as saturated, as a person reads it."""
     return (
         f"{measured_jobs(window)} had not finished when all {num_jobs} jobs of the largest trace tried had arrived: "
-        f"at {jobs_per_hour:g} jobs/hour the cluster looks saturated, and Gavel's run would not end either (its sweeps' "
-        "-t stops such runs); leave this rate out (--cutoffs), or give --jobs N to measure a trace of N jobs"
+        f"at {jobs_per_hour:g} jobs/hour the cluster is saturated, and Gavel's run would not end either (its sweeps' "
+        "-t stops such runs and record an infinite JCT); leave this rate out (--cutoffs), or give --jobs N to measure "
+        "a trace of N jobs"
     )

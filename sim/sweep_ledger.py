@@ -43,6 +43,8 @@ class CellResult:
     @property
     def figures(self) -> Figures:
         r = self.result
+        if r.saturated:  # as Gavel's sweep records a run its timeout stopped
+            return Figures(math.inf, 1.0)
         return Figures(
             None if r.avg_jct_s < 0 else r.avg_jct_s, None if r.cluster_utilization < 0 else r.cluster_utilization, bool(r.error)
         )
@@ -59,7 +61,7 @@ def ledger_line(cell: SweepCellRequested, result: SweepCellFinished) -> str:
             "avg_jct_s": result.avg_jct_s, "cluster_utilization": result.cluster_utilization,
             "jobs_completed": result.jobs_completed, "jobs_measured": result.jobs_measured,
             "wall_s": result.wall_s, "simulator": result.simulator, "error": result.error,
-            "jobs_arrived": result.jobs_arrived,
+            "jobs_arrived": result.jobs_arrived, "saturated": result.saturated,
         },
         sort_keys=True,
     )
@@ -78,6 +80,7 @@ def parse_ledger(lines: Iterable[str], sweep_id: str) -> dict[str, SweepCellFini
                 avg_jct_s=float(entry["avg_jct_s"]), cluster_utilization=float(entry["cluster_utilization"]),
                 jobs_completed=int(entry["jobs_completed"]), jobs_measured=int(entry["jobs_measured"]),
                 wall_s=float(entry.get("wall_s", 0.0)), jobs_arrived=int(entry.get("jobs_arrived", 0)),
+                saturated=entry.get("saturated") is True,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a line cut short by a crash, or not ours

@@ -96,8 +96,10 @@ def parse_cutoffs(
 
 @dataclass(frozen=True, slots=True)
 class Figures:
-    """What a finished cell tells the plan: its average JCT (None: no measured job completed) and
-    the cluster's utilisation (None: not defined); ``failed``: it has no figures."""
+    """What a finished cell tells the plan: its average JCT (None: no measured job completed;
+    infinite: the cell saturated the cluster, its utilisation then 1.0, as Gavel records a run its
+    timeout stopped) and the cluster's utilisation (None: not defined); ``failed``: it has no
+    figures."""
 
     avg_jct_s: float | None
     utilization: float | None

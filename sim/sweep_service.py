@@ -119,7 +119,7 @@ class SimulatorService:
         if result.error:
             log_.warning("cell_failed", cell=describe(cell), reason=result.error)
         else:
-            log_.info("cell_finished", avg_jct_s=result.avg_jct_s, wall_s=round(result.wall_s, 3))
+            log_.info("cell_finished", avg_jct_s=result.avg_jct_s, saturated=result.saturated, wall_s=round(result.wall_s, 3))
         # 3. the result, confirmed; returning acknowledges the cell
         try:
             await self._bus.publish(result, correlation_id=delivery.envelope.message_id)

@@ -4,10 +4,13 @@ them and puts them in its --json (services/cli/sweep_report.py).
 
 The mean, min and max are those the plot draws (sim/metrics.py, ``sweep_lines``: the line
 through the mean, the band from min to max): over the seeds whose run completed a measured job.
+A seed whose cell saturated the cluster counts as Gavel counts it, an infinite average JCT: the
+mean and max are infinite then (the plot leaves such a point out).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,7 +24,7 @@ class SeedFigures:
     """One seed's cell at a point of the sweep."""
 
     seed: int
-    avg_jct_s: float | None  # over the window's jobs; None: none of them completed
+    avg_jct_s: float | None  # over the window's jobs; None: none of them completed; inf: saturated
     cluster_utilization: float | None
     jobs_arrived: int  # jobs of the trace that had arrived when the run stopped (0: not said)
 
@@ -58,17 +61,30 @@ class TableRow:
         known = [s.cluster_utilization for s in self.seeds if s.cluster_utilization is not None]
         return sum(known) / len(known) if known else None
 
+    @property
+    def saturated_seeds(self) -> tuple[int, ...]:
+        return tuple(s.seed for s in self.seeds if s.avg_jct_s == math.inf)
+
     def as_json(self, variants: bool) -> dict[str, object]:
-        """The row in `gavel sweep --json`'s ``table`` (``option`` only when the sweep has variants)."""
+        """The row in `gavel sweep --json`'s ``table`` (``option`` only when the sweep has variants).
+        JSON has no infinity: a saturated seed's JCT, and a mean or max it makes infinite, is null
+        there, and ``saturated_seeds`` names those seeds."""
         return {
             "policy": self.policy, **({"option": self.option} if variants else {}), "jobs_per_hour": self.jobs_per_hour,
-            "mean_avg_jct_s": self.mean_jct_s, "min_avg_jct_s": self.min_jct_s, "max_avg_jct_s": self.max_jct_s,
-            "mean_cluster_utilization": self.mean_utilization,
+            "mean_avg_jct_s": finite(self.mean_jct_s), "min_avg_jct_s": finite(self.min_jct_s),
+            "max_avg_jct_s": finite(self.max_jct_s), "mean_cluster_utilization": self.mean_utilization,
+            "saturated_seeds": list(self.saturated_seeds),
             "seeds": [
-                {"seed": s.seed, "avg_jct_s": s.avg_jct_s, "cluster_utilization": s.cluster_utilization, "jobs_arrived": s.jobs_arrived}
+                {"seed": s.seed, "avg_jct_s": finite(s.avg_jct_s), "cluster_utilization": s.cluster_utilization,
+                 "jobs_arrived": s.jobs_arrived, "saturated": s.avg_jct_s == math.inf}
                 for s in self.seeds
             ],
         }
+
+
+def finite(value: float | None) -> float | None:
+    """A figure as JSON can carry it: None for an infinite one (a saturated cell's JCT)."""
+    return None if value is None or math.isinf(value) else value
 
 
 def sweep_table(results: Iterable[CellResult], policies: Sequence[str], options: Sequence[str] = ("",)) -> tuple[TableRow, ...]:

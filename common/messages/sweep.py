@@ -52,7 +52,8 @@ class SweepCellStarted(Message):
 
 @message("sweep.result.{sweep_id}")
 class SweepCellFinished(Message):
-    """A cell's outcome: its figures, or why it failed (``error`` not empty)."""
+    """A cell's outcome: its figures, that it saturated the cluster (``saturated``), or why it
+    failed (``error`` not empty)."""
 
     sweep_id: str
     cell_id: str
@@ -66,3 +67,7 @@ class SweepCellFinished(Message):
     # jobs of the trace that had arrived when the run stopped (what Gavel's run would have
     # generated; 0: not said, a simulator before this field)
     jobs_arrived: int = 0
+    # the window's jobs had not finished when every job of the largest trace tried had arrived:
+    # the run stands for one of Gavel's that its timeout (-t) stops, which Gavel's sweep records
+    # as an infinite average JCT at utilisation 1.0, a result, not a failure (sim/sweep_jobs.py)
+    saturated: bool = False

@@ -8,15 +8,16 @@ and the exit (1 when a cell failed or the plot could not be drawn).
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import sys
 from dataclasses import dataclass
 
 from services.cli.common import CommandFailed, print_json, print_lines, print_table
-from sim.sweep_jobs import ON_DEMAND, measured_jobs
+from sim.sweep_jobs import ON_DEMAND, measured_jobs, saturated_note
 from sim.sweep_ledger import CellResult, SweepBook
 from sim.sweep_plan import SweepPlan
-from sim.sweep_table import TableRow
+from sim.sweep_table import TableRow, finite
 
 PLOT_SEEDS_NAMED = 5  # past this many, the plot's settings line counts the seeds instead of naming them
 
@@ -82,8 +83,17 @@ def report(
             "leave --jobs out to do the same"
         )
         print_lines([note], sys.stderr)
+    from sim.sweep_cells import describe
+
+    if saturated := [r for r in done if r.result.saturated]:
+        first = saturated[0]
+        note = (
+            f"sweep: {len(saturated)} of {len(done)} cells saturated the cluster, recorded as Gavel records a run its "
+            f"timeout stops (an infinite average JCT, utilisation 100%); e.g. {describe(first.cell)}: "
+            + saturated_note(first.result.jobs_arrived, first.cell.jobs_per_hour, (first.cell.window_start, first.cell.window_end))
+        )
+        print_lines([note], sys.stderr)
     if failures:
-        from sim.sweep_cells import describe
 
         first = failures[0]
         raise CommandFailed(
@@ -99,7 +109,8 @@ def _run_json(r: CellResult, variants: bool) -> dict[str, object]:
     f = r.figures
     return {
         "policy": r.cell.policy, **({"option": r.cell.option} if variants else {}),
-        "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": f.avg_jct_s,
+        "jobs_per_hour": r.cell.jobs_per_hour, "seed": r.cell.seed, "avg_jct_s": finite(f.avg_jct_s),
+        "saturated": r.result.saturated,
         "cluster_utilization": f.utilization, "jobs_completed": r.result.jobs_completed,
         "jobs_measured": r.result.jobs_measured, "jobs_arrived": r.result.jobs_arrived, "wall_s": r.result.wall_s,
         "simulator": r.result.simulator, **({"error": r.result.error} if r.result.error else {}),
@@ -123,4 +134,6 @@ def print_sweep_table(table: tuple[TableRow, ...], setting: SweepSetting, varian
 
 
 def _hours(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+    if seconds is None:
+        return "-"
+    return "saturated" if math.isinf(seconds) else f"{seconds / 3600:.2f}"

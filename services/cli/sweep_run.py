@@ -15,6 +15,7 @@ from policy_service.answer import SolveContext
 from services.cli.common import CommandFailed, print_lines
 from sim.sweep_cells import SweepSpec
 from sim.sweep_driver import LocalEngine, drive, elapsed_clock
+from sim.sweep_jobs import saturated_note
 from sim.sweep_ledger import CellResult, LedgerFile, SweepBook
 from sim.sweep_plan import SweepPlan
 
@@ -31,6 +32,10 @@ def _reporter(book: SweepBook, total: int | None, running: int | None = None):
         cell, result = done.cell, done.result
         if result.error:
             what = f"failed: {result.error}"
+        elif result.saturated:
+            what = f"saturated ({result.wall_s:.1f} s): " + saturated_note(
+                result.jobs_arrived, cell.jobs_per_hour, (cell.window_start, cell.window_end)
+            )
         else:
             f = done.figures
             jct = "-" if f.avg_jct_s is None else f"{f.avg_jct_s / 3600:.2f} h"

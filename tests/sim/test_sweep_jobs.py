@@ -1,6 +1,7 @@
 """A sweep's cell with a window and no --jobs generates jobs as Gavel's sweep does, until the
 window's jobs finish (sim/sweep_jobs.py, sim/sweep_cells.py run_cell): its figures are those of
-a trace long enough, it grows a trace that ran out, a saturated rate fails saying so, and on
+a trace long enough, it grows a trace that ran out, a saturated rate is recorded as Gavel records a
+run its timeout stops, and on
 Gavel's calibration point it is Gavel's run."""
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import pytest
 
 from policy_service.service import shipped_context
 from sim.sweep_cells import SweepSpec, run_cell, table_digest
-from sim.sweep_jobs import covers, first_size, jobs_arrived, measured_jobs, sizes
+from sim.sweep_jobs import (
+    covers,
+    first_size,
+    jobs_arrived,
+    measured_jobs,
+    saturated_note,
+    sizes,
+)
 from sim.traces import read_trace
 from tests.support.data import REFERENCE
 
@@ -60,13 +68,14 @@ def test_a_trace_that_ran_out_grows_until_it_covers_the_run(seed):
 
 
 @pytest.mark.slow  # ~2-5 s: three runs of 169, 338 and 676 hours of arrivals, each stopped at its last one
-def test_a_saturated_rate_fails_saying_so():
+def test_a_saturated_rate_is_a_result_as_gavels_timed_out_run_is():
     # one GPU, a job an hour, each ~17 h on average: job 0 shares the GPU with ever more jobs
     result = cell(0, {"v100": 1}, (0, 1), 1.0, 0, round_s=3600.0)
-    assert result.error == (
+    assert result.error == "" and result.saturated and result.jobs_arrived == sizes(1, 1.0)[-1] == 676
+    assert saturated_note(result.jobs_arrived, 1.0, (0, 1)) == (
         "job 0 had not finished when all 676 jobs of the largest trace tried had arrived: at 1 jobs/hour the cluster "
-        "looks saturated, and Gavel's run would not end either (its sweeps' -t stops such runs); leave this rate out "
-        "(--cutoffs), or give --jobs N to measure a trace of N jobs"
+        "is saturated, and Gavel's run would not end either (its sweeps' -t stops such runs and record an infinite "
+        "JCT); leave this rate out (--cutoffs), or give --jobs N to measure a trace of N jobs"
     )
 
 

@@ -4,10 +4,17 @@ restart keeps, what it ignores, what counts once."""
 from __future__ import annotations
 
 import json
+import math
 
 from common.messages import SweepCellFinished
 from sim.sweep_cells import SweepSpec, Variant, table_digest
-from sim.sweep_ledger import LedgerFile, SweepBook, ledger_line, parse_ledger
+from sim.sweep_ledger import (
+    CellResult,
+    LedgerFile,
+    SweepBook,
+    ledger_line,
+    parse_ledger,
+)
 from sim.sweep_plan import Figures
 
 SPEC = SweepSpec(30, False, {"v100": 2, "p100": 2, "k80": 2}, table_digest(None))
@@ -68,6 +75,10 @@ def test_a_ledger_keeps_the_first_success_of_each_cell_of_this_sweep_only():
     ]
     kept = parse_ledger(lines, SPEC.sweep_id)
     assert kept == {a.cell_id: result(a, 100.0)}
+    # a saturated cell is a result: a restart keeps it, and the search reads it as saturated
+    saturated = SweepCellFinished(SPEC.sweep_id, c.cell_id, "local", wall_s=3.0, jobs_arrived=676, saturated=True)
+    assert parse_ledger([ledger_line(c, saturated)], SPEC.sweep_id) == {c.cell_id: saturated}
+    assert CellResult(c, saturated).figures == Figures(math.inf, 1.0)
 
 
 def test_the_ledger_file_survives_a_line_cut_short(tmp_path):

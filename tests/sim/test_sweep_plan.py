@@ -4,6 +4,7 @@ automatic search for saturation (-u), on hand-checked cases."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -134,6 +135,22 @@ def test_a_cell_where_no_job_completed_counts_as_an_infinite_jct():
     asked = walk(0.5, lambda r: 1.0, lambda r: None)
     knee_s = 65536 - 32768 / 9
     assert asked == pytest.approx([3600 / 32768, 3600 / knee_s, 3600 / (knee_s * 0.95)], rel=1e-12)
+
+
+def test_a_saturated_cell_goes_on_with_the_search_as_gavels_timed_out_run_does():
+    """A cell whose window never finished (SweepCellFinished.saturated) is, as Gavel's sweep
+    records a run its timeout stopped, an infinite JCT at utilisation 1.0: saturated in step 1
+    and the knee, and an infinite spread past it, where a failed cell would end the search."""
+    def figures(rate):
+        return Figures(math.inf, 1.0) if rate >= 0.5 else Figures(3600.0, min(rate, 1.0))
+
+    results: dict[float, Figures] = {}
+    asked = []
+    while (rate := saturation_next(results.get, 0.5)) is not None:
+        asked.append(rate)
+        results[rate] = figures(rate)
+    assert asked == pytest.approx(walk(0.5, lambda r: 1.0 if r >= 0.5 else min(r, 1.0), lambda r: None if r >= 0.5 else 1.0))
+    assert len(asked) == 4 + 3 + 1 and results[asked[-1]].avg_jct_s == math.inf
 
 
 def test_a_search_plan_asks_the_next_cell_of_each_policy_and_seed():

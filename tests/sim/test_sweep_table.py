@@ -4,6 +4,9 @@ same numbers."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,7 @@ from common.messages import SweepCellFinished
 from sim.metrics import sweep_lines
 from sim.sweep_cells import SweepSpec, table_digest
 from sim.sweep_ledger import CellResult
+from sim.sweep_plan import Figures
 from sim.sweep_table import ran_out, sweep_table
 from tests.support.plots import band
 
@@ -43,11 +47,11 @@ def test_a_row_per_policy_and_rate_in_the_sweeps_order_with_each_seed():
     assert row.as_json(variants=False) == {
         "policy": "b", "jobs_per_hour": 0.5,
         "mean_avg_jct_s": 46800.0, "min_avg_jct_s": 43200.0, "max_avg_jct_s": 50400.0,
-        "mean_cluster_utilization": pytest.approx(0.6),
+        "mean_cluster_utilization": pytest.approx(0.6), "saturated_seeds": [],
         "seeds": [
-            {"seed": 0, "avg_jct_s": 43200.0, "cluster_utilization": 0.5, "jobs_arrived": 40},
-            {"seed": 1, "avg_jct_s": 46800.0, "cluster_utilization": 0.6, "jobs_arrived": 40},
-            {"seed": 2, "avg_jct_s": 50400.0, "cluster_utilization": 0.7, "jobs_arrived": 40},
+            {"seed": 0, "avg_jct_s": 43200.0, "cluster_utilization": 0.5, "jobs_arrived": 40, "saturated": False},
+            {"seed": 1, "avg_jct_s": 46800.0, "cluster_utilization": 0.6, "jobs_arrived": 40, "saturated": False},
+            {"seed": 2, "avg_jct_s": 50400.0, "cluster_utilization": 0.7, "jobs_arrived": 40, "saturated": False},
         ],
     }
 
@@ -57,6 +61,21 @@ def test_a_seed_with_no_measured_job_completed_is_listed_and_left_out_of_the_mea
     (row,) = [r for r in sweep_table([*RESULTS, none_done], ("a", "b")) if (r.policy, r.jobs_per_hour) == ("a", 1.0)]
     assert [s.avg_jct_s for s in row.seeds] == [3600.0 * 4, 3600.0 * 5, 3600.0 * 6, None]
     assert (row.mean_jct_s, row.min_jct_s, row.max_jct_s) == (3600.0 * 5, 3600.0 * 4, 3600.0 * 6)
+
+
+def test_a_saturated_seed_counts_as_gavel_counts_it_an_infinite_jct_the_plot_leaves_out():
+    cell = SPEC.cell("a", 1.0, 3)
+    saturated = CellResult(cell, SweepCellFinished(cell.sweep_id, cell.cell_id, "local", jobs_arrived=676, saturated=True))
+    assert saturated.figures == Figures(math.inf, 1.0) and saturated.row().avg_jct_s == math.inf
+    (row,) = [r for r in sweep_table([*RESULTS, saturated], ("a", "b")) if (r.policy, r.jobs_per_hour) == ("a", 1.0)]
+    assert (row.mean_jct_s, row.min_jct_s, row.max_jct_s) == (math.inf, 3600.0 * 4, math.inf)
+    assert row.mean_utilization == pytest.approx((0.5 + 0.6 + 0.7 + 1.0) / 4)
+    as_json = row.as_json(variants=False)  # JSON has no infinity: null, and the seed named
+    assert (as_json["mean_avg_jct_s"], as_json["min_avg_jct_s"], as_json["max_avg_jct_s"]) == (None, 3600.0 * 4, None)
+    assert as_json["saturated_seeds"] == [3] and as_json["seeds"][-1]["saturated"] is True
+    json.dumps(as_json, allow_nan=False)  # strict JSON: raises on an infinity left in
+    (line,) = [line for line in sweep_lines(r.row() for r in [*RESULTS, saturated]) if line.policy == "a"]
+    assert line.max_jct_h[line.jobs_per_hour.tolist().index(1.0)] == pytest.approx(6.0)  # the finite seeds only
 
 
 def test_variants_are_rows_of_their_own_in_the_order_given():
