@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from sim.faults import FaultSpec
 
 ENGINES = ("fast", "services")
+ROUND_S_DEFAULT = 360.0
+GPUS_PER_SERVER_DEFAULT = 1
+
+
+def round_flags_given(round_s: float, gpus_per_server: int) -> list[str]:
+    """The flags of the rounds and the servers set away from their defaults: what the fluid run
+    (--ideal), which has no rounds and places no job on a server, would ignore."""
+    return [flag for flag, given in (("--round-s", round_s != ROUND_S_DEFAULT),
+                                     ("--gpus-per-server", gpus_per_server != GPUS_PER_SERVER_DEFAULT)) if given]
 PRESET_NAMES = tuple(PRESETS)
 
 
@@ -108,8 +117,8 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, required: bool = True) -> N
     p.add_argument(
         "--throughputs", metavar="TABLE.json", help="throughput table in Gavel's format (default: the shipped Gavel table)"
     )
-    p.add_argument("--round-s", type=float, default=360.0, metavar="S", help="round length in seconds (default 360)")
-    p.add_argument("--gpus-per-server", type=int, default=1, metavar="G", help="GPUs per server (default 1)")
+    p.add_argument("--round-s", type=float, default=ROUND_S_DEFAULT, metavar="S", help="round length in seconds (default 360)")
+    p.add_argument("--gpus-per-server", type=int, default=GPUS_PER_SERVER_DEFAULT, metavar="G", help="GPUs per server (default 1)")
     p.add_argument(
         "--preset",
         choices=PRESET_NAMES,

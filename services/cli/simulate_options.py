@@ -11,7 +11,7 @@ import math
 import pathlib
 from typing import TYPE_CHECKING
 
-from services.cli.simulate_flags import resolve_faults
+from services.cli.simulate_flags import resolve_faults, round_flags_given
 
 if TYPE_CHECKING:
     from sim.checkpoint import CheckpointSpec
@@ -57,6 +57,10 @@ def resolve_engine(args: argparse.Namespace) -> tuple[str, FaultSpec | None]:
         ("--estimator", args.estimator != "oracle"), *seams,
         # how the rounds charge a move: the fluid run makes none
         ("--catch-up-ratio", getattr(args, "catch_up_ratio", PRESET_VALUE) is not PRESET_VALUE),
+        # the rounds' length, how they are skipped and how GPUs are grouped into servers: the
+        # fluid run has no rounds and places no job on a server (a value given was ignored)
+        *((flag, True) for flag in round_flags_given(args.round_s, args.gpus_per_server)),
+        ("--no-skip-quiet-rounds", not args.skip_quiet_rounds),
     ):
         if given:
             raise bad_input(

@@ -30,6 +30,7 @@ from services.cli.simulate_flags import (
     add_cluster_flags,
     add_job_option_flags,
     job_options,
+    round_flags_given,
 )
 
 if TYPE_CHECKING:
@@ -157,9 +158,11 @@ def run_settings(args: argparse.Namespace, policies: Sequence[str]) -> tuple[tup
     check_solvers(policies, args.preset)
     check_mechanism_flags(args.round_s, args.gpus_per_server)
     modules = module_settings(args)  # the seams' choices, each built once (none: the preset's)
-    if args.ideal and modules:  # as gavel simulate --ideal (services/cli/simulate_options.py)
+    # as gavel simulate --ideal (services/cli/simulate_options.py)
+    ignored = [f"--{field}" for field, _ in modules] + round_flags_given(args.round_s, args.gpus_per_server)
+    if args.ideal and ignored:
         raise bad_input(
-            "--ideal", f"cannot go with --{modules[0][0]}: the fluid run has no rounds, services, estimates, admission or workers"
+            "--ideal", f"cannot go with {ignored[0]}: the fluid run has no rounds, services, estimates, admission or workers"
         )
     if args.fixed_run_time_s is not None and not 0 < args.fixed_run_time_s < float("inf"):
         raise bad_input("--fixed-run-time-s", f"expected a number of seconds > 0, got {args.fixed_run_time_s:g}")

@@ -105,6 +105,7 @@ BAD = [
     # the checks of the sweep's own flags hold for the variants' as they combine with them
     (("--admission", "load", "--variant", "x=--ideal"), "--variant x: --ideal: cannot go with --admission: the fluid run has no rounds"),
     (("--placement", "spread", "--ideal"), "--ideal: cannot go with --placement: the fluid run has no rounds"),  # as simulate's
+    (("--round-s", "60", "--ideal"), "--ideal: cannot go with --round-s: the fluid run has no rounds"),
 ]
 
 

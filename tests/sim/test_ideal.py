@@ -129,3 +129,7 @@ def test_simulate_ideal_refuses_what_the_fluid_run_has_not(capsys):
     # nor how the rounds charge a job's moves: it has no rounds (the ratio was taken and ignored)
     assert main([*base, "--catch-up-ratio", "2"]) == 2
     assert "--ideal: cannot go with --catch-up-ratio" in capsys.readouterr().err
+    # nor the rounds' length or skipping, nor servers: it has no rounds and places no job
+    for flags in (["--round-s", "60"], ["--no-skip-quiet-rounds"], ["--gpus-per-server", "4"]):
+        assert main([*base, *flags]) == 2
+        assert f"--ideal: cannot go with {flags[0]}" in capsys.readouterr().err
