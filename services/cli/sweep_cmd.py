@@ -141,7 +141,17 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.processes is not None and args.bus == "amqp":
         raise bad_input("--processes", "with --bus amqp the cells run on `gavel serve simulator` processes: start as many as you want")
     # a local sweep's cells run the plug-ins named here: its policies, and its seams' module:Name
-    named = [*policies, *plugins_named(modules), *(name for _, _, m in variants for name in plugins_named(m))]
+    seams = [*plugins_named(modules), *(name for _, _, m in variants for name in plugins_named(m))]
+    named = [*policies, *seams]
+    if args.bus == "amqp" and seams:
+        # A simulator serves a policy's package.module:Name it was started with, but a seam's only
+        # as an entry point: every cell would fail on every simulator; say so once, before any is
+        # published
+        raise bad_input(
+            "--bus", f"amqp: {seams[0]} names a module, and a simulator never imports a module a cell names for an "
+            "admission, placement or launch; install it as an entry point of gavel.admission, gavel.placement or "
+            "gavel.launch on the simulators and name it so (docs/extending.md), or run the sweep here (--bus local)",
+        )
     context = serving(load_context(args.throughputs), named)
     assert context.table is not None
     cluster = parse_cluster(args.cluster, context.table, args.gpus_per_server)

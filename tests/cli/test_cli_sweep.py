@@ -38,6 +38,10 @@ def rows(out) -> list[tuple[str, float, int]]:
         (["--rates", "1", "--cutoffs", "/nonexistent/cutoffs.json"], "--cutoffs: cannot read /nonexistent/cutoffs.json"),
         (["--rates", "1", "--amqp", "amqp://x"], "--amqp: names the broker of --bus amqp"),
         (["--rates", "1", "--bus", "amqp", "--processes", "4"], "--processes: with --bus amqp the cells run on `gavel serve simulator`"),
+        # a seam's module every cell would fail on, on every simulator: refused before any is published
+        # (a policy's package.module:Name is not: a simulator started with it runs it)
+        (["--rates", "1", "--bus", "amqp", "--placement", "mechanism_service.core.seams.placement_builtins:Spread"],
+         "--bus: amqp: mechanism_service.core.seams.placement_builtins:Spread names a module"),
     ],
 )
 def test_a_bad_range_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
