@@ -31,7 +31,9 @@ import pathlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from sim.metrics import Summary, SweepRow, compare, render_comparison
+from sim.comparison import compare, render_comparison
+from sim.metrics import Summary
+from sim.sweep_lines import SweepRow
 from sim.results import SimulationResult
 
 if TYPE_CHECKING:

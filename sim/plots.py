@@ -32,15 +32,9 @@ finally:
     if _BACKEND is not None:
         os.environ["MPLBACKEND"] = _BACKEND
 
-from sim.metrics import (
-    SECONDS_PER_HOUR,
-    SweepRow,
-    TimeSeries,
-    measured_jcts_s,
-    queue_over_time,
-    sweep_lines,
-    utilization_over_time,
-)
+from sim.metrics import SECONDS_PER_HOUR, measured_jcts_s
+from sim.series import TimeSeries, queue_over_time, utilization_over_time
+from sim.sweep_lines import SweepRow, sweep_lines
 from sim.results import SimulationResult
 
 FIGSIZE_IN = (9.0, 5.0)

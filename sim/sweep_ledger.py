@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common.messages import SweepCellFinished, SweepCellRequested
-from sim.metrics import SweepRow
+from sim.sweep_lines import SweepRow
 from sim.sweep_plan import Figures, Key
 
 LEDGER_NAME = "cells.jsonl"

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from sim.metrics import compare, render_comparison
+    from sim.comparison import compare, render_comparison
     from sim.scenario import (
         REFERENCE_ACCELERATOR_TYPE,
         Scenario,

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     from common.log import logging_into
-    from sim.metrics import compare, render_comparison
+    from sim.comparison import compare, render_comparison
     from sim.scenario import (
         Scenario,
         check_mechanism_flags,

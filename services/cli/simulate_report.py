@@ -80,7 +80,7 @@ def results_json(
     results: dict[str, SimulationResult], summaries: dict[str, Summary], out: pathlib.Path
 ) -> dict[str, object]:
     """One policy: summary.json's object; several: comparison.json's; with the output directory."""
-    from sim.metrics import compare
+    from sim.comparison import compare
     from sim.output import run_record
 
     def record(policy: str) -> dict[str, object]:

@@ -166,7 +166,7 @@ def test_gavels_readme_sweep_runs_gavels_points_and_reports_each_point_over_its_
         assert (row["mean_avg_jct_s"], row["min_avg_jct_s"], row["max_avg_jct_s"]) == (pytest.approx(sum(jcts) / 3), min(jcts), max(jcts))
     # the plot's band over the seeds is the table's min to max
     with (out / "sweep.csv").open() as f:
-        from sim.metrics import SweepRow
+        from sim.sweep_lines import SweepRow
 
         written = [SweepRow(r["policy"], float(r["jobs_per_hour"]), int(r["seed"]), float(r["avg_jct_s"])) for r in csv.DictReader(f)]
     (ax,) = sweep_figure(written).axes

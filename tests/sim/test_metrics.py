@@ -13,20 +13,10 @@ import pytest
 
 from common.errors import ConfigError
 from common.throughputs import throughput_table_from_json
-from sim.metrics import (
-    ComparisonRow,
-    Summary,
-    SweepRow,
-    compare,
-    finish_time_fairness,
-    isolated_throughputs_from_table,
-    measured_jcts_s,
-    queue_over_time,
-    render_comparison,
-    summarize,
-    sweep_lines,
-    utilization_over_time,
-)
+from sim.comparison import ComparisonRow, compare, render_comparison
+from sim.metrics import Summary, finish_time_fairness, isolated_throughputs_from_table, measured_jcts_s, summarize
+from sim.series import queue_over_time, utilization_over_time
+from sim.sweep_lines import SweepRow, sweep_lines
 from sim.results import JobOutcome, RoundRecord, SimulationResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

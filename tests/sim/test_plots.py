@@ -19,7 +19,9 @@ import pytest
 from matplotlib.image import imread
 from matplotlib.transforms import Bbox
 
-from sim.metrics import MAX_BINS, SweepRow, summarize, utilization_over_time
+from sim.metrics import summarize
+from sim.series import MAX_BINS, utilization_over_time
+from sim.sweep_lines import SweepRow
 from sim.output import JOB_COLUMNS, write_comparison, write_jobs_csv, write_run, write_sweep
 from sim.plots import (
     jct_cdf_figure,
@@ -265,7 +267,7 @@ def test_empty_inputs_still_make_labelled_plots(tmp_path):
 
 def test_plotting_leaves_pyplot_alone(tmp_path):
     code = (
-        "import sys; from sim.plots import plot_sweep; from sim.metrics import SweepRow; "
+        "import sys; from sim.plots import plot_sweep; from sim.sweep_lines import SweepRow; "
         f"plot_sweep([SweepRow('a', 1.0, 0, 3600.0)], {str(tmp_path / 'p.png')!r}); "
         "print('matplotlib.pyplot' in sys.modules)"
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from services.cli.demo_cmd import DEMO, verdict
-from sim.metrics import compare, render_comparison
+from sim.comparison import compare, render_comparison
 from sim.scenario import Scenario, generated_trace, load_context, run_policy
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.messages import SweepCellFinished
-from sim.metrics import sweep_lines
+from sim.sweep_lines import sweep_lines
 from sim.sweep_cells import SweepSpec, table_digest
 from sim.sweep_ledger import CellResult
 from sim.sweep_plan import Figures
