@@ -1,6 +1,6 @@
 """PNG plots of one run, of several policies side by side, and of a sweep (issue 4, item 5).
 
-Each ``*_figure`` function draws one figure from values (sim/metrics.py computes the series);
+Each ``*_figure`` function draws one figure from values (sim/series.py computes the series);
 its ``plot_*`` twin writes it to ``path``. Figures are built with ``matplotlib.figure.Figure`` on
 an Agg canvas of their own, never through pyplot, so nothing here selects a backend or keeps
 figures alive for the rest of the program, and plotting works without a display.

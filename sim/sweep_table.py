@@ -2,7 +2,7 @@
 window, their mean, min and max. Pure: the finished cells in, rows out; `gavel sweep` prints
 them and puts them in its --json (services/cli/sweep_report.py).
 
-The mean, min and max are those the plot draws (sim/metrics.py, ``sweep_lines``: the line
+The mean, min and max are those the plot draws (sim/sweep_lines.py, ``sweep_lines``: the line
 through the mean, the band from min to max): over the seeds whose run completed a measured job.
 A seed whose cell saturated the cluster counts as Gavel counts it, an infinite average JCT: the
 mean and max are infinite then (the plot leaves such a point out).
