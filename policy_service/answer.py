@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from common.allocation_columns import AnswerColumns, PreviousColumns
 from common.errors import GavelError, PluginError, ProblemError
 from common.messages import (
     AllocationComputed,
@@ -42,6 +43,7 @@ from policy_service.core import (
     build_problem,
 )
 from policy_service.core.admitted import AdmittedJobs
+from policy_service.core.admitted_max_min import answer_max_min
 from policy_service.core.allocation import NOISE_FRACTION, expand_pairs
 from policy_service.core.baselines import isolated_throughputs
 from policy_service.core.catalog import REGISTRY
@@ -302,8 +304,29 @@ def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[
 def _cleaned(fractions: np.ndarray) -> list[list[float]]:
     """Rows of Python floats, solver noise (below NOISE_FRACTION) written as 0, as the JSON
     writer does (io_json._fractions)."""
+    return _cleaned_array(fractions).tolist()
+
+
+def _cleaned_array(fractions: np.ndarray) -> np.ndarray:
     fractions = np.asarray(fractions, dtype=float)
-    return np.where(np.abs(fractions) < NOISE_FRACTION, 0.0, fractions).tolist()
+    return np.where(np.abs(fractions) < NOISE_FRACTION, 0.0, fractions)
+
+
+def answer_columns(allocation: Allocation) -> AnswerColumns:
+    """entry_fractions' entries as arrays (AnswerColumns): the same jobs, pairs and floats, for
+    the mechanism in this process to install without a dict per entry made to be read back."""
+    num_types = len(allocation.worker_types)
+    if allocation.pairs.num_pairs:
+        pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
+    else:  # nothing packed (an unpacked policy's every answer)
+        pair_jobs, pair_fractions = np.zeros((0, 2), dtype=np.int64), np.zeros((0, num_types))
+    return AnswerColumns(
+        job_ids=allocation.job_ids,
+        types=allocation.worker_types,
+        job_fractions=_cleaned_array(allocation.job_fractions),
+        pair_members=np.asarray(pair_jobs, dtype=np.int64),
+        pair_fractions=_cleaned_array(pair_fractions),
+    )
 
 
 def answer(
@@ -336,7 +359,7 @@ class AdmittedRequest:
     policy: str
     worker_types: Mapping[str, int]
     jobs: AdmittedJobs
-    previous: tuple[AllocationEntry, ...]
+    previous: tuple[AllocationEntry, ...] | PreviousColumns
     packing: bool
     preset: str = "default"
     seed: int | None = None
@@ -346,15 +369,21 @@ class AdmittedRequest:
 
 @dataclasses.dataclass(frozen=True)
 class AdmittedAnswer:
-    """AllocationComputed's content as the mechanism installs it: job ids -> fractions (one
-    entry per job, one per packed pair, as the reply's entries), each job's isolated baseline,
-    the policy's state."""
+    """AllocationComputed's content as the mechanism installs it: the entries (one per job, one
+    per packed pair, as the reply's) as arrays (AnswerColumns; ``fractions``: as job ids ->
+    fractions), each job's isolated baseline, the policy's state."""
 
-    fractions: dict[tuple[str, ...], dict[str, float]]
+    columns: AnswerColumns
     isolated_throughputs_steps_per_s: dict[str, float]
     policy_state: str
     solve_time_s: float
     valid_for_s: float | None = None  # AllocationComputed's
+
+    @property
+    def fractions(self) -> dict[tuple[str, ...], dict[str, float]]:
+        """The entries as job ids -> type -> fraction (what allocation_fractions reads off the
+        reply; apply_allocation takes either)."""
+        return self.columns.fractions()
 
 
 def answer_admitted(request: AdmittedRequest, context: SolveContext) -> AdmittedAnswer | AllocationFailed:
@@ -362,6 +391,22 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
     arguments problem_from_message passes for such a request), policy and allocation."""
     try:
         policy = policy_for(request, context.plugins)  # type: ignore[arg-type]  # reads policy, preset, solver, seed
+        # Unpacked max-min (the default preset's re-solves): from the columns to the fractions
+        # matrix, without the Problem, Space and Allocation (core/admitted_max_min.py)
+        direct = None if request.packing else answer_max_min(
+            policy, request.jobs, request.worker_types, context.table, context.prices_per_hour
+        )
+        if direct is not None:
+            num_types = len(direct.worker_types)
+            return AdmittedAnswer(
+                columns=AnswerColumns(
+                    direct.job_ids, direct.worker_types, direct.fractions, np.zeros((0, 2), dtype=np.int64),
+                    np.zeros((0, num_types)),
+                ),
+                isolated_throughputs_steps_per_s=dict(zip(direct.job_ids, direct.isolated_throughputs_steps_per_s.tolist())),
+                policy_state="",
+                solve_time_s=direct.solve_time_s,
+            )
         problem = build_problem(
             request.worker_types,
             request.jobs,
@@ -377,7 +422,7 @@ def answer_admitted(request: AdmittedRequest, context: SolveContext) -> Admitted
         )
         allocation = allocate(policy, problem, request.policy)
         return AdmittedAnswer(
-            fractions=dict(entry_fractions(allocation)),
+            columns=answer_columns(allocation),
             isolated_throughputs_steps_per_s=isolated_baseline(policy, problem, request.policy),
             policy_state=allocation.policy_state or "",
             solve_time_s=float(allocation.solve_time_s),

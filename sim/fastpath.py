@@ -326,8 +326,8 @@ def _reallocate(
         if not isinstance(admitted, AdmittedAnswer):
             state.needs_allocation = False
             return 0.0, admitted.reason
-        apply_allocation(
-            state, admitted.fractions, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state,
+        apply_allocation(  # the answer's arrays, installed as the reply's entries would be
+            state, admitted.columns, admitted.isolated_throughputs_steps_per_s, settings, admitted.policy_state,
             admitted.valid_for_s,
         )
         return admitted.solve_time_s, ""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from common.allocation_columns import AnswerColumns
 from mechanism_service.core.model import Entry, FrozenAllocation, MechanismState, share_matrix
 from mechanism_service.core.settings import MechanismSettings
 from mechanism_service.core.stability import steady_allocation
@@ -56,7 +57,7 @@ def _seeds_summed(seed_s: float, count: int) -> float:
 
 def apply_allocation(
     state: MechanismState,
-    fractions: Mapping[tuple[str, ...], Mapping[str, float]],
+    fractions: Mapping[tuple[str, ...], Mapping[str, float]] | AnswerColumns,
     isolated_throughputs: Mapping[str, float],
     settings: MechanismSettings,
     policy_state: str = "",
@@ -65,22 +66,33 @@ def apply_allocation(
     """Install a new allocation (job-id tuples -> type -> fraction) and remember the isolated
     baseline it came with (see policy_input.advance_isolated_time). ``valid_for_s``: the policy
     said its answer may change that long after this solve (at ``last_reset_s``) though no job
-    arrives or leaves; begin_reset solves again then."""
+    arrives or leaves; begin_reset solves again then. ``fractions`` as AnswerColumns (a policy
+    in this process): the same allocation from its arrays (_column_entries)."""
     jobs = state.jobs
-    allocation = _answer_entries(fractions, jobs.index_of)  # (a state's jobs are always a JobTable)
-    columns = allocation_columns(state, allocation)  # read by the re-lay and the install alike
+    given = _column_entries(state, fractions) if isinstance(fractions, AnswerColumns) else None
+    if given is not None:
+        allocation, columns = given
+    else:
+        if isinstance(fractions, AnswerColumns):
+            fractions = fractions.fractions()
+        allocation = _answer_entries(fractions, jobs.index_of)  # (a state's jobs are always a JobTable)
+        columns = allocation_columns(state, allocation)  # read by the re-lay and the install alike
     # (as many entries as the ledgers, each with a ledger: every entry is named, none missing)
     named_all = len(allocation) == len(state.entries) and bool((columns[0] >= 0).all())
     if settings.zero_fill_allocation and not named_all:
         # An LP policy returns a row for every entry it was given, zeros included.
-        missing = state.entries.row_of.keys() - allocation.keys()
+        row_of = state.entries.row_of
+        missing = row_of.keys() - allocation.keys()
         if missing:
             allocation = dict(allocation)  # _answer_entries may have made it frozen already
-        for entry in state.entries if missing else ():
-            if entry in missing:
-                allocation[entry] = {}
-        if missing:
-            columns = allocation_columns(state, allocation)
+            # in the ledgers' order, each with nothing: rows of 0.0 after the answer's own
+            added = list(filter(missing.__contains__, row_of))
+            allocation.update(zip(added, map(dict, itertools.repeat(()))))
+            rows, shares = columns
+            columns = (
+                np.concatenate([rows, np.fromiter(map(row_of.__getitem__, added), np.intp, len(added))]),
+                np.concatenate([shares, np.zeros((len(added), shares.shape[1]))]),
+            )
     if settings.steady_types_tolerance is not None:  # each job kept on its type (core/stability.py)
         relaid, relaid_shares = steady_allocation(
             state, allocation, settings.steady_types_tolerance, settings.steady_max_split_jobs, columns=columns,
@@ -129,6 +141,37 @@ def _answer_entries(
         elif all(job_id in index_of for job_id in job_ids):
             allocation[tuple(sorted(index_of[j] for j in job_ids))] = dict(by_type)
     return allocation
+
+
+def _column_entries(
+    state: MechanismState, answer: AnswerColumns
+) -> tuple[dict[Entry, dict[str, float]], tuple[np.ndarray, np.ndarray]] | None:
+    """_answer_entries and allocation_columns of ``answer.fractions()``, from its arrays: the
+    entries as job-index tuples (a pair's sorted) with their shares as dicts, in the answer's
+    order, and the ledger rows and shares x the ledgers' types read from the arrays they came
+    from (the same floats). None when the answer names a job that has left or the same entry
+    twice (the general loop then decides, as for a reply)."""
+    index_of = state.jobs.index_of
+    count = len(answer.job_ids)
+    index = np.fromiter(map(index_of.get, answer.job_ids, itertools.repeat(-1)), np.int64, count)
+    if count and index.min() < 0:
+        return None
+    pairs = np.sort(index[answer.pair_members], axis=1) if len(answer.pair_members) else np.zeros((0, 2), np.int64)
+    entries: list[Entry] = list(zip(index.tolist()))
+    entries += zip(pairs[:, 0].tolist(), pairs[:, 1].tolist())
+    if len(set(entries)) != len(entries):
+        return None
+    types = answer.types
+    values = np.concatenate([answer.job_fractions, answer.pair_fractions]) if len(pairs) else answer.job_fractions
+    allocation = dict(zip(entries, map(dict, map(zip, itertools.repeat(types), values.tolist()))))
+    ledger_types = state.entries.types
+    shares = np.zeros((len(entries), len(ledger_types)))
+    column_of = {w: k for k, w in enumerate(types)}
+    for k, w in enumerate(ledger_types):  # a type the answer does not name: 0.0 (share_matrix's)
+        if w in column_of:
+            shares[:, k] = values[:, column_of[w]]
+    rows = np.fromiter(map(state.entries.row_of.get, entries, itertools.repeat(-1)), np.intp, len(entries))
+    return allocation, (rows, shares)
 
 
 def allocation_columns(state: MechanismState, allocation: Mapping[Entry, Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from common.errors import ProblemError
 from common.messages import AllocationComputed, AllocationEntry, AllocationRequested, EntitySpec, PolicyJob, PolicyProblem
 from common.messages.allocation import SolveStatus
 from mechanism_service.core.job_entries import withdraw_job
@@ -10,11 +14,14 @@ from mechanism_service.core.policy_input import (
     admitted_snapshot,
     allocation_fractions,
     allocation_request,
+    previous_columns,
+    previous_entries,
     runnable_jobs,
     runs_here,
     service_of,
 )
 from mechanism_service.core.settle import record_first_runs
+from policy_service.core.previous import previous_allocation
 from tests.unit.mechanism.builders import state
 
 
@@ -120,11 +127,51 @@ def test_the_admitted_snapshot_is_the_requests_jobs_column_by_column():
     assert columns == tuple(tuple(getattr(job, name) for job in request.problem.jobs) for name in fields)
     assert columns[0] == ("j0", "j1") and columns[4] == (600, 300)
     assert worker_types == request.problem.worker_types
-    assert previous == request.problem.previous and previous
+    # the request's entries as arrays (previous_columns), 0.0 for a type an entry does not name
+    assert previous and [(e.job_ids, {w: v for w, v in e.fractions.items() if v}) for e in previous.entries()] == [
+        (e.job_ids, {w: v for w, v in e.fractions.items() if v}) for e in request.problem.previous
+    ]
     # for a policy that never reads it: the same jobs, no allocation in force
     assert admitted_snapshot(s, 1000.0, with_previous=False) == (worker_types, columns, ())
     # for a policy that never reads what the jobs ran: the first eight columns only
-    assert admitted_snapshot(s, 1000.0, with_service=False) == (worker_types, columns[:8], previous)
+    assert admitted_snapshot(s, 1000.0, with_service=False)[:2] == (worker_types, columns[:8])
+
+
+def test_the_previous_columns_make_the_problem_the_entries_make():
+    """Singles and pairs, entries of jobs gone or not runnable, all-zero entries, either source
+    of the shares (the ledgers' copy of the allocation in force, or its dicts)."""
+    s = (
+        state(k80=2, v100=1)
+        .packing()
+        .job("a", steps=1000, arrival_s=100.0)
+        .job("b", steps=300, arrival_s=250.0)
+        .job("c", arrival_s=300.0)
+        .job("nok80", arrival_s=310.0)
+        .remove(2)
+        .allocate((0,), k80=0.5, v100=0.0)
+        .allocate((1,), k80=0.0, v100=0.0)
+        .allocate((3,), v100=0.125)
+        .allocate((0, 1), v100=0.25)
+        .allocate((1, 3), k80=0.375, v100=-0.0)
+        .allocate((2,), k80=1.0)
+        .allocate((0, 2), k80=0.5)
+        .build()
+    )
+    entries = previous_entries(s)
+    for mirrored in (False, True):
+        if mirrored:
+            s.entries.allocation_matrix(s.allocation)
+        arrays = previous_columns(s)
+        assert len(arrays) == len(entries)
+        for index in ({"j0": 0, "j1": 1, "j3": 2}, {"j1": 0, "j3": 1}, {}):
+            made = previous_allocation(arrays, index, ("k80", "v100", "p100"))
+            expected = previous_allocation(entries, index, ("k80", "v100", "p100"))
+            for name in ("job_fractions", "pair_jobs", "pair_fractions"):
+                got, want = getattr(made, name), getattr(expected, name)
+                assert got.dtype == want.dtype and got.shape == want.shape and got.tolist() == want.tolist(), name
+                assert np.array_equal(np.signbit(got), np.signbit(want)), name
+    with pytest.raises(ProblemError, match="v100: not a worker type"):
+        previous_allocation(previous_columns(s), {"j0": 0}, ("k80",))
 
 
 def test_a_job_with_an_entity_is_left_to_the_request():

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from common.allocation_columns import AnswerColumns
 from mechanism_service.core.model import EntryLedger
 from mechanism_service.core.policy_input import advance_isolated_time
 from mechanism_service.core.reducers import NewJob, admit, apply_allocation, reset_due, reset_ledgers
@@ -101,6 +103,35 @@ def test_apply_allocation_maps_job_ids_to_entries_and_zero_fills_the_rest():
     }
     assert (s.policy_state, s.needs_allocation) == ("cont-7", False)
     assert [j.isolated_throughput_at_last_solve for j in s.jobs.values()] == [2.0, 4.0, None]
+
+
+@pytest.mark.parametrize("settings", [GAVEL_PACKED, DEFAULT, replace(GAVEL_PACKED, zero_fill_allocation=False)])
+@pytest.mark.parametrize(
+    ("job_ids", "pairs", "types"),
+    [
+        pytest.param(("j0", "j1", "j2"), [(2, 1), (0, 2)], ("k80", "v100"), id="pairs in either order"),
+        pytest.param(("j2", "j0"), [], ("v100", "k80"), id="no pairs, another type order"),
+        pytest.param(("j0", "j1", "j2"), [(0, 1), (1, 0)], ("k80", "v100"), id="one pair twice: the dict decides"),
+        pytest.param(("j0", "gone"), [(0, 1)], ("k80", "v100"), id="a job that left: the dict decides"),
+        pytest.param(("j0", "j1"), [], ("k80",), id="a type the answer does not name"),
+    ],
+)
+def test_an_answers_columns_install_what_its_entries_install(settings, job_ids, pairs, types):
+    """AnswerColumns (a policy in this process) and the same entries as job ids -> fractions (a
+    reply): the same allocation, entries in the same order, and the same ledger columns."""
+    rng = np.random.default_rng(len(job_ids) + len(pairs))
+    columns = AnswerColumns(
+        job_ids=job_ids, types=types, job_fractions=rng.random((len(job_ids), len(types))).round(3),
+        pair_members=np.asarray(pairs, dtype=np.int64).reshape(-1, 2),
+        pair_fractions=rng.random((len(pairs), len(types))).round(3) * [[0.0] * (len(types) - 1) + [1.0]],
+    )
+    installed = []
+    for given in (columns, columns.fractions()):
+        s = state(k80=1, v100=1).packing().jobs(3).build()
+        apply_allocation(s, given, {}, settings)
+        installed.append((list(s.allocation.items()), s.entries.allocation[: s.entries.rows].tolist()))
+        assert s.entries.allocation_of is s.allocation
+    assert installed[0] == installed[1]
 
 
 def test_apply_allocation_without_zero_fill_keeps_only_the_listed_entries():
