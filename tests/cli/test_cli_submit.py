@@ -176,7 +176,8 @@ def test_a_trace_with_types_the_table_lacks_gets_one_note(tmp_path: Path) -> Non
 def submit_batch(*argv: str):  # noqa: ANN201
     """`gavel submit`'s parsing and checks, in process (nothing is published)."""
     from services.cli import Parser
-    from services.cli.submit_cmd import batch_from_args, register
+    from services.cli.submit_batch import batch_from_args
+    from services.cli.submit_cmd import register
 
     parser = Parser(prog="gavel")
     register(parser.add_subparsers(dest="command"))

@@ -54,7 +54,8 @@ def test_submit_refuses_a_command_that_cannot_run(args: tuple[str, ...], expecte
 def test_a_trace_runs_the_catalog_not_gavels_own_commands(tmp_path: Path) -> None:
     """Gavel's traces name commands in its own workloads directory (with %s placeholders), which run
     nowhere here: a submitted trace job runs the catalog's workload for its type."""
-    from services.cli.submit_cmd import batch_from_args, register
+    from services.cli.submit_batch import batch_from_args
+    from services.cli.submit_cmd import register
     from services.cli import Parser
 
     parser = Parser(prog="gavel")
