@@ -9,6 +9,7 @@ nothing heavy (tests/cli/test_cli_imports.py).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 
 from common.errors import CommandFailed
 
@@ -79,3 +80,22 @@ def module_settings(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
         except PluginError as e:
             raise CommandFailed(f"--{e.kind}: {e}", exit_code=2) from None
     return tuple(fields)
+
+
+def check_quota_entities(args: argparse.Namespace, entities: Collection[str], source: str) -> None:
+    """``--admission quota --admission-param entities=a:H,...`` naming an entity that no job of
+    the run belongs to is refused: its quota would bound nothing, and a name mistyped would leave
+    its entity bounded by ``hours`` or not at all."""
+    if args.admission != "quota":
+        return
+    given = dict(args.admission_params).get("entities", "")
+    named = [part.strip().rpartition(":")[0] for part in given.split(",") if part.strip()]
+    unknown = [name for name in named if name not in entities]
+    if unknown:
+        known = ", ".join(sorted(repr(e) for e in entities if e)) or "none: no job names one"
+        raise CommandFailed(
+            f"--admission-param entities: {unknown[0]!r} is no job's entity in {source} (its entities: {known}); "
+            "its quota would bound nothing",
+            exit_code=2,
+        )
+

@@ -55,7 +55,7 @@ from services.cli.simulate_flags import (  # noqa: F401 - ENGINES, PRESET_NAMES:
     replay_flags,
 )
 from services.cli.simulate_options import add_run_option_flags, checkpoint_spec, resolve_engine
-from services.cli.module_flags import add_module_flags, module_settings
+from services.cli.module_flags import add_module_flags, check_quota_entities, module_settings
 from services.cli.simulate_report import (  # noqa: F401 - the file names: re-exported (demo)
     COMPARISON_FILES,
     RUN_FILES,
@@ -182,6 +182,7 @@ def _run(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     assert policies is not None and cluster is not None
     trace, source, label = _trace(args, context, loaded, cluster)
     check_trace(trace, context.table, cluster, f"--trace {args.trace}" if args.trace else "the generated trace")
+    check_quota_entities(args, {job.entity or "" for job in trace}, f"--trace {args.trace}" if args.trace else "the generated trace")
     window = parse_window(args.window, len(trace))
     estimation = parse_estimation(args, context.table, trace)
     out = pathlib.Path(args.out) if args.out else default_out(label)

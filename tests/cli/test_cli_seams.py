@@ -71,3 +71,28 @@ def test_a_bad_choice_is_one_line_naming_the_flag(tmp_path, capsys, flags, messa
     assert (code, stdout) == (2, "")
     assert err.startswith(message) and err.count("\n") == 1
     assert not (tmp_path / "x").exists()  # refused before anything ran
+
+
+
+def test_a_quota_for_an_entity_no_job_has_is_refused(tmp_path, capsys):
+    """A mistyped entity would be bounded by hours= or not at all: refused before anything runs."""
+    from sim.traces import TraceJob, write_trace
+
+    job = TraceJob("a0", "ResNet-50 (batch size 64)", 1000, 1, 0.0, entity="vision")
+    trace = tmp_path / "t.jsonl"
+    write_trace([job, TraceJob("a1", job.job_type, 1000, 1, 60.0)], trace)
+    run = ("simulate", "--trace", str(trace), "--cluster", "v100=1,k80=1", "--policy", "fifo", "--admission", "quota",
+           "--no-plots")
+    code, stdout, err = gavel(capsys, *run, "--admission-param", "entities=visoin:2", "--out", str(tmp_path / "x"))
+    assert (code, stdout, err.count("\n")) == (2, "", 1)
+    assert err.startswith(
+        f"gavel: --admission-param entities: 'visoin' is no job's entity in --trace {trace} (its entities: 'vision'); "
+        "its quota would bound nothing"
+    )
+    assert not (tmp_path / "x").exists()
+    # the right name runs
+    code, _, err = gavel(capsys, *run, "--admission-param", "entities=vision:2", "--out", str(tmp_path / "y"), "--json")
+    assert code == 0, err
+    code, _, err = gavel(capsys, "simulate", *GENERATED, "--admission", "quota", "--admission-param", "entities=teamA:3",
+                         "--no-plots", "--out", str(tmp_path / "z"))
+    assert code == 2 and "'teamA' is no job's entity in the generated trace (its entities: none: no job names one)" in err
