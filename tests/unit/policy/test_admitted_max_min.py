@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from common.errors import ProblemError
+from policy_service import answer as answer_module
+from policy_service.answer import AdmittedRequest, SolveContext, answer_admitted
 from policy_service.core import build_problem
 from policy_service.core.admitted import AdmittedJobs
 from policy_service.core.admitted_max_min import answer_max_min
@@ -47,6 +49,21 @@ def test_the_same_floats_as_the_general_path(aware: bool, cluster: int, n: int, 
     assert direct.job_ids == problem.job_ids and direct.worker_types == problem.worker_types
     assert direct.fractions.tobytes() == np.ascontiguousarray(expected).tobytes()
     assert direct.isolated_throughputs_steps_per_s.tobytes() == isolated_throughputs(problem).tobytes()
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_answer_admitted_answers_the_same(packing: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    context = SolveContext(table=gavel_table())
+    request = AdmittedRequest(
+        request_id="r", policy="max_min_fairness_perf", worker_types=CLUSTERS[0], jobs=_jobs(24, 5), previous=(),
+        packing=packing,
+    )
+    direct = answer_admitted(request, context)
+    monkeypatch.setattr(answer_module, "answer_max_min", lambda *args: None)
+    general = answer_admitted(request, context)
+    assert direct.fractions == general.fractions  # type: ignore[union-attr]
+    assert direct.isolated_throughputs_steps_per_s == general.isolated_throughputs_steps_per_s  # type: ignore[union-attr]
+    assert direct.policy_state == general.policy_state and direct.valid_for_s == general.valid_for_s  # type: ignore[union-attr]
 
 
 def test_other_policies_and_options_go_the_general_way() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from policy_service.core import compiled
 from policy_service.core.compiled import _constraint_matrix, solve_max_min
 
 
@@ -53,3 +54,22 @@ def test_the_program_is_the_max_min_lp() -> None:
     assert status == "optimal"
     assert level == pytest.approx(1.0, abs=1e-6)  # class 0 alone on type 0, class 1 half of type 1
     assert x[0, 0] == pytest.approx(1.0, abs=1e-6) and x[1, 1] >= 0.5 - 1e-6
+
+
+def test_a_program_solved_again_is_answered_from_the_last_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compiled._SOLVED: the same arrays to the bit get the kept answer (CLARABEL would give the
+    same floats), other arrays a solve of their own."""
+    solves = []
+    solve = compiled._solve_max_min
+    monkeypatch.setattr(compiled, "_SOLVED", {})
+    monkeypatch.setattr(compiled, "_solve_max_min", lambda *args: solves.append(1) or solve(*args))
+    tt = np.array([[2.0, 1.0], [1.0, 3.0]])
+    program = (tt, np.array([1.0, 2.0]), np.array([2.0, 2.0]), np.ones((2, 2), dtype=bool))
+    first = compiled.solve_max_min(*program)
+    again = compiled.solve_max_min(*(np.array(a) for a in program))  # equal copies
+    assert len(solves) == 1 and again[0] is first[0] and again[1:] == first[1:]
+    assert not first[0].flags.writeable
+    fresh = solve(*program)
+    assert fresh[0].tobytes() == first[0].tobytes() and fresh[1] == first[1]
+    compiled.solve_max_min(tt * 1.5, *program[1:])
+    assert len(solves) == 2
