@@ -80,40 +80,96 @@ def colocation_from_table(
 ) -> Colocation:
     """Gavel's packing candidates: any two jobs with the same scale factor, looked up by job type.
 
-    One key per (job type, scale factor) present; a self pair (a, a) is symmetrised (the mean of
-    the two positions) so that jobs of one key stay interchangeable — Gavel's table is already
-    symmetric, so this changes nothing there.
+    One key per (job type, scale factor) present, numbered in the order the jobs name them; a
+    self pair (a, a) is symmetrised (the mean of the two positions) so that jobs of one key stay
+    interchangeable — Gavel's table is already symmetric, so this changes nothing there. Key
+    pairs (a, b), a <= b, in that order, each listed when the table lists the two types together
+    on some worker type.
+
+    The table's look-ups are made once a key pair and kept (_pair_lookups), and the key pairs
+    laid out with numpy.
     """
-    keys: dict[tuple[str, int], int] = {}
-    key_of_job = np.full(len(job_types), -1, dtype=np.int64)
-    for i, (job_type, sf) in enumerate(zip(job_types, scale_factors.tolist())):
-        key_of_job[i] = keys.setdefault((job_type, sf), len(keys))  # type: ignore[arg-type]
+    sf_list = scale_factors.tolist()
+    named = list(zip(job_types, sf_list))
+    keys = dict.fromkeys(named)  # the keys, in the order the jobs first name them
+    number = {key: a for a, key in enumerate(keys)}
+    key_of_job = np.fromiter(map(number.__getitem__, named), np.int64, len(named))
     by_key = list(keys)
-    pair_keys: list[tuple[int, int]] = []
-    values: list[np.ndarray] = []
-    for a, (type_a, sf_a) in enumerate(by_key):
-        for b in range(a, len(by_key)):
-            type_b, sf_b = by_key[b]
-            if sf_a != sf_b:
-                continue
-            row = np.zeros((len(worker_types), 2))
-            listed = False
-            for k, name in enumerate(worker_types):
-                entry = table.pair(type_a, type_b, sf_a, name)
-                if entry is not None:
-                    row[k] = entry
-                    listed = True
-            if not listed:
-                continue
-            if a == b:
-                row[:] = row.mean(axis=1, keepdims=True)
-            pair_keys.append((a, b))
-            values.append(row)
+    num_types = len(worker_types)
+    steps, listed, where = _pair_lookups(table, worker_types, by_key)
+    at = np.fromiter(map(where.__getitem__, by_key), np.int64, len(by_key))
+    a, b = np.triu_indices(len(by_key))  # (a, b), a <= b, a then b ascending: the loop's order
+    kept = listed[at[a], at[b]]
+    a, b = a[kept], b[kept]
+    values = steps[at[a], at[b]]  # (P, K, 2), a's steps/s then b's
+    same = a == b
+    if same.any():
+        values[same] = np.broadcast_to(values[same].mean(axis=2, keepdims=True), values[same].shape)
     return Colocation(
         key_of_job=_readonly(key_of_job),
-        key_pairs=_readonly(np.asarray(pair_keys, dtype=np.int64).reshape(-1, 2)),
-        throughputs_steps_per_s=_readonly(np.asarray(values, dtype=float).reshape(-1, len(worker_types), 2)),
+        key_pairs=_readonly(np.stack([a, b], axis=1).astype(np.int64).reshape(-1, 2)),
+        throughputs_steps_per_s=_readonly(np.ascontiguousarray(values, dtype=float).reshape(-1, num_types, 2)),
     )
+
+
+class _Lookups:
+    """The table's packed steps/s for every ordered pair of the keys seen so far on one table
+    and set of worker types: steps[i, j] (K, 2), (i's, j's) on each type (0.0 where none);
+    listed[i, j]: whether the table lists the pair on some type (never for different scale
+    factors); where: key -> its index. Grown when a key is first seen (its row and column
+    only); never changed otherwise."""
+
+    __slots__ = ("listed", "steps", "table", "where", "worker_types")
+
+    def __init__(self, table: ThroughputTable, worker_types: tuple[str, ...]) -> None:
+        self.table, self.worker_types = table, worker_types
+        self.where: dict[tuple[str | None, int], int] = {}
+        self.steps = np.zeros((0, 0, len(worker_types), 2))
+        self.listed = np.zeros((0, 0), dtype=bool)
+
+    def add(self, new: list[tuple[str | None, int]]) -> None:
+        old = len(self.where)
+        for key in new:
+            self.where[key] = len(self.where)
+        keys = list(self.where)
+        count = len(keys)
+        steps = np.zeros((count, count, len(self.worker_types), 2))
+        listed = np.zeros((count, count), dtype=bool)
+        steps[:old, :old], listed[:old, :old] = self.steps, self.listed
+        for i, (type_i, sf_i) in enumerate(keys):
+            for j in range(old if i < old else 0, count):  # the pairs with a new key, both orders
+                type_j, sf_j = keys[j]
+                if sf_i != sf_j:
+                    continue
+                for k, name in enumerate(self.worker_types):
+                    entry = self.table.pair(type_i, type_j, sf_i, name)  # type: ignore[arg-type]
+                    if entry is not None:
+                        steps[i, j, k] = entry
+                        listed[i, j] = True
+        self.steps, self.listed = steps, listed
+
+
+# (id(table), worker types) -> its _Lookups (which holds the table: its id is not reused while
+# it is here); the oldest dropped past _LOOKUPS_KEPT
+_LOOKUPS: dict[tuple[int, tuple[str, ...]], _Lookups] = {}
+_LOOKUPS_KEPT = 16
+
+
+def _pair_lookups(
+    table: ThroughputTable, worker_types: tuple[str, ...], keys: list[tuple[str | None, int]]
+) -> tuple[np.ndarray, np.ndarray, dict[tuple[str | None, int], int]]:
+    """(steps, listed, where) of _Lookups covering ``keys``, for this table and worker types:
+    a simulation asks at every re-solve for nearly the same few dozen keys (~80^2 look-ups,
+    ~5 ms a solve when made each time)."""
+    lookups = _LOOKUPS.get((id(table), worker_types))
+    if lookups is None or lookups.table is not table:
+        if len(_LOOKUPS) >= _LOOKUPS_KEPT:
+            del _LOOKUPS[next(iter(_LOOKUPS))]
+        lookups = _LOOKUPS[(id(table), worker_types)] = _Lookups(table, worker_types)
+    new = [key for key in keys if key not in lookups.where]
+    if new:
+        lookups.add(new)
+    return lookups.steps, lookups.listed, lookups.where
 
 
 def validate_colocations(
