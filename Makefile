@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   set everything up, then run the bundled scenario on the embedded default
 #   make test   set everything up, make sure RabbitMQ answers, then run the whole test suite
-# and, while working: make test-fast (the unit, contract, arch, CLI and service tests not marked slow)
+# and, while working: make test-fast (the unit, contract, arch, CLI and service tests not marked slow);
+# make test-deep runs the seed sweeps (marked `deep`) with every seed, where make test runs a subset
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.installed-stamp
 # index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test test-fast broker prometheus bench clean
+.PHONY: install demo test test-fast test-deep broker prometheus bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +57,12 @@ test: install broker prometheus
 
 test-fast: install broker
 	$(PYTEST) -m "not slow and not serial" tests/unit tests/contract tests/arch tests/cli tests/service
+
+# The deeper tier: the seed sweeps (marked `deep`: fault schedules, random states, hostile bodies)
+# with every seed, where `make test` runs a representative subset of each (tests/support/seeds.py,
+# tests/README.md). GAVEL_DEEP_TESTS=1 with any other command runs them in full too.
+test-deep: install broker
+	GAVEL_DEEP_TESTS=1 $(PYTEST) -m "deep and not serial"
 
 bench: install broker
 	$(PY) bench/bus_throughput.py

@@ -15,6 +15,7 @@ from tests.support.broker import amqp_url, broker_required
 from tests.support.example_plugins import example_site
 from tests.support.harness import BusHarness
 from tests.support.logs import plain_tracebacks
+from tests.support.seeds import DEEP_ENV, deep
 
 plain_tracebacks()  # before any test saves structlog's configuration (tests/support/logs.py says why)
 
@@ -57,6 +58,13 @@ def _restore_logging() -> Iterator[None]:
     root.setLevel(level)
     for name, lib_level in libraries.items():
         logging.getLogger(name).setLevel(lib_level)
+
+
+def pytest_report_header() -> str:
+    """Which tier the seed sweeps (`deep`) run in: said at the top, so a run says what it proved."""
+    if deep():
+        return f"seed sweeps: every seed ({DEEP_ENV}=1, make test-deep)"
+    return f"seed sweeps: a representative subset of each (every seed: make test-deep, or {DEEP_ENV}=1)"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,6 +10,7 @@ import pytest
 from policy_service.core import admitted, formulation, grouping
 from policy_service.core.allocation import PairShares
 from policy_service.core.problem import Colocation
+from tests.support.seeds import sweep
 from tests.unit.policy.builders import gavel_table
 
 
@@ -32,7 +33,8 @@ def _repair_general(x, pairs, w, sizes, scale_factors, counts):  # noqa: ANN001,
     return x * type_factor, pairs.astype(np.int64), w * type_factor
 
 
-@pytest.mark.parametrize("seed", range(200))
+@pytest.mark.deep  # 50 seeds under `make test`, all 200 under `make test-deep` (tests/support/seeds.py)
+@pytest.mark.parametrize("seed", sweep(200, 50))
 def test_repair_without_pairs_matches_general_form(seed: int) -> None:
     rng = np.random.default_rng(seed)
     num_classes, num_types = int(rng.integers(1, 25)), int(rng.integers(1, 5))
