@@ -11,7 +11,9 @@ read side by side; the charges' row form is migration.charge_moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+import operator
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -105,12 +107,7 @@ def charge_move_columns(
     job type was measured). An entry with a member ``behind`` (core/catch_up.py) is charged 0."""
     ledgers = state.entries
     rows = len(queues.live)
-    ran_on = np.full(rows, -1)
-    row_of, column_of = ledgers.row_of, ledgers.column_of
-    for entry, placement in state.previous_assignment.items():
-        row = row_of.get(entry)
-        if row is not None:
-            ran_on[row] = column_of.get(placement.accelerator_type, -1)
+    ran_on = _ran_on(state, rows)
     moving = (queues.priority != 0.0) & (ran_on[:, None] != np.arange(len(ledgers.types))[None, :])
     round_s = settings.round_s
     if state.move_costs_by_job_type:
@@ -120,13 +117,15 @@ def charge_move_columns(
             cost_s[row] = move_cost_s(state, keys[row], settings)  # type: ignore[arg-type]
     else:
         cost_s = np.full(rows, settings.restore_s)
-    if len(row_of) > len(state.jobs):  # pairs among the entries (a job has one single): a pair restarts two jobs
-        members = np.fromiter((len(entry) if entry else 1 for entry in queues.keys[:rows]), float, rows)
-        charge_s = settings.move_charge_restores * members * cost_s
+    members = ledgers.members[:rows]
+    if len(ledgers.row_of) > len(state.jobs):  # pairs among the entries (a job has one single): a pair restarts two jobs
+        # a row's member count from its (first, last) members: 2 where they differ (a pair), else
+        # 1 (a single, and a removed row's (-1, -1)): len(entry), as floats 1.0 and 2.0
+        charge_s = settings.move_charge_restores * (1.0 + (members[:, 0] != members[:, 1])) * cost_s
     else:
         charge_s = settings.move_charge_restores * cost_s
     if behind:
-        charge_s = np.where(_with_member(queues.keys, rows, behind), 0.0, charge_s)
+        charge_s = np.where(_with_member(members, behind), 0.0, charge_s)
     factor = (np.maximum(0.0, round_s - charge_s) / round_s)[:, None]
     charge_s = charge_s[:, None]
     priority = np.where(moving, queues.priority * factor, queues.priority)
@@ -134,9 +133,37 @@ def charge_move_columns(
     return queues._replace(priority=priority, deficit_s=deficit_s)
 
 
-def _with_member(keys: Sequence[Entry | None], rows: int, jobs: frozenset[int]) -> np.ndarray:
-    """(rows,) True where the row's entry has a member among ``jobs`` (False for a removed row)."""
-    return np.fromiter((entry is not None and not jobs.isdisjoint(entry) for entry in keys[:rows]), bool, rows)
+def _ran_on(state: MechanismState, rows: int) -> np.ndarray:
+    """(rows,) the ledger column each row's entry ran on last round (-1: it did not run, or its
+    type is not a ledger column), looked up in C over last round's assignment."""
+    ledgers = state.entries
+    ran_on = np.full(rows, -1)
+    previous = state.previous_assignment
+    count = len(previous)
+    if not count:
+        return ran_on
+    at = np.fromiter(map(ledgers.row_of.get, previous, itertools.repeat(-1, count)), np.intp, count)
+    columns = np.fromiter(
+        map(ledgers.column_of.get, map(_ACCELERATOR_TYPE, previous.values()), itertools.repeat(-1, count)), np.intp, count,
+    )
+    found = at >= 0  # an entry with a member gone has no ledger row
+    ran_on[at[found]] = columns[found]  # (rows are distinct: each entry has one)
+    return ran_on
+
+
+_ACCELERATOR_TYPE = operator.attrgetter("accelerator_type")
+
+
+def _with_member(members: np.ndarray, jobs: frozenset[int]) -> np.ndarray:
+    """(rows,) True where the row's entry has a member among ``jobs`` (False for a removed row,
+    whose members are -1): the ledgers' (first, last) members of each row looked up at once."""
+    if not len(members):
+        return np.zeros(0, bool)
+    # a table of job index + 1 -> among ``jobs`` (index 0, a removed row's -1 + 1: never)
+    among = np.zeros(max(int(members.max()), max(jobs)) + 2, bool)
+    among[np.fromiter(jobs, np.int64, len(jobs)) + 1] = True
+    found = among[members + 1]
+    return found[:, 0] | found[:, 1]
 
 
 class TypeQueue(NamedTuple):
@@ -227,7 +254,7 @@ def _move_charge(state: MechanismState, settings: MechanismSettings, entry: Entr
     members = len(entry) if len(state.entries.row_of) > len(state.jobs) else 1
     charge_s = settings.move_charge_restores * members * cost_s
     left_s = settings.round_s - charge_s
-    return charge_s, (0.0 if 0.0 >= left_s else left_s) / settings.round_s
+    return charge_s, (0.0 if 0.0 >= left_s else left_s) / settings.round_s  # noqa: FURB136 (np.maximum's NaN: kept)
 
 
 class TypeCells(NamedTuple):
