@@ -113,14 +113,16 @@ def pick_columns(
         left[w] -= jobs[entry[0]].scale_factor
         taken.update(entry)
     picked: dict[str, list[tuple[Entry, int]]] = {w: [] for w in order}
-    column_of, keys = state.entries.column_of, queues.keys
+    column_of, keys, every = state.entries.column_of, queues.keys, len(jobs)
     if isinstance(queues, QueueLists):
         ranking = _ranked_lists(queues, settings.only_allocated_run)
     else:
-        ranked_rows = _ranked_rows_small if len(queues.live) <= ledger_reads.SMALL_ROWS else _ranked_rows
-        ranking = ranked_rows(queues, settings.only_allocated_run)
+        if len(queues.live) <= ledger_reads.SMALL_ROWS:
+            ranking = _ranked_rows_small(queues, settings.only_allocated_run)
+        else:
+            ranking = _untaken(_ranked_rows(queues, settings.only_allocated_run), state.entries.members, taken)
     for allocated, w in _passes(order, settings):
-        if len(taken) >= len(jobs) and taken.issuperset(jobs):
+        if len(taken) >= every and taken.issuperset(jobs):
             break  # every job is taken: no entry is left to pick (nor a type's queue to rank)
         free = left[w]
         if free == 0:
@@ -138,6 +140,8 @@ def pick_columns(
             chosen.append((entry, scale_factor))
             if free == 0:
                 break
+            if len(taken) >= every and taken.issuperset(jobs):
+                break  # every job is taken: no later row can be (with pairs, most rows are left then)
         left[w] = free
     for entry, w in reserved:
         picked.setdefault(w, []).append((entry, jobs[entry[0]].scale_factor))
@@ -147,7 +151,7 @@ def pick_columns(
 Ranking = Callable[[int, "bool | None"], list[int]]
 
 
-def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
+def _ranked_rows(queues: Queues, fifo: bool) -> Callable[[int, bool | None], np.ndarray]:
     """pick_columns' candidates on one type (column ``k``; ``allocated``: only those with (True)
     or without (False) a priority there), highest (priority, deficit, allocation) first, ties in
     admission order: a stable lexsort of the negated keys is Python's stable reverse sort. A
@@ -155,7 +159,7 @@ def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
     of a part is the part of the stable sort)."""
     ranked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def ranking(k: int, allocated: bool | None) -> list[int]:
+    def ranking(k: int, allocated: bool | None) -> np.ndarray:
         if k not in ranked:
             candidates = queues.live & queues.runs[:, k]
             if fifo:
@@ -164,9 +168,26 @@ def _ranked_rows(queues: Queues, fifo: bool) -> Ranking:
             rows = rows[np.lexsort((-queues.allocation[rows, k], -queues.deficit_s[rows, k], -queues.priority[rows, k]))]
             ranked[k] = (rows, queues.priority[rows, k] > 0.0)
         rows, served = ranked[k]
-        return (rows if allocated is None else rows[served == allocated]).tolist()
+        return rows if allocated is None else rows[served == allocated]
 
     return ranking
+
+
+def _untaken(ranking: Callable[[int, bool | None], np.ndarray], members: np.ndarray, taken: set[int]) -> Ranking:
+    """``ranking``'s rows less those with a member already taken when a pass starts (the greedy
+    pass would skip each of them: ``taken`` only grows), found in numpy from the rows' (first,
+    last) members: with pairs, most of a late pass's rows, which the pass would walk one by one."""
+
+    def untaken(k: int, allocated: bool | None) -> list[int]:
+        rows = ranking(k, allocated)
+        if taken and len(rows):
+            pairs = members[rows] + 1  # job index + 1 (a table's index 0 is no job)
+            among = np.zeros(max(int(pairs.max()), max(taken) + 1) + 1, bool)
+            among[np.fromiter(taken, np.int64, len(taken)) + 1] = True
+            rows = rows[~(among[pairs[:, 0]] | among[pairs[:, 1]])]
+        return rows.tolist()
+
+    return untaken
 
 
 def _ranked_rows_small(queues: Queues, fifo: bool) -> Ranking:
