@@ -57,7 +57,7 @@ def _behind_singles(state: MechanismState, now_s: float, settings: MechanismSett
     change of the ledgers moves (the rows, their deficits, shares and rates, the jobs' bounds)
     is gathered once and kept in the ledgers' ``derived``, and a round reads its time received."""
     indices, late, bounds = late_singles(state, now_s, settings, excess)
-    behind = np.flatnonzero(late > bounds)
+    behind = (late > bounds).nonzero()[0]
     return frozenset(indices[behind].tolist()) if len(behind) else frozenset()
 
 
@@ -72,13 +72,22 @@ def late_singles(
         rows = np.flatnonzero(ledgers.live[: ledgers.rows])
         indices = ledgers.members[rows, 0]
         steps = np.fromiter((state.jobs[j].total_steps for j in indices.tolist()), float, len(rows))
+        # the live rows' received time is read each round: a slice where they are the first rows
+        # (no holes: a view, not a gather; the same floats)
+        received = slice(0, len(rows)) if len(rows) == ledgers.rows else rows
         kept = ledgers.derived["catch_up"] = (
-            excess, rows, indices, ledgers.deficit_s[rows], allocation[rows], ledgers.throughputs[rows], excess * steps,
+            excess, received, indices, ledgers.deficit_s[rows], allocation[rows], ledgers.throughputs[rows][:, :, 0],
+            excess * steps,
         )
-    _, rows, indices, deficit_s, shares, rates, bounds = kept  # type: ignore[misc]
+    _, received, indices, deficit_s, shares, rates, bounds = kept  # type: ignore[misc]
     owed_s = deficit_s + shares * (now_s - state.last_reset_s + settings.round_s)
-    owed_s -= ledgers.received_s[rows] - settings.seed_s
-    return indices, np.einsum("rt,rt->r", owed_s, rates[:, :, 0]), bounds
+    owed_s -= ledgers.received_s[received] - settings.seed_s
+    return indices, _einsum("rt,rt->r", owed_s, rates), bounds
+
+
+# np.einsum without its dispatch and keyword handling (~2 us a call on a few rows): with no
+# ``optimize`` it calls this same C function with the same operands
+_einsum = getattr(np._core.multiarray, "c_einsum", np.einsum)
 
 
 def steps_late(state: MechanismState, now_s: float, settings: MechanismSettings) -> dict[int, float]:
@@ -106,6 +115,8 @@ def steps_late_columns(state: MechanismState, now_s: float, settings: MechanismS
     second = np.einsum("rt,rt->r", owed_s, rates[:, :, 1])
     pair = live & (members[:, 0] != members[:, 1])  # a single's second member is its first again
     indices = np.concatenate((members[live, 0], members[pair, 1]))
-    job_indices, position = np.unique(indices, return_inverse=True)
+    # each job's sum in input order, as np.unique's inverse positions would bin it (the same
+    # additions in the same order), without the sort: binned by job index, the present kept
     weights = np.concatenate((first[live], second[pair]))
-    return job_indices, np.bincount(position, weights=weights, minlength=len(job_indices))
+    job_indices = np.flatnonzero(np.bincount(indices))
+    return job_indices, np.bincount(indices, weights=weights)[job_indices]
