@@ -127,9 +127,12 @@ def _holds(
     overshoot, since_reset_s = settings.move_overshoot_moves, now_s - state.last_reset_s
     held = []
     for entry, w, share, first_rate, second_rate, deficit_s, received in cells:
-        cost_s = move_cost_s(state, entry, settings) if measured else uniform_cost_s
-        if float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s:
-            continue
+        if measured:
+            cost_s = move_cost_s(state, entry, settings)
+            if float(stretches.get(entry, 1)) * round_s * share_limit >= cost_s:
+                continue
+        else:  # (_held_small left out every stretch that paid for the one cost)
+            cost_s = uniform_cost_s
         job = jobs.get(entry[0])  # steps left as _steps_remaining reads them (0 for a job gone)
         finishes_s = (float(job.total_steps - job.steps_done) if job is not None else 0.0) / first_rate
         if len(entry) == 2:

@@ -99,6 +99,11 @@ def _place_extensions_first(
             used.update(previous.worker_ids)
         else:
             fresh.append(picked)
+    if not fresh:
+        return
+    if fresh[0][1] == 1:  # every fresh entry takes one GPU (largest first): below, each takes the lowest free worker
+        _place_singles(state, w, fresh, servers, used, assignment, settings, forced)
+        return
     # each server's free workers, listed when a fresh entry first looks at the server (most
     # rounds extend every entry, and a fresh one looks at the first servers with room only)
     free: list[list[int] | None] = [None] * len(servers)
@@ -131,6 +136,33 @@ def _place_extensions_first(
             workers += take
             k += 1
         assignment[entry] = Placement(w, tuple(workers))
+
+
+def _place_singles(
+    state: MechanismState,
+    w: str,
+    fresh: list[tuple[Entry, int]],
+    servers: Sequence[Sequence[int]],
+    used: set[int],
+    assignment: dict[Entry, Placement],
+    settings: MechanismSettings,
+    forced: frozenset[Entry],
+) -> None:
+    """``_place_extensions_first``'s fresh placements when each takes one GPU: its first server
+    with a free worker and that server's first free worker, i.e. the lowest free worker in
+    server order, which one pass over the workers hands out in turn (the same workers, without
+    each server's free list)."""
+    free_workers = itertools.filterfalse(used.__contains__, itertools.chain.from_iterable(servers))
+    allocation, run_unallocated = state.allocation, settings.run_unallocated
+    for entry, _ in fresh:
+        if entry in assignment:
+            continue
+        if entry not in allocation and not run_unallocated and entry not in forced:
+            continue
+        worker = next(free_workers, None)
+        if worker is None:
+            raise RuntimeError(f"{w}: no free worker for {entry} (planner and placement disagree)")
+        assignment[entry] = Placement(w, (worker,))
 
 
 def count_extensions(
