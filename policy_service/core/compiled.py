@@ -17,6 +17,7 @@ the same optimum.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import clarabel
@@ -52,19 +53,23 @@ def solve_max_min(
     counts = np.asarray(counts, dtype=float)
     allowed = np.asarray(allowed, dtype=bool)
     key = (tt.shape, tt.tobytes(), gpus_per_class.tobytes(), counts.tobytes(), allowed.tobytes())
-    solved = _SOLVED.pop(key, None)
+    with _SOLVED_LOCK:
+        solved = _SOLVED.pop(key, None)
     if solved is None:
         solved = _solve_max_min(tt, gpus_per_class, counts, allowed)
-        if len(_SOLVED) >= _KEPT_SOLUTIONS:  # the one unused longest makes room
+    with _SOLVED_LOCK:
+        while len(_SOLVED) >= _KEPT_SOLUTIONS:  # the ones unused longest make room
             del _SOLVED[next(iter(_SOLVED))]
-    _SOLVED[key] = solved  # (last: the most recently used)
+        _SOLVED[key] = solved  # (last: the most recently used)
     return solved
 
 
 # The programs last solved and their answers, by their arrays' bytes: a simulation meets the same
 # program again (~5% of the README sweep point's 9,247 re-solves: the same classes at the same
 # counts), and CLARABEL, a deterministic solver, answers the same arrays with the same floats.
+# (A lock around the dict's few operations, not the solve: answers may run in threads, answer.py.)
 _SOLVED: dict[tuple, tuple[np.ndarray | None, float | None, str]] = {}
+_SOLVED_LOCK = threading.Lock()
 _KEPT_SOLUTIONS = 64
 
 

@@ -4,6 +4,8 @@ input, entry for entry, and answers the same."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -73,3 +75,25 @@ def test_a_program_solved_again_is_answered_from_the_last_time(monkeypatch: pyte
     assert fresh[0].tobytes() == first[0].tobytes() and fresh[1] == first[1]
     compiled.solve_max_min(tt * 1.5, *program[1:])
     assert len(solves) == 2
+
+
+def test_the_kept_programs_stay_bounded_under_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers may run in threads (answer.py): the kept programs are at most _KEPT_SOLUTIONS,
+    and no thread sees the dict change under it."""
+    monkeypatch.setattr(compiled, "_SOLVED", {})
+    errors: list[BaseException] = []
+
+    def solve_many(offset: int) -> None:
+        try:
+            for i in range(60):
+                tt = np.array([[1.0 + offset + i, 1.0], [1.0, 2.0]])
+                compiled.solve_max_min(tt, np.array([1.0, 1.0]), np.array([2.0, 2.0]), np.ones((2, 2), dtype=bool))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=solve_many, args=(100 * t,)) for t in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(compiled._SOLVED) == compiled._KEPT_SOLUTIONS
