@@ -13,6 +13,7 @@ re-solve, stage by stage, and a digest of every installed allocation, isolated b
 policy state (the same digest before and after a change: the same answers to the bit).
 
 Usage: python bench/resolve_path.py [--trace FILE] [--policy NAME] [--requests 200] [--runs 5]
+       [--cluster 36:36:36] [--window 4000:5000]
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ class _Enough(Exception):
     """Raised from inside the run once the re-solves wanted are kept."""
 
 
-def capture(trace_path: Path, policy: str, first: int, every: int, wanted: int) -> tuple[list[tuple[bytes, float]], tuple]:
+def capture(
+    trace_path: Path, policy: str, first: int, every: int, wanted: int, cluster: str = "36:36:36",
+    window: str = "4000:5000",
+) -> tuple[list[tuple[bytes, float]], tuple]:
     """(each kept re-solve's pickled state and time, the run's (config, context, rates))."""
     from sim import fastpath
     from sim.scenario import (
@@ -48,7 +52,7 @@ def capture(trace_path: Path, policy: str, first: int, every: int, wanted: int) 
 
     context = load_context(None)
     trace = load_trace(str(trace_path))
-    scenario = Scenario(trace, parse_cluster("36:36:36", context.table, 1), window=parse_window("4000:5000", len(trace)))
+    scenario = Scenario(trace, parse_cluster(cluster, context.table, 1), window=parse_window(window, len(trace)))
     kept: list[tuple[bytes, float]] = []
     shared: list[tuple] = []
     seen = [0]
@@ -119,9 +123,9 @@ def replay_once(kept: list[tuple[bytes, float]], shared: tuple) -> tuple[dict[st
         )
         t2 = clock()
         assert isinstance(answer, AdmittedAnswer), answer
-        apply_allocation(
-            state, answer.fractions, answer.isolated_throughputs_steps_per_s, settings, answer.policy_state,
-            answer.valid_for_s,
+        apply_allocation(  # the answer's arrays where it has them (as sim/fastpath.py installs it)
+            state, getattr(answer, "columns", None) or answer.fractions, answer.isolated_throughputs_steps_per_s,
+            settings, answer.policy_state, answer.valid_for_s,
         )
         t3 = clock()
         totals["snapshot"] += t1 - t0
@@ -138,9 +142,11 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=2000, help="the first re-solve kept (1-based)")
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--cluster", default="36:36:36")
+    parser.add_argument("--window", default="4000:5000")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    kept, shared = capture(args.trace, args.policy, args.first, args.every, args.requests)
+    kept, shared = capture(args.trace, args.policy, args.first, args.every, args.requests, args.cluster, args.window)
     replay_once(kept, shared)  # warm: caches by shape, the solver's first call
     runs = [replay_once(kept, shared) for _ in range(args.runs)]
     digests = {digest for _, digest in runs}
