@@ -37,7 +37,7 @@ DEFAULT_MAX_DELAY_S = 30.0  # a tenth of a default grace: a delayed heartbeat ra
 MAX_COUNT = 1000
 CRASH_POINTS = ("boundary.before_journal", "boundary.after_journal")  # MechanismService's crash points
 
-# "mix": every kind at once, at doses that a 300-job trace survives in seconds (CI runs 100 seeds).
+# "mix": every kind at once, at doses that a 300-job trace survives in seconds (make test runs 40 seeds, make test-deep 100).
 MIX = "worker-crash=2,hang=2,slow-gpu=2,job-crash=3,mechanism-crash=2,policy-crash=1,dup=0.02,reorder=0.02:4,delay=0.02,loss=0.02"
 
 
