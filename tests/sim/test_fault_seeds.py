@@ -22,6 +22,7 @@ import tempfile
 
 import pytest
 
+from common.children import die_with_parent
 from common.journal import Journal, read_events
 from mechanism_service.core.invariants import check
 from mechanism_service.core.settings import preset
@@ -49,6 +50,14 @@ CONTEXT = shipped_context()
 TRACE = read_trace(pathlib.Path(__file__).parents[2] / TRACE_FILE)
 CONFIG = RunConfig(POLICY, CLUSTER, preset("default", POLICY), seed=0)
 REPLAY_FLAGS = f"--trace {TRACE_FILE} --cluster v100=8,p100=8,k80=8 --policy {POLICY} --preset default --seed 0"
+
+
+def init_pool_worker() -> None:
+    """A pool worker's start: plain tracebacks, and killed with the process that made the pool (the
+    xdist worker running the test, killed on a timeout or a ^C, could otherwise leave two workers
+    computing seeds nobody waits for: two such were found 37 min later)."""
+    plain_tracebacks()
+    die_with_parent()
 
 
 def run_seed(seed: int) -> list[str]:
@@ -86,7 +95,7 @@ def test_every_invariant_holds_under_seeded_mixes_of_every_fault() -> None:
     40 seeds ~18 s on 2 idle cores, all 100 (`make test-deep`) ~45 s."""
     workers = min(2, os.cpu_count() or 1)
     with concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=plain_tracebacks
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=init_pool_worker
     ) as pool:
         failed = {seed: problems for seed, problems in zip(SEEDS, pool.map(run_seed, SEEDS)) if problems}
     assert not failed, "\n".join(f"seed {seed}:\n  " + "\n  ".join(problems) for seed, problems in failed.items())
