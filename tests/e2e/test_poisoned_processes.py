@@ -9,8 +9,12 @@ results are the in-process simulator's, job by job and round by round.
 The count is per binding: a literal one (job.submitted) gets it on its key, a worker's wildcard
 (worker.cmd.k80-0.*) spread over its five command keys; 27 bindings, 75 keys. Each body is a
 persistent message through the broker and each copy's dead letter a confirmed publish, one at a
-time per queue, so CI sends CI_BODIES_PER_BINDING (~9,000 copies; the test ~50-100 s on 2 busy
-cores, most of it the trace); GAVEL_POISON_BODIES=10000 runs the issue's count: measured once,
+time per queue. The fleet is stopped for the pour, so the pour's length adds to the trace's; the
+rest is the trace itself. `make test` (and CI) sends QUICK_BODIES_PER_BINDING (~3,200 copies,
+every kind of hostile body on every key; the pour ~3 s) during the 16-job trace of QUICK_JOBS
+(127 rounds; the test ~20-25 s), `make test-deep` DEEP_BODIES_PER_BINDING (~9,600 copies; the pour
+~9 s) during the whole 32-job trace (1,345 rounds; the test ~65-100 s on 2 busy cores);
+GAVEL_POISON_BODIES=N sends N in either tier, 10000 the issue's count: measured once,
 269,808 bodies sent in 184 s from round 3, 299,657 copies dead-lettered 433 s after the first,
 the trace done at 454 s, the test 493 s (load average ~9 from other work)."""
 
@@ -56,14 +60,23 @@ from tests.support.poison import (
     until,
 )
 from tests.support.processes import SERVICE_QUEUES, Cluster
+from tests.support.seeds import deep
 from tests.support.waiting import eventually
 
-CI_BODIES_PER_BINDING = 300
-BODIES_PER_BINDING = int(os.environ.get("GAVEL_POISON_BODIES") or CI_BODIES_PER_BINDING)
+# a wildcard binding's quick 100 spread over its five keys: 20 a key, each kind of body ~7 times
+QUICK_BODIES_PER_BINDING = 100
+DEEP_BODIES_PER_BINDING = 300
+BODIES_PER_BINDING = int(
+    os.environ.get("GAVEL_POISON_BODIES") or (DEEP_BODIES_PER_BINDING if deep() else QUICK_BODIES_PER_BINDING)
+)
 # the suite's 300 s, or for a full count what it takes (10,000 a binding: ~15 min on 2 busy cores)
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(max(300, BODIES_PER_BINDING // 4))]
 POUR_AT_ROUND = 3  # the trace is under way: jobs admitted, leases running
-JOBS = 32
+# The trace is most of the test's cost (its lockstep rounds across processes, ~50 s for the 32 jobs'
+# 1,345 rounds), not the pour (the fleet stopped meanwhile holds the trace wherever it is). `make
+# test` (and CI) runs the QUICK_JOBS jobs of fewest steps (127 rounds on the 12 GPUs, still more
+# jobs than GPUs), `make test-deep` all 32; tests/e2e/test_processes.py runs all 32 in both tiers.
+QUICK_JOBS = 16
 
 
 @dataclass(frozen=True)
@@ -90,11 +103,23 @@ class RoundRecorder:
         self.rounds.append(d.message)  # type: ignore[arg-type]
 
 
-def undisturbed() -> Run:
+def tier_trace(scratch: Path) -> Path:
+    """The trace this tier runs: the reference trace (make test-deep), or its QUICK_JOBS jobs of
+    fewest steps in the trace's order, written under ``scratch`` (make test)."""
+    if deep():
+        return TRACE
+    lines = TRACE.read_text().splitlines()
+    fewest = sorted(range(len(lines)), key=lambda i: int(lines[i].split("\t")[5]))[:QUICK_JOBS]
+    path = scratch / f"{TRACE.stem}_fewest{QUICK_JOBS}.trace"
+    path.write_text("".join(lines[i] + "\n" for i in sorted(fewest)))
+    return path
+
+
+def undisturbed(trace: Path) -> Run:
     """The in-process simulator on the same trace and settings as the processes."""
     recorder = RoundRecorder()
     config = RunConfig(POLICY, {"v100": 4, "p100": 4, "k80": 4}, preset("gavel", POLICY), seed=0)
-    result = asyncio.run(simulate_services(read_trace(TRACE), config, shipped_context(), observers=[recorder]))
+    result = asyncio.run(simulate_services(read_trace(trace), config, shipped_context(), observers=[recorder]))
     outcomes = {j.job_id: (j.completion_s, j.jct_s, j.steps_done) for j in result.jobs if j.completion_s is not None}
     return Run(outcomes, recorder.rounds)  # type: ignore[arg-type]
 
@@ -168,14 +193,17 @@ async def services_up(cluster: Cluster, bus: RabbitBus, tmp_path: Path) -> None:
         raise AssertionError(f"not every service queue is consumed\n{cluster.logs()}") from None
 
 
-@pytest.mark.slow  # ~1-2 min: a lockstep trace across processes, ~9,000 hostile copies dead-lettered
+@pytest.mark.slow  # ~20-25 s: 16 jobs in lockstep across processes, ~3,200 hostile copies (make test-deep: 32 jobs, ~9,600 copies, ~65-100 s)
+@pytest.mark.deep
 async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(cluster, tmp_path, capsys):
     problem = bindings_problem(cluster.url)
     if problem:
         if broker_required():
             pytest.fail(problem)
         pytest.skip(problem)
-    expected = await asyncio.to_thread(undisturbed)
+    trace = tier_trace(tmp_path)
+    jobs = len(read_trace(trace))
+    expected = await asyncio.to_thread(undisturbed, trace)
     bus = RabbitBus(BusSettings(kind="amqp", amqp_url=cluster.url, exchange=cluster.exchange), source="poisoner")
     await bus.start()
     try:
@@ -201,8 +229,8 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
         bounds = queue_bounds(BusSettings.from_env(cluster.env).submissions_max_length)
 
         # 2. the trace; once it runs, the poison, raw, on every key
-        out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(TRACE), "--id-prefix", "", "--no-wait")
-        assert out.strip() == f"submitted {JOBS} jobs (0 .. {JOBS - 1})"
+        out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(trace), "--id-prefix", "", "--no-wait")
+        assert out.strip() == f"submitted {jobs} jobs (0 .. {jobs - 1})"
         await eventually(lambda: len(observer.rounds) >= POUR_AT_ROUND, timeout_s=120, poll_s=0.05)
         rounds_before = len(observer.rounds)
         began = time.perf_counter()
@@ -220,7 +248,7 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
 
                     await publish_raw_many(bus, key, poisoned, before_window=room)
                 poured_s = time.perf_counter() - began
-                assert len(observer.completed) < JOBS  # published while the trace ran, not after
+                assert len(observer.completed) < jobs  # published while the trace ran, not after
 
             # 3. the trace ends; every copy of every poisoned body is dead-lettered
             sent = sum(len(b) for b in bodies.values())
@@ -232,7 +260,7 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
             with contextlib.suppress(TimeoutError):  # what is there is compared below
                 await until(lambda: _at_least(depths, "dead-letters", total), timeout_s=budget_s, poll_s=0.2)
             drained_s = time.perf_counter() - began
-            await wait_for_all(observer, cluster, timeout_s=budget_s)
+            await wait_for_all(observer, cluster, timeout_s=budget_s, jobs=jobs)
             trace_s = time.perf_counter() - began
 
             # 4. no process stopped, and each stops cleanly when asked (a crashed service exits 1)
@@ -262,7 +290,7 @@ async def test_hostile_bodies_on_every_bound_key_while_processes_run_a_trace(clu
     # 6. the results are the undisturbed run's, job by job and round by round
     check_invariants(observer)  # type: ignore[arg-type]
     outcomes = {j: (m.completion_time_s, m.jct_s, m.steps_done) for j, m in observer.completed.items()}
-    assert outcomes.keys() == expected.outcomes.keys() and len(outcomes) == JOBS
+    assert outcomes.keys() == expected.outcomes.keys() and len(outcomes) == jobs
     for job_id, (completion_s, jct_s, steps) in outcomes.items():
         assert (completion_s, jct_s) == pytest.approx(expected.outcomes[job_id][:2], abs=1e-6), job_id
         assert steps == expected.outcomes[job_id][2], job_id

@@ -101,11 +101,11 @@ async def start_system(cluster: Cluster, observer: Observer, journal: Path) -> N
     cluster.start("mechanism", *mechanism_args(journal))
 
 
-async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 180.0) -> None:
+async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 180.0, jobs: int = 32) -> None:
     try:
-        await eventually(lambda: len(observer.completions) == 32, timeout_s=timeout_s, poll_s=0.2)
+        await eventually(lambda: len(observer.completions) == jobs, timeout_s=timeout_s, poll_s=0.2)
     except TimeoutError:
-        raise AssertionError(f"{len(observer.completions)} of 32 jobs completed\n{cluster.logs()}") from None
+        raise AssertionError(f"{len(observer.completions)} of {jobs} jobs completed\n{cluster.logs()}") from None
 
 
 def check_journal(cluster: Cluster, journal: Path) -> None:
