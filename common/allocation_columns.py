@@ -6,6 +6,7 @@ AllocationEntry tuples, validated by the policy service)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,11 +62,15 @@ class AnswerColumns:
     pair_members: np.ndarray
     pair_fractions: np.ndarray
 
+    def entries(self) -> list[tuple[tuple[str, ...], dict[str, float]]]:
+        """(job ids, type -> fraction) of each job, then of each packed pair: the reply's entries."""
+        ids, types = self.job_ids, self.types
+        # ((job id,), {type: fraction}) a job, built in C
+        out = list(zip(zip(ids), map(dict, map(zip, itertools.repeat(types), self.job_fractions.tolist()))))
+        out += [((ids[a], ids[b]), dict(zip(types, row))) for (a, b), row in zip(self.pair_members.tolist(), self.pair_fractions.tolist())]
+        return out
+
     def fractions(self) -> dict[tuple[str, ...], dict[str, float]]:
         """job ids -> type -> fraction: the reply's entries as one dict (a later entry of the
         same job ids keeps the first one's place and takes its value, as dict() of them does)."""
-        ids, types = self.job_ids, self.types
-        out = dict(zip(zip(ids), (dict(zip(types, row)) for row in self.job_fractions.tolist())))
-        for (a, b), row in zip(self.pair_members.tolist(), self.pair_fractions.tolist()):
-            out[(ids[a], ids[b])] = dict(zip(types, row))
-        return out
+        return dict(self.entries())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import itertools
 import math
 import operator
 from collections.abc import Mapping
@@ -287,27 +286,13 @@ def _valid_for_s(seconds: float | None) -> float | None:
 
 def entry_fractions(allocation: Allocation) -> list[tuple[tuple[str, ...], dict[str, float]]]:
     """(job ids, worker type -> fraction) of each job, then of each concrete packed pair: the
-    reply's entries, as allocation_to_json writes them."""
-    worker_types, job_ids = allocation.worker_types, allocation.job_ids
-    # ((job id,), {type: fraction}) a job, built in C
-    entries = list(zip(zip(job_ids), map(dict, map(zip, itertools.repeat(worker_types), _cleaned(allocation.job_fractions)))))
-    if not allocation.pairs.num_pairs:  # nothing packed (an unpacked policy's every answer)
-        return entries
-    pair_jobs, pair_fractions = expand_pairs(allocation.pairs)
-    entries += [
-        ((job_ids[a], job_ids[b]), dict(zip(worker_types, row)))
-        for (a, b), row in zip(pair_jobs.tolist(), _cleaned(pair_fractions))
-    ]
-    return entries
+    reply's entries, as allocation_to_json writes them (answer_columns' entries)."""
+    return answer_columns(allocation).entries()
 
 
-def _cleaned(fractions: np.ndarray) -> list[list[float]]:
-    """Rows of Python floats, solver noise (below NOISE_FRACTION) written as 0, as the JSON
-    writer does (io_json._fractions)."""
-    return _cleaned_array(fractions).tolist()
-
-
-def _cleaned_array(fractions: np.ndarray) -> np.ndarray:
+def _cleaned(fractions: np.ndarray) -> np.ndarray:
+    """Solver noise (below NOISE_FRACTION) written as 0, as the JSON writer does
+    (io_json._fractions)."""
     fractions = np.asarray(fractions, dtype=float)
     return np.where(np.abs(fractions) < NOISE_FRACTION, 0.0, fractions)
 
@@ -323,9 +308,9 @@ def answer_columns(allocation: Allocation) -> AnswerColumns:
     return AnswerColumns(
         job_ids=allocation.job_ids,
         types=allocation.worker_types,
-        job_fractions=_cleaned_array(allocation.job_fractions),
+        job_fractions=_cleaned(allocation.job_fractions),
         pair_members=np.asarray(pair_jobs, dtype=np.int64),
-        pair_fractions=_cleaned_array(pair_fractions),
+        pair_fractions=_cleaned(pair_fractions),
     )
 
 

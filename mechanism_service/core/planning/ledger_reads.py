@@ -5,7 +5,10 @@ that sets it here moves every form to the same side."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
+
+import numpy as np
 
 from mechanism_service.core.model import MechanismState
 
@@ -46,3 +49,16 @@ def ledger_lists(state: MechanismState) -> LedgerLists | None:
         )
     allocation_list, deficit_s, rates = kept  # type: ignore[misc]
     return LedgerLists(len(ledgers.types), allocation_list, ledgers.received_s[:rows].ravel().tolist(), deficit_s, rates)
+
+
+def with_member(members: np.ndarray, jobs: Collection[int]) -> np.ndarray:
+    """(rows,) True where a row's entry has a member among ``jobs``, from the ledgers' (first,
+    last) members of each row (Ledgers.members; False for a removed row, whose members are -1),
+    looked up at once in a table of job index + 1 (index 0, a removed row's: never)."""
+    if not len(members) or not jobs:
+        return np.zeros(len(members), bool)
+    among = np.zeros(max(int(members.max()), max(jobs)) + 2, bool)
+    among[np.fromiter(jobs, np.int64, len(jobs)) + 1] = True
+    found = among[members + 1]
+    return found[:, 0] | found[:, 1]
+

@@ -181,10 +181,7 @@ def _untaken(ranking: Callable[[int, bool | None], np.ndarray], members: np.ndar
     def untaken(k: int, allocated: bool | None) -> list[int]:
         rows = ranking(k, allocated)
         if taken and len(rows):
-            pairs = members[rows] + 1  # job index + 1 (a table's index 0 is no job)
-            among = np.zeros(max(int(pairs.max()), max(taken) + 1) + 1, bool)
-            among[np.fromiter(taken, np.int64, len(taken)) + 1] = True
-            rows = rows[~(among[pairs[:, 0]] | among[pairs[:, 1]])]
+            rows = rows[~ledger_reads.with_member(members[rows], taken)]
         return rows.tolist()
 
     return untaken

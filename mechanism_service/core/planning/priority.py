@@ -20,7 +20,7 @@ import numpy as np
 
 from mechanism_service.core.migration import move_cost_s
 from mechanism_service.core.model import Entry, MechanismState
-from mechanism_service.core.planning.ledger_reads import LedgerLists
+from mechanism_service.core.planning.ledger_reads import LedgerLists, with_member
 from mechanism_service.core.settings import MechanismSettings
 
 # A job with no time received yet ranks above everyone with some, but stays finite so larger
@@ -125,7 +125,7 @@ def charge_move_columns(
     else:
         charge_s = settings.move_charge_restores * cost_s
     if behind:
-        charge_s = np.where(_with_member(members, behind), 0.0, charge_s)
+        charge_s = np.where(with_member(members, behind), 0.0, charge_s)
     factor = (np.maximum(0.0, round_s - charge_s) / round_s)[:, None]
     charge_s = charge_s[:, None]
     priority = np.where(moving, queues.priority * factor, queues.priority)
@@ -152,18 +152,6 @@ def _ran_on(state: MechanismState, rows: int) -> np.ndarray:
 
 
 _ACCELERATOR_TYPE = operator.attrgetter("accelerator_type")
-
-
-def _with_member(members: np.ndarray, jobs: frozenset[int]) -> np.ndarray:
-    """(rows,) True where the row's entry has a member among ``jobs`` (False for a removed row,
-    whose members are -1): the ledgers' (first, last) members of each row looked up at once."""
-    if not len(members):
-        return np.zeros(0, bool)
-    # a table of job index + 1 -> among ``jobs`` (index 0, a removed row's -1 + 1: never)
-    among = np.zeros(max(int(members.max()), max(jobs)) + 2, bool)
-    among[np.fromiter(jobs, np.int64, len(jobs)) + 1] = True
-    found = among[members + 1]
-    return found[:, 0] | found[:, 1]
 
 
 class TypeQueue(NamedTuple):
