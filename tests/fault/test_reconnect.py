@@ -4,8 +4,10 @@ connection comes back (aio-pika never replays them on its own), and consumers re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -27,29 +29,54 @@ def close_connection_named(name: str) -> None:
     pids = [line.split("\t")[0] for line in listing.splitlines() if f'"{name}"' in line]
     assert pids, f"no connection named {name!r}"
     for pid in pids:
-        subprocess.run(["rabbitmqctl", "close_connection", pid, "test: dropped on purpose"], check=True, timeout=60, capture_output=True)
+        rabbitmqctl("close_connection", pid, "test: dropped on purpose")
 
 
-@pytest.mark.slow  # ~5 s: two dropped connections, a 3 s reconnect interval
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, timeout=60, capture_output=True)
+
+
+@contextlib.contextmanager
+def own_login(name: str) -> Iterator[tuple[str, str]]:
+    """A broker user of this test's own, with ``/``'s permissions: its password can be changed
+    to keep a client out without touching anyone else's login. Yields (user, password)."""
+    password = uuid.uuid4().hex
+    rabbitmqctl("add_user", name, password)
+    try:
+        rabbitmqctl("set_permissions", "-p", "/", name, ".*", ".*", ".*")
+        yield name, password
+    finally:
+        rabbitmqctl("delete_user", name)
+
+
+@pytest.mark.slow  # ~8 s: eight rabbitmqctl calls (~1 s each), two dropped connections
 async def test_publishes_during_a_dropped_connection_are_retried_and_consumers_resume(rabbit):
     consumer_name, publisher_name = f"consumer-{uuid.uuid4().hex[:6]}", f"publisher-{uuid.uuid4().hex[:6]}"
-    # A slow reconnect keeps the publisher down long enough to publish while it is down.
-    consumer = await rabbit.connect(consumer_name, reconnect_interval_s=3.0)
-    publisher = await rabbit.connect(publisher_name, reconnect_interval_s=3.0)
+    consumer = await rabbit.connect(consumer_name, reconnect_interval_s=0.5)
     got = Collector()
     await consumer.subscribe("work", ["job.submitted"], got)
+    with own_login(f"gavel-test-{publisher_name}") as (user, password):
+        publisher = await rabbit.connect(
+            publisher_name, amqp_url=f"amqp://{user}:{password}@127.0.0.1:5672/", reconnect_interval_s=0.5
+        )
+        # The robust connection tries again at once after a drop, and would be back within
+        # milliseconds: a changed password keeps it out until the publishes are made.
+        await asyncio.to_thread(rabbitmqctl, "change_password", user, uuid.uuid4().hex)
+        await asyncio.to_thread(close_connection_named, publisher_name)
+        await eventually(lambda: not publisher.connected, timeout_s=10)
+        sending = [asyncio.create_task(publisher.publish(submitted(i))) for i in range(50)]
+        await asyncio.to_thread(rabbitmqctl, "list_users", "-q")  # a broker round trip while they wait
+        assert not publisher.connected and not any(t.done() for t in sending), "published while it was down"
+        await asyncio.to_thread(rabbitmqctl, "change_password", user, password)
+        ids = await asyncio.gather(*sending)
+        await got.wait_until(lambda: {d.envelope.message_id for d in got.deliveries} >= set(ids), timeout_s=30)
+        assert publisher.reconnects == 1
 
-    await asyncio.to_thread(close_connection_named, publisher_name)
-    await eventually(lambda: not publisher.connected, timeout_s=10)
-    ids = await asyncio.gather(*(publisher.publish(submitted(i)) for i in range(50)))  # while it is down
-    await got.wait_until(lambda: {d.envelope.message_id for d in got.deliveries} >= set(ids), timeout_s=30)
-
-    assert publisher.reconnects == 1
-
-    await asyncio.to_thread(close_connection_named, consumer_name)
-    await eventually(lambda: consumer.reconnects == 1 and consumer.connected, timeout_s=30)
-    more = [await publisher.publish(submitted(100 + i)) for i in range(20)]
-    await got.wait_until(lambda: {d.envelope.message_id for d in got.deliveries} >= set(more), timeout_s=30)
+        await asyncio.to_thread(close_connection_named, consumer_name)
+        await eventually(lambda: consumer.reconnects == 1 and consumer.connected, timeout_s=30)
+        more = [await publisher.publish(submitted(100 + i)) for i in range(20)]
+        await got.wait_until(lambda: {d.envelope.message_id for d in got.deliveries} >= set(more), timeout_s=30)
+        await publisher.close()
     # At-least-once: a retried publish may arrive twice, never not at all; ids let consumers dedupe.
     assert {d.message.spec.job_id for d in got.deliveries} == {str(i) for i in range(50)} | {str(100 + i) for i in range(20)}  # type: ignore[attr-defined]
 
