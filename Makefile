@@ -45,24 +45,22 @@ prometheus:
 # The suite on both cores, in three xdist workers: many slow tests wait (a scaled clock's rounds,
 # processes starting, a broker's redelivery) more than they compute, and a third worker runs
 # while two wait (tests/README.md says how tests keep apart). Broker tests
-# fail, never skip, when no broker answers. The tests marked `serial` stop the shared broker (the
-# chaos test restarts it), which would break the other worker's tests: they run alone, after.
+# fail, never skip, when no broker answers. No test stops the shared broker: the chaos test restarts
+# a RabbitMQ node of its own (tests/support/rabbit_node.py), so it runs beside the rest.
 TEST_WORKERS ?= 3
 PYTEST := GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: install broker prometheus
-	$(PYTEST) -m "not serial"; parallel=$$?; \
-	GAVEL_REQUIRE_BROKER=1 $(PY) -m pytest -m serial tests/e2e; alone=$$?; \
-	test $$parallel -eq 0 && test $$alone -eq 0
+	$(PYTEST)
 
 test-fast: install broker
-	$(PYTEST) -m "not slow and not serial" tests/unit tests/contract tests/arch tests/cli tests/service
+	$(PYTEST) -m "not slow" tests/unit tests/contract tests/arch tests/cli tests/service
 
 # The deeper tier: the seed sweeps (marked `deep`: fault schedules, random states, hostile bodies)
 # with every seed, where `make test` runs a representative subset of each (tests/support/seeds.py,
 # tests/README.md). GAVEL_DEEP_TESTS=1 with any other command runs them in full too.
 test-deep: install broker
-	GAVEL_DEEP_TESTS=1 $(PYTEST) -m "deep and not serial"
+	GAVEL_DEEP_TESTS=1 $(PYTEST) -m deep
 
 bench: install broker
 	$(PY) bench/bus_throughput.py

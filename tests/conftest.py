@@ -80,17 +80,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A `serial` test stops the shared broker: on an xdist worker it would break the tests the
-    other worker runs meanwhile. It fails at once, before its fixtures start anything (`make test`
-    runs it alone, after the parallel run; tests/arch/test_suite_layout.py keeps it in tests/e2e)."""
-    if item.get_closest_marker("serial") and os.environ.get("PYTEST_XDIST_WORKER"):
-        pytest.fail(
-            "this test stops the shared broker: run it alone, `pytest -m serial tests/e2e`, and the rest "
-            "with `-n 2 -m 'not serial'` (as `make test` does)", pytrace=False,
-        )
-
-
 @pytest.fixture(params=["memory", "memory-serialized", pytest.param("rabbit", marks=pytest.mark.broker)])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[BusHarness]:
     url = request.getfixturevalue("broker_url") if request.param == "rabbit" else None

@@ -1,7 +1,8 @@
 """Where tests live and what they may do to the suite (tests/README.md), over the test sources'
-AST: the `gavel` command's tests are in tests/cli; a test that stops the shared broker (`serial`)
-is in tests/e2e, where `make test` runs those alone; no module skips itself for a missing
-package (the dev extra installs them, and the Makefile checks: a skip would hide its tests)."""
+AST: the `gavel` command's tests are in tests/cli; no test stops the shared broker (a test that
+restarts its broker restarts a node of its own, tests/support/rabbit_node.py, so that every test
+can run beside the others); no module skips itself for a missing package (the dev extra installs
+them, and the Makefile checks: a skip would hide its tests)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ TESTS = ROOT / "tests"
 
 @functools.cache  # parsed once for the rules below
 def sources() -> list[tuple[str, frozenset[str]]]:
-    """Each test source file and the dotted names it uses (`pytest.mark.serial`, ...)."""
-    return [(str(p.relative_to(ROOT)), names(ast.parse(p.read_text(), filename=str(p)))) for p in sorted(TESTS.rglob("*.py"))]
+    """Each test source file but this one (whose rules name what they look for) and the dotted
+    names and strings it uses (`pytest.importorskip`, "stop_app", ...)."""
+    here = pathlib.Path(__file__).resolve()
+    return [
+        (str(p.relative_to(ROOT)), names(ast.parse(p.read_text(), filename=str(p))))
+        for p in sorted(TESTS.rglob("*.py")) if p.resolve() != here
+    ]
 
 
 def attribute_chain(node: ast.AST) -> str:
-    """`pytest.mark.serial` for that expression ("" when it is not a dotted name)."""
+    """`pytest.mark.slow` for that expression ("" when it is not a dotted name)."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -29,7 +35,14 @@ def attribute_chain(node: ast.AST) -> str:
 
 
 def names(tree: ast.Module) -> frozenset[str]:
-    return frozenset(attribute_chain(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute))
+    chains = (attribute_chain(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute))
+    strings = (node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return frozenset((*chains, *strings))
+
+
+# rabbitmqctl commands that take a node's broker away from everyone connected to it
+STOPPING = frozenset({"stop_app", "stop", "shutdown", "reset", "force_reset"})
+OWN_NODE = "tests/support/rabbit_node.py"  # its rabbitmqctl always names its own node (-n)
 
 
 def test_the_gavel_commands_tests_are_in_tests_cli() -> None:
@@ -37,9 +50,9 @@ def test_the_gavel_commands_tests_are_in_tests_cli() -> None:
     assert not elsewhere, f"move these to tests/cli: {elsewhere}"
 
 
-def test_only_e2e_tests_stop_the_shared_broker() -> None:
-    marked = [path for path, used in sources() if "pytest.mark.serial" in used]
-    assert marked and all(path.startswith("tests/e2e/") for path in marked), marked
+def test_no_test_stops_the_shared_broker() -> None:
+    stopping = [path for path, used in sources() if "rabbitmqctl" in used and used & STOPPING]
+    assert stopping == [OWN_NODE], f"restart a node of the test's own ({OWN_NODE}), not the shared broker: {stopping}"
 
 
 def test_no_test_module_skips_itself_for_a_missing_package() -> None:
@@ -48,6 +61,6 @@ def test_no_test_module_skips_itself_for_a_missing_package() -> None:
 
 
 def test_the_rules_above_see_what_they_look_for() -> None:
-    used = names(ast.parse("import pytest\npytestmark = pytest.mark.serial\nyaml = pytest.importorskip('yaml')\n"))
-    assert {"pytest.mark.serial", "pytest.importorskip"} <= used
-    assert "pytest.mark.serial" not in names(ast.parse("serial = 1\n"))
+    used = names(ast.parse("import pytest\nyaml = pytest.importorskip('yaml')\nrun(['rabbitmqctl', 'stop_app'])\n"))
+    assert {"pytest.importorskip", "rabbitmqctl", "stop_app"} <= used
+    assert "pytest.importorskip" not in names(ast.parse("importorskip = 1\n"))

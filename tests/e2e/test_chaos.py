@@ -5,7 +5,9 @@ a 360 s round lasts 0.36 s), and one at a time, at seeded moments:
 
 - SIGKILL and restart of the mechanism, of one policy replica, of the estimator, of one fleet;
 - SIGSTOP of one fleet for longer than the mechanism's --worker-grace-s, then SIGCONT;
-- a broker restart (``rabbitmqctl stop_app``, then ``start_app``; RESTART_BROKER).
+- a broker restart (``rabbitmqctl stop_app``, then ``start_app``; RESTART_BROKER), of a RabbitMQ
+  node of the test's own (tests/support/rabbit_node.py), so that the shared broker keeps serving
+  the tests that run beside this one.
 
 Every job of the trace must complete exactly once (seen from outside, on the exchange, and in
 `gavel jobs`), no service process may die but the ones killed on purpose, every one must be back
@@ -35,22 +37,18 @@ from common.config import BusSettings
 from common.journal import read_events
 from common.messages import JobCancelled, JobCompleted, JobFailed, JobRejected
 from common.transport.rabbit import RabbitBus
-from tests.support.broker import delete_topology
 from tests.support.chaos import (
     ChaosCluster,
     Ends,
     Fault,
-    broker_restart_problem,
     chaos_trace,
     fault_schedule,
-    restart_broker,
 )
-from tests.support.processes import SERVICE_QUEUES, logged
+from tests.support.processes import logged
+from tests.support.rabbit_node import RabbitNode
 from tests.support.waiting import eventually
 
-# The broker restart stops RabbitMQ for everyone using it: `serial`, so that `make test` runs this
-# alone, after the parallel run (another xdist worker's broker tests would fail meanwhile).
-pytestmark = [pytest.mark.broker, pytest.mark.serial]
+pytestmark = pytest.mark.broker
 
 RESTART_BROKER = True
 SCALE = "1000"
@@ -80,15 +78,24 @@ def chaos_seed() -> int:
 
 
 @pytest.fixture
-def chaos(broker_url: str, tmp_path: Path) -> Iterator[ChaosCluster]:
-    c = ChaosCluster(broker_url, tmp_path)
+def node(broker_url: str) -> Iterator[RabbitNode]:
+    """The broker this test restarts: a node of its own (``broker_url`` only says that RabbitMQ is
+    installed and answers here; a node that cannot start is a failure, never a skip)."""
+    started = RabbitNode.start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def chaos(node: RabbitNode, tmp_path: Path) -> Iterator[ChaosCluster]:
+    c = ChaosCluster(node.url, tmp_path)
     try:
         yield c
     finally:
         c.resume_all()
-        c.stop_all()
-        queues = (*SERVICE_QUEUES, *(f"{name}.commands" for name in FLEETS), "observer")
-        asyncio.run(delete_topology(broker_url, c.exchange, queues))
+        c.stop_all()  # the node and everything declared on it go with the node
 
 
 @pytest.fixture
@@ -139,8 +146,8 @@ def journal_time_s(journal: Path) -> float:
 class Run:
     """The faults as they happened: wall time since the start, what, jobs completed by then."""
 
-    def __init__(self, chaos: ChaosCluster, ends: Ends) -> None:
-        self.chaos, self.ends = chaos, ends
+    def __init__(self, chaos: ChaosCluster, ends: Ends, node: RabbitNode) -> None:
+        self.chaos, self.ends, self.node = chaos, ends, node
         self.began = time.monotonic()
         self.timeline: list[str] = []
 
@@ -189,7 +196,7 @@ class Run:
             await self.stop_past_the_grace(fault)
         else:
             reconnects = {name: chaos.events(name, "bus_reconnected") for name in chaos.processes}
-            down_s = await asyncio.to_thread(restart_broker, chaos.url, fault.down_s)
+            down_s = await asyncio.to_thread(self.node.restart, fault.down_s)
             self.note(f"broker answers again after {down_s:.1f} s")
 
             def back() -> bool:
@@ -200,17 +207,13 @@ class Run:
         assert not chaos.dead(), f"died: {chaos.dead()}"
 
 
-@pytest.mark.slow  # ~80-90 s: seeded kills, a stopped fleet and a broker restart
-async def test_every_job_completes_once_through_kills_a_stopped_fleet_and_a_broker_restart(chaos, ends, tmp_path):
-    if RESTART_BROKER:
-        problem = broker_restart_problem(chaos.url)
-        if problem:
-            pytest.fail(f"{problem}; the chaos test restarts the broker (RESTART_BROKER)")
+@pytest.mark.slow  # ~80-90 s, beside the other tests: seeded kills, a stopped fleet, a broker restart; its node ~10 s
+async def test_every_job_completes_once_through_kills_a_stopped_fleet_and_a_broker_restart(chaos, ends, node, tmp_path):
     seed = chaos_seed()
     faults = fault_schedule(seed, policies=POLICIES, fleets=tuple(FLEETS), grace_s=GRACE_S, broker=RESTART_BROKER)
     print(f"chaos seed {seed} (replay: GAVEL_CHAOS_SEED={seed}):", *faults, sep="\n  ")
     journal = tmp_path / "journal.sqlite"
-    run = Run(chaos, ends)
+    run = Run(chaos, ends, node)
     try:
         await survive(chaos, ends, run, seed, faults, journal, tmp_path)
     except (AssertionError, TimeoutError, RuntimeError) as e:

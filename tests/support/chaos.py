@@ -1,23 +1,19 @@
 """Faults for the real-broker chaos test (issue 13, tests/e2e/test_chaos.py): a seeded schedule of
-faults, service processes killed, stopped and restarted, the broker restarted, and what the run
-looked like from outside (every job's end as published, deduplicated by message id)."""
+faults, service processes killed, stopped and restarted (the broker restart is
+tests/support/rabbit_node.py's), and what the run looked like from outside (every job's end as published, deduplicated by message id)."""
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 import signal
 import subprocess
-import time
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.bus import Delivery
 from common.messages import JobCancelled, JobCompleted, JobFailed, JobRejected
-from common.transport.probe import amqp_problem
 from tests.support.processes import Cluster, logged
 
 # Events a service logs when part of it died; a process may live on after some of them.
@@ -113,41 +109,6 @@ class ChaosCluster(Cluster):
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
-
-
-def broker_restart_problem(url: str) -> str | None:
-    """Why this test cannot restart the broker at ``url`` (None: it can): rabbitmqctl restarts the
-    local node, so the URL must name this machine."""
-    host = urllib.parse.urlparse(url).hostname or "127.0.0.1"
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        return f"the broker at {host} is not this machine's, and rabbitmqctl restarts the local one"
-    if shutil.which("rabbitmqctl") is None:
-        return "rabbitmqctl is not on PATH"
-    return None
-
-
-def rabbitmqctl(*args: str) -> None:
-    done = subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-
-
-def restart_broker(url: str, down_s: float, timeout_s: float = 120.0) -> float:
-    """``rabbitmqctl stop_app``, ``down_s`` of a broker that is down (the fault), ``start_app``
-    whatever happened, then wait until the broker answers AMQP again. Returns the wall seconds
-    the broker did not answer."""
-    began = time.monotonic()
-    try:
-        rabbitmqctl("stop_app")
-        time.sleep(down_s)  # the fault itself: the broker stays down this long
-    finally:
-        rabbitmqctl("start_app")
-        deadline = time.monotonic() + timeout_s
-        while (problem := amqp_problem(url)) is not None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the broker did not answer within {timeout_s} s of start_app: {problem}")
-            time.sleep(0.2)  # polling a broker that is starting
-    return time.monotonic() - began
 
 
 @dataclass
