@@ -1,8 +1,9 @@
 """Hostile input end to end (issue 13): while a trace runs through the services on the in-memory
-bus, 10,000 hostile bodies are published on every routing key a service consumes -- random
-bytes, mutated messages, msgpack of the wrong shape, and well-formed messages of another key. No
+bus, hostile bodies are published on every routing key a service consumes -- random bytes,
+mutated messages, msgpack of the wrong shape, and well-formed messages of another key. No
 service stops, every one of them is dead-lettered with its reason, and the trace's results are
-an undisturbed run's to the bit. About 12 s (two runs, ~160,000 bodies)."""
+an undisturbed run's to the bit. A sweep (mark `deep`): 2,500 bodies a key under `make test`
+(~40,000 in all), 10,000 under `make test-deep` (~160,000), the same seeded bodies' first ones."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from sim.fastpath import RunConfig
 from sim.traces import read_trace
 from tests.support.data import REFERENCE
 from tests.support.fuzz import hostile_bodies, poison_for
+from tests.support.seeds import sweep
 
-BODIES_PER_KEY = 10_000
+BODIES_PER_KEY = len(sweep(10_000, 2_500))  # tests/support/seeds.py
 COMMAND_KINDS = ("run", "extend", "kill", "rendezvous", "fenced")  # worker.cmd.<worker>.<kind>
 
 
@@ -69,7 +71,8 @@ def consumed_keys(broker) -> list[str]:  # noqa: ANN001 - an InMemoryBroker
     return sorted(keys)
 
 
-@pytest.mark.slow  # ~30-80 s: two runs of a trace, ~160,000 hostile bodies
+@pytest.mark.deep
+@pytest.mark.slow  # two runs of a trace and the bodies: ~10 s under make test, ~30-80 s deep
 async def test_hostile_bodies_on_every_key_while_a_trace_runs_are_dead_lettered_and_change_nothing() -> None:
     context = shipped_context()
     trace = read_trace(REFERENCE / "static_n32_seed0.trace")
