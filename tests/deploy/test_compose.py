@@ -62,6 +62,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml  # the dev extra's PyYAML (the Makefile checks it is there): never a skip of this module
@@ -98,11 +99,12 @@ from common.messages import (
     WorkerRegistered,
 )
 from common.topics import topic_matches
+from common.topology import ESTIMATOR_INPUTS
 from tests.support.broker import broker_required
 from tests.support.waiting import until
 
-# One xdist worker runs the module: its broker tests share the definitions imported once (deployed)
-# and the services started once (services_running); the rest takes ~2 s.
+# One xdist worker runs the module: its broker tests share the definitions imported once, a vhost
+# for each use (imported), and the services started once (services_running); the rest takes ~2 s.
 pytestmark = pytest.mark.xdist_group("deploy")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1081,62 +1083,122 @@ def _rabbitmqctl(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
     return subprocess.run(["rabbitmqctl", "-q", *args], input=stdin, capture_output=True, text=True, timeout=60)
 
 
-@contextlib.contextmanager
-def _imported_definitions(
-    broker_url: str, *, queues: bool = True, without: tuple[str, ...] = ()
-) -> Iterator[dict[str, str]]:
-    """definitions.json imported into the local test broker under a unique vhost and unique user
-    names (users are broker-wide), removed afterwards. Yields service name -> its AMQP URL.
-    ``queues=False``: without the queues it declares (and their bindings), as users made by hand
-    with rabbitmqctl have them (docs/deploy.md section 2); ``without``: without these queues (and
-    their bindings), as definitions from before they were added have them."""
-    host = urllib.parse.urlparse(broker_url)
-    # Under `make test`/CI this broker is local (scripts/ensure-broker), so these fail rather
-    # than skip; a developer pointing GAVEL_AMQP_URL at a remote broker gets a skip with the reason.
-    unavailable = None
-    if shutil.which("rabbitmqctl") is None or host.hostname not in ("127.0.0.1", "localhost", "::1"):
-        unavailable = "importing definitions needs rabbitmqctl and the test broker on this host"
-    elif _rabbitmqctl("status").returncode != 0:
-        unavailable = "rabbitmqctl cannot reach the local broker node"
-    if unavailable:
-        if broker_required() and host.hostname in ("127.0.0.1", "localhost", "::1"):
-            pytest.fail(unavailable)
-        pytest.skip(unavailable)
-    suffix = uuid.uuid4().hex[:8]
-    vhost = f"gavel-deploy-test-{suffix}"
-    d = copy.deepcopy(definitions())
-    users = {u["name"]: f"{u['name']}-{suffix}" for u in d["users"]}
-    d["vhosts"] = [{"name": vhost}]
+# The vhosts this module's broker tests use, each definitions.json imported under a name of its
+# own, all in one import (below): variant -> how its definitions differ from the file's.
+# ``queues=False``: without the queues the file declares (and their bindings), as users made by
+# hand with rabbitmqctl have them (docs/deploy.md section 2); ``without``: without these queues
+# (and their bindings), as definitions from before they were added have them.
+VARIANTS: Mapping[str, Mapping[str, Any]] = {
+    "probe": {},  # the users' operations probed, allowed and refused (leaves messages behind)
+    "services": {},  # compose's services as processes: nothing else publishes there
+    "before-estimator": {"without": (f"{EXCHANGE}.{ESTIMATOR_INPUTS.name}",)},
+    "by-hand": {"queues": False},
+}
+ACTING_USER = "gavel-deploy-test"  # who the broker's log says removed the test's vhosts and users
+VHOST_SECTIONS = ("permissions", "topic_permissions", "parameters", "policies", "exchanges", "queues", "bindings")
+
+
+def _variant(
+    d: dict[str, Any], vhost: str, users: Mapping[str, str], *, queues: bool = True, without: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The vhost-scoped sections of definitions ``d`` under ``vhost`` and the ``users``' names."""
+    d = copy.deepcopy(d)
     if not queues:
         d["queues"] = [q for q in d["queues"] if q["name"] == DEAD_LETTERS]
         d["bindings"] = [b for b in d["bindings"] if b["destination"] == DEAD_LETTERS]
     d["queues"] = [q for q in d["queues"] if q["name"] not in without]
     d["bindings"] = [b for b in d["bindings"] if b["destination"] not in without]
-    for u in d["users"]:
-        u["name"] = users[u["name"]]
-    for section in ("permissions", "topic_permissions", "queues", "exchanges", "bindings", "policies"):
+    for section in VHOST_SECTIONS:
         for item in d.get(section, []):
             item["vhost"] = vhost
             if "user" in item:
                 item["user"] = users[item["user"]]
-    result = _rabbitmqctl("import_definitions", "--format", "json", stdin=json.dumps(d))
-    assert result.returncode == 0, result.stderr
+    return {section: d.get(section, []) for section in VHOST_SECTIONS}
+
+
+@contextlib.contextmanager
+def _imported_definitions(
+    broker_url: str, variants: Mapping[str, Mapping[str, Any]]
+) -> Iterator[dict[str, dict[str, str]]]:
+    """definitions.json imported into the local test broker, under a unique vhost for each of
+    ``variants`` (VARIANTS' options) and one set of unique user names (users are broker-wide),
+    granted on each vhost what the file grants; removed afterwards. Yields variant -> service name
+    -> its AMQP URL. One rabbitmqctl call imports them all and one removes them: each call costs
+    ~1.5 s of wall time and ~0.6 s of CPU (an Erlang VM's start), and a call per vhost and per
+    user (delete_vhost, delete_user) was ~40 calls a module run."""
+    host = urllib.parse.urlparse(broker_url)
+    # Under `make test`/CI this broker is local (scripts/ensure-broker), so these fail rather
+    # than skip; a developer pointing GAVEL_AMQP_URL at a remote broker gets a skip with the reason.
+    local = host.hostname in ("127.0.0.1", "localhost", "::1")
+    if shutil.which("rabbitmqctl") is None or not local:
+        _unavailable("importing definitions needs rabbitmqctl and the test broker on this host", local)
+    suffix = uuid.uuid4().hex[:8]
+    d = definitions()
+    users = {u["name"]: f"{u['name']}-{suffix}" for u in d["users"]}
+    vhosts = {variant: f"gavel-deploy-test-{variant}-{suffix}" for variant in variants}
+    combined: dict[str, Any] = {k: v for k, v in copy.deepcopy(d).items() if k not in VHOST_SECTIONS}
+    combined["users"] = [{**u, "name": users[u["name"]]} for u in combined["users"]]
+    combined["vhosts"] = [{"name": vhost} for vhost in vhosts.values()]
+    for section in VHOST_SECTIONS:
+        combined[section] = []
+    for variant, options in variants.items():
+        for section, items in _variant(d, vhosts[variant], users, **options).items():
+            combined[section] += items
+    result = _rabbitmqctl("import_definitions", "--format", "json", stdin=json.dumps(combined))
+    if result.returncode != 0 and _rabbitmqctl("status").returncode != 0:
+        _unavailable("rabbitmqctl cannot reach the local broker node", local)
     try:
-        where = f"{host.hostname}:{host.port or 5672}/{vhost}"
+        assert result.returncode == 0, result.stderr
+        where = f"{host.hostname}:{host.port or 5672}"
         yield {
-            name: f"amqp://{users[spec.user]}:{env_example()[spec.password_var]}@{where}" for name, spec in SERVICES.items()
+            variant: {
+                name: f"amqp://{users[spec.user]}:{env_example()[spec.password_var]}@{where}/{vhost}"
+                for name, spec in SERVICES.items()
+            }
+            for variant, vhost in vhosts.items()
         }
     finally:
+        _remove(list(vhosts.values()), list(users.values()))
+
+
+def _unavailable(reason: str, local: bool) -> None:
+    if broker_required() and local:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _remove(vhosts: list[str], users: list[str]) -> None:
+    """The vhosts and users, in one call (rabbitmqctl eval, the functions delete_vhost and
+    delete_user call); if that fails (another broker version, one already gone), one call each."""
+
+    def erlang(names: list[str]) -> str:
+        return ", ".join(f'<<"{name}">>' for name in names)
+
+    acting = f'<<"{ACTING_USER}">>'
+    removed = _rabbitmqctl(
+        "eval",
+        f"[rabbit_vhost:delete(V, {acting}) || V <- [{erlang(vhosts)}]] ++ "
+        f"[rabbit_auth_backend_internal:delete_user(U, {acting}) || U <- [{erlang(users)}]].",
+    )
+    if removed.returncode == 0 and removed.stdout.strip() == f"[{','.join(['ok'] * (len(vhosts) + len(users)))}]":
+        return
+    for vhost in vhosts:
         _rabbitmqctl("delete_vhost", vhost)
-        for user in users.values():
-            _rabbitmqctl("delete_user", user)
+    for user in users:
+        _rabbitmqctl("delete_user", user)
 
 
 @pytest.fixture(scope="module")
-def deployed(broker_url: str) -> Iterator[dict[str, str]]:
-    """The definitions on the test broker, for probing permissions (leaves messages behind)."""
-    with _imported_definitions(broker_url) as urls:
+def imported(broker_url: str) -> Iterator[dict[str, dict[str, str]]]:
+    """Every variant of the definitions on the test broker (VARIANTS), once a module."""
+    with _imported_definitions(broker_url, VARIANTS) as urls:
         yield urls
+
+
+@pytest.fixture(scope="module")
+def deployed(imported: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The definitions on the test broker, for probing permissions (leaves messages behind)."""
+    return imported["probe"]
 
 
 def _bus(url: str, name: str) -> Any:
@@ -1156,7 +1218,7 @@ def _feeder(name: str) -> tuple[str, str]:
     raise AssertionError(f"no service publishes what {name} is bound to")
 
 
-@pytest.mark.slow  # ~3 s importing the definitions (once a module), then 0.1-0.5 s a service
+@pytest.mark.slow  # ~1-1.5 s importing the definitions (once a module, every variant), then 0.1-0.3 s a service
 @pytest.mark.parametrize("name", GAVEL_SERVICES)
 def test_each_user_can_do_its_services_work_on_the_broker(name: str, deployed: dict[str, str]) -> None:
     """The service's own bus operations (RabbitBus), as its user: start, subscribe to its queues,
@@ -1220,7 +1282,7 @@ def test_the_cli_can_make_sure_the_submission_queues_exist(deployed: dict[str, s
     asyncio.run(declare())
 
 
-def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(broker_url: str) -> None:
+def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(imported: dict[str, dict[str, str]]) -> None:
     """Definitions from before the estimator's queue (the mechanism's is there), no estimator ever
     started: the CLI user may not create the estimator's queue. `gavel submit` says in one line that
     the estimator will not see these jobs, and what to do, and publishes them all the same (the
@@ -1228,73 +1290,74 @@ def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(broker
     queue would not receive, says nothing about it."""
     import aio_pika
 
-    from common.topology import ESTIMATOR_INPUTS, MECHANISM_SUBMISSIONS
+    from common.topology import MECHANISM_SUBMISSIONS
 
     estimator_queue = f"{EXCHANGE}.{ESTIMATOR_INPUTS.name}"
-    with _imported_definitions(broker_url, without=(estimator_queue,)) as urls:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-        env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
+    assert VARIANTS["before-estimator"] == {"without": (estimator_queue,)}
+    urls = imported["before-estimator"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+    env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
 
-        def gavel(*argv: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
-            )
+    def gavel(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )
 
-        out = gavel("submit", "--job-type", "A3C", "--steps", "100", "--job-id", "early", "--no-wait")
-        assert out.returncode == 0 and out.stdout.strip() == "early", out.stderr
-        user = urllib.parse.urlparse(urls["cli"]).username
-        assert out.stderr.strip().splitlines() == [
-            f"gavel: warning: the estimator will not see these jobs until its queue exists: queue {estimator_queue!r} does "
-            f"not exist and user {user!r} may not create it; start `gavel serve estimator` once, or load "
-            "deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
-        ], out.stderr
-        cancel = gavel("cancel", "early", "--timeout-s", "0.5")
-        assert cancel.returncode == 1 and cancel.stderr.strip().splitlines() == [
-            "gavel: no answer from the mechanism within 0.5 s (is it running?); the cancel waits in its queue and "
-            "applies when it runs"
-        ], cancel.stderr
+    out = gavel("submit", "--job-type", "A3C", "--steps", "100", "--job-id", "early", "--no-wait")
+    assert out.returncode == 0 and out.stdout.strip() == "early", out.stderr
+    user = urllib.parse.urlparse(urls["cli"]).username
+    assert out.stderr.strip().splitlines() == [
+        f"gavel: warning: the estimator will not see these jobs until its queue exists: queue {estimator_queue!r} does "
+        f"not exist and user {user!r} may not create it; start `gavel serve estimator` once, or load "
+        "deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+    ], out.stderr
+    cancel = gavel("cancel", "early", "--timeout-s", "0.5")
+    assert cancel.returncode == 1 and cancel.stderr.strip().splitlines() == [
+        "gavel: no answer from the mechanism within 0.5 s (is it running?); the cancel waits in its queue and "
+        "applies when it runs"
+    ], cancel.stderr
 
-        async def waiting() -> dict[str, int | None]:
-            """Messages in each queue (a passive declaration: no permission needed), None: no queue."""
-            connection = await aio_pika.connect(urls["cli"])
-            counts: dict[str, int | None] = {}
-            try:
-                for name in (f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}", estimator_queue):
-                    channel = await connection.channel()
-                    try:
-                        declared = await channel.declare_queue(name, passive=True)
-                        counts[name] = declared.declaration_result.message_count
-                    except aio_pika.exceptions.ChannelNotFoundEntity:
-                        counts[name] = None
-            finally:
-                await connection.close()
-            return counts
+    async def waiting() -> dict[str, int | None]:
+        """Messages in each queue (a passive declaration: no permission needed), None: no queue."""
+        connection = await aio_pika.connect(urls["cli"])
+        counts: dict[str, int | None] = {}
+        try:
+            for name in (f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}", estimator_queue):
+                channel = await connection.channel()
+                try:
+                    declared = await channel.declare_queue(name, passive=True)
+                    counts[name] = declared.declaration_result.message_count
+                except aio_pika.exceptions.ChannelNotFoundEntity:
+                    counts[name] = None
+        finally:
+            await connection.close()
+        return counts
 
-        # the submission, its seal and the cancel wait for the mechanism
-        assert asyncio.run(waiting()) == {f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}": 3, estimator_queue: None}
+    # the submission, its seal and the cancel wait for the mechanism
+    assert asyncio.run(waiting()) == {f"{EXCHANGE}.{MECHANISM_SUBMISSIONS.name}": 3, estimator_queue: None}
 
 
-def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(broker_url: str) -> None:
+def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(imported: dict[str, dict[str, str]]) -> None:
     """Users made by hand (no submissions queue) and a mechanism never started: the CLI user may
     not create the mechanism's queue, and `gavel submit` / `gavel cancel` say so and what to do,
     instead of ~60 lines of ChannelAccessRefused (issue 9)."""
-    with _imported_definitions(broker_url, queues=False) as urls:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-        env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
-        for argv in (("submit", "--job-type", "A3C", "--steps", "100"), ("cancel", "x")):
-            out = subprocess.run(
-                [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
-            )
-            assert out.returncode == 1, out.stderr
-            user = urllib.parse.urlparse(urls["cli"]).username
-            assert out.stderr.strip().splitlines() == [
-                f"gavel: the mechanism has never run here: queue 'gavel.mechanism.submissions' does not exist and "
-                f"user {user!r} may not create it; start it once (`gavel serve mechanism` declares its queues), or "
-                "load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
-            ], out.stderr
+    urls = imported["by-hand"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+    env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
+    for argv in (("submit", "--job-type", "A3C", "--steps", "100"), ("cancel", "x")):
+        out = subprocess.run(
+            [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )
+        assert out.returncode == 1, out.stderr
+        user = urllib.parse.urlparse(urls["cli"]).username
+        assert out.stderr.strip().splitlines() == [
+            f"gavel: the mechanism has never run here: queue 'gavel.mechanism.submissions' does not exist and "
+            f"user {user!r} may not create it; start it once (`gavel serve mechanism` declares its queues), or "
+            "load deploy/rabbitmq/definitions.json into the broker (docs/deploy.md)"
+        ], out.stderr
 
 
-@pytest.mark.slow  # ~0.6 s, with the definitions' import (~3 s) it shares
+@pytest.mark.slow  # ~0.5 s, with the definitions' import (~1-1.5 s) it shares
 def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]) -> None:
     import aio_pika
     import aiormq
@@ -1395,7 +1458,7 @@ def test_the_broker_refuses_what_the_definitions_refuse(deployed: dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def services_running(imported: dict[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """What `docker compose up` starts with .env.example's profile (policy, mechanism, estimator,
     fleet), each a local process with the entrypoint, command and environment compose gives it (the
     broker and the paths pointed at this machine), as its own user on the imported definitions.
@@ -1417,7 +1480,7 @@ def services_running(broker_url: str, tmp_path_factory: pytest.TempPathFactory) 
 
     processes: dict[str, subprocess.Popen[bytes]] = {}
     with contextlib.ExitStack() as stack:
-        deployed = stack.enter_context(_imported_definitions(broker_url))  # a vhost of their own
+        deployed = imported["services"]  # a vhost of their own
         stack.callback(_stop, processes)
         for name in ("policy", "mechanism", "estimator", "fleet"):
             log = open(run / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -1449,16 +1512,28 @@ def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
-def _gavel(running: dict[str, Any], *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    argv_ = [running["gavel"], *argv]
-    return subprocess.run(argv_, env=running["env"], capture_output=True, text=True, timeout=timeout_s)
+def _gavel(running: dict[str, Any], *argv: str) -> subprocess.CompletedProcess[str]:
+    """`gavel ARGV` as the cli service runs it (its environment, as gavel-cli): its exit code and
+    what it printed. In this process (services.cli.main), not in one of its own: the commands'
+    answers are what these tests check, and the ~30 runs of a module (health polls, `gavel
+    cluster`, `gavel jobs`) cost ~0.4 s of CPU each as processes. The services themselves, and
+    their entrypoints, run as processes."""
+    from services.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, running["env"], clear=True), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as e:  # argparse's refusals exit from the parser
+            code = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(["gavel", *argv], code, out.getvalue(), err.getvalue())
 
 
 def _logs(running: dict[str, Any]) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(running["dir"].glob("*.log")))
 
 
-@pytest.mark.slow  # ~10-15 s: the services started as processes (once a module), then healthy
+@pytest.mark.slow  # ~5-12 s (~3 s of CPU): the services started as processes (once a module), then healthy
 def test_the_compose_services_run_as_their_users(services_running: dict[str, Any]) -> None:
     """Each becomes healthy (`gavel health`, as the compose healthcheck runs it) and the CLI, as
     gavel-cli, gets the mechanism's answer."""
@@ -1485,7 +1560,7 @@ def test_the_compose_services_run_as_their_users(services_running: dict[str, Any
     assert json.loads(answer.stdout)["capacity_gpus"], _logs(services_running)
 
 
-@pytest.mark.slow  # ~7-10 s: a trace through the services as processes
+@pytest.mark.slow  # ~3-4 s: a trace through the services as processes
 def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str, Any]) -> None:
     test_the_compose_services_run_as_their_users(services_running)
     trace = services_running["dir"] / "small.jsonl"
@@ -1511,7 +1586,7 @@ def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str,
             states = {str(row["id"]): row["state"] for row in json.loads(answer.stdout)}
             if all(states.get(job_id) == "completed" for job_id in ids):
                 break
-        time.sleep(1)
+        time.sleep(0.5)
     assert all(states.get(job_id) == "completed" for job_id in ids), f"{states}\n{_logs(services_running)}"
     cancelled = _gavel(services_running, "cancel", ids[0])  # the CLI user may cancel; an ended job says so
     assert cancelled.returncode == 1 and "has already completed" in cancelled.stderr, cancelled.stderr
@@ -1519,7 +1594,7 @@ def test_a_trace_submitted_by_the_cli_user_completes(services_running: dict[str,
     assert letters.returncode == 0 and json.loads(letters.stdout) == [], letters.stdout
 
 
-@pytest.mark.slow  # ~6 s, and ~10 s stopping the module's services after it
+@pytest.mark.slow  # ~4 s, and ~2 s after it: the module's services stopped (~0.3 s), the definitions removed
 def test_a_real_worker_joins_as_its_user_and_a_time_scaled_mechanism_refuses_it(services_running: dict[str, Any]) -> None:
     """compose's `worker` service as a local process, as gavel-worker (its checkpoint and run
     directories pointed at this machine): it becomes healthy, so its user may declare its queue,
