@@ -3,8 +3,11 @@ line as a user runs it: `gavel simulate` (both engines), `gavel sweep` (its work
 resolve the spec), `gavel policy solve` and `gavel policy list`, by entry point and by
 package.module:Name; a broken plug-in refused in one line naming it, exit 2, before anything runs.
 
-The package is pip-installed once into a temporary directory and reached through PYTHONPATH (the
-project's venv is not changed); each command is its own process, as a user's is.
+The package is pip-installed once into a temporary directory (the project's venv is not changed).
+The commands run in-process (services.cli.main) with that directory on sys.path, where
+importlib.metadata finds the entry points as it does on PYTHONPATH; the sweeps' worker processes
+are real (spawned, they resolve the spec again). `gavel policy solve`/`list` and one refusal run
+as processes on PYTHONPATH, as a user's do: a fresh interpreter, its whole stderr one line.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from services.cli import main
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
@@ -28,7 +32,24 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("--jobs", "8", "--static", "--multi-gpu", "--cluster", "v100=8,p100=8,k80=8", "--gpus-per-server", "4")
 
 
-def gavel(example_plugins: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def plugged(on_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example plug-ins found in this process, and no GAVEL_ setting of the test run's."""
+    for name in [k for k in os.environ if k.startswith("GAVEL_")]:
+        monkeypatch.delenv(name)
+    return on_path
+
+
+def gavel(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`gavel ARGV` in this process: its exit code, stdout and stderr (file descriptors: what a
+    sweep's worker processes write too)."""
+    code = main(list(argv))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def gavel_process(example_plugins: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """`gavel ARGS` as a user's process, the plug-ins on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
     env["PYTHONPATH"] = str(example_plugins)
     return subprocess.run(
@@ -42,8 +63,8 @@ def jobs_csv(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.slow  # ~12 s: four simulations, each a process
-def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference(example_plugins: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # ~2 s of CPU: four 8-job simulations in-process, one on the services engine
+def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference(plugged: Path, tmp_path: Path, capfd) -> None:
     """The same schedule by either name and on either engine; the plug-in's own (not FIFO's)."""
     runs = {}
     for label, policy, engine in (
@@ -51,8 +72,8 @@ def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference
         ("services", POLICY_REFERENCE, "services"), ("fifo", "fifo", "fast"),
     ):
         out = tmp_path / label
-        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", policy, "--engine", engine, "--out", str(out), "--no-plots")
-        assert done.returncode == 0, done.stderr
+        code, _, stderr = gavel(capfd, "simulate", *GENERATED, "--policy", policy, "--engine", engine, "--out", str(out), "--no-plots")
+        assert code == 0, stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["policy"] == policy and summary["jobs_completed"] == 8
         runs[label] = [(r["job_id"], r["start_s"], r["completion_s"]) for r in jobs_csv(out)]
@@ -60,14 +81,14 @@ def test_simulate_runs_the_example_policy_by_entry_point_and_by_module_reference
     assert runs["entry"] != runs["fifo"]
 
 
-@pytest.mark.slow  # ~8 s: a sweep of 3 runs on 2 worker processes
-def test_sweep_resolves_the_plugin_in_its_worker_processes(example_plugins: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # ~1.5 s of CPU (2-5 s of wall on a loaded machine): a sweep of 3 runs on 2 spawned worker processes
+def test_sweep_resolves_the_plugin_in_its_worker_processes(plugged: Path, tmp_path: Path, capfd) -> None:
     out = tmp_path / "sweep"
-    done = gavel(
-        example_plugins, "sweep", "--policies", f"{POLICY_ENTRY_POINT},{POLICY_REFERENCE},fifo", "--rates", "4", "--jobs", "8",
+    code, _, stderr = gavel(
+        capfd, "sweep", "--policies", f"{POLICY_ENTRY_POINT},{POLICY_REFERENCE},fifo", "--rates", "4", "--jobs", "8",
         "--cluster", "2:2:2", "--processes", "2", "--out", str(out),
     )
-    assert done.returncode == 0, done.stderr
+    assert code == 0, stderr
     with (out / "sweep.csv").open() as f:
         jct = {row["policy"]: float(row["avg_jct_s"]) for row in csv.DictReader(f)}
     assert set(jct) == {POLICY_ENTRY_POINT, POLICY_REFERENCE, "fifo"}
@@ -75,14 +96,15 @@ def test_sweep_resolves_the_plugin_in_its_worker_processes(example_plugins: Path
 
 
 def test_policy_solve_and_list_take_the_plugin(example_plugins: Path, tmp_path: Path) -> None:
+    """As processes on PYTHONPATH, as a user runs them: ~1 s of CPU (two interpreters)."""
     out = tmp_path / "allocation.json"
     problem = ROOT / "docs" / "examples" / "problem.json"
-    done = gavel(example_plugins, "policy", "solve", "--policy", POLICY_REFERENCE, "--input", str(problem), "--output", str(out))
+    done = gavel_process(example_plugins, "policy", "solve", "--policy", POLICY_REFERENCE, "--input", str(problem), "--output", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["status"] == "optimal" and result["policy"] == "weighted_share"
     assert all(0 <= sum(entry["fractions"].values()) <= 1 + 1e-9 for entry in result["allocation"])
-    listing = gavel(example_plugins, "policy", "list", "--json")
+    listing = gavel_process(example_plugins, "policy", "list", "--json")
     rows = {row["name"]: row["summary"] for row in json.loads(listing.stdout)}
     assert rows[POLICY_ENTRY_POINT] == f"installed plug-in ({POLICY_REFERENCE})"
     assert "max_min_fairness_perf" in rows
@@ -96,29 +118,46 @@ BROKEN = [
 ]
 
 
-@pytest.mark.slow  # ~10 s: eight refusals, each a process that stops before running anything
-@pytest.mark.parametrize(("spec", "reason"), BROKEN)
-def test_a_broken_plugin_is_refused_in_one_line_by_every_command(example_plugins: Path, tmp_path: Path, spec: str, reason: str) -> None:
-    commands = {
+def refusals(spec: str, tmp_path: Path) -> dict[str, tuple[str, ...]]:
+    """The commands that must refuse ``spec``, by the flag that names it."""
+    return {
         "--policy": ("simulate", *GENERATED, "--policy", spec, "--out", str(tmp_path / "run")),
         "--policies": ("sweep", "--policies", f"fifo,{spec}", "--rates", "4", "--jobs", "4", "--cluster", "2:2:2",
                        "--out", str(tmp_path / "sweep")),
     }
-    for flag, argv in commands.items():
-        done = gavel(example_plugins, *argv)
-        line = done.stderr.strip()
-        assert done.returncode == 2 and "\n" not in line, done.stderr
+
+
+@pytest.mark.parametrize(("spec", "reason"), BROKEN)
+def test_a_broken_plugin_is_refused_in_one_line_by_every_command(plugged: Path, tmp_path: Path, capfd, spec: str, reason: str) -> None:
+    """In-process, a few hundredths of a second each (the refusal comes before anything runs)."""
+    for flag, argv in refusals(spec, tmp_path).items():
+        code, stdout, stderr = gavel(capfd, *argv)
+        line = stderr.strip()
+        assert (code, stdout) == (2, "") and "\n" not in line, stderr
         assert line.startswith(f"gavel: {flag}: policy plug-in {spec!r}: {reason}"), line
     # the services refuse it at start, before they reach a broker
     for argv in (("serve", "policy", "--policy", spec), ("serve", "mechanism", "--policy", spec, "--no-journal")):
-        done = gavel(example_plugins, *argv, "--broker-wait-s", "0", "--amqp", "amqp://guest:guest@127.0.0.1:1/")
-        assert done.returncode == 2, done.stderr
-        assert f"gavel: --policy: policy plug-in {spec!r}: {reason}" in done.stderr
+        code, _, stderr = gavel(capfd, *argv, "--broker-wait-s", "0", "--amqp", "amqp://guest:guest@127.0.0.1:1/")
+        assert code == 2, stderr
+        assert f"gavel: --policy: policy plug-in {spec!r}: {reason}" in stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
 
 
-@pytest.mark.slow  # ~5 s: two simulations
-def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(example_plugins: Path, tmp_path: Path) -> None:
+def test_a_broken_plugin_is_refused_by_a_users_process_in_its_one_line(example_plugins: Path, tmp_path: Path) -> None:
+    """What the process writes to stderr as a whole (a fresh interpreter's imports, its logging)
+    is the one line, for `gavel simulate` and `gavel sweep` alike. ~1 s: two processes that stop
+    before running anything."""
+    spec, reason = BROKEN[0]
+    for flag, argv in refusals(spec, tmp_path).items():
+        done = gavel_process(example_plugins, *argv)
+        line = done.stderr.strip()
+        assert (done.returncode, done.stdout) == (2, "") and "\n" not in line, done.stderr
+        assert line.startswith(f"gavel: {flag}: policy plug-in {spec!r}: {reason}"), line
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.slow  # ~1 s of CPU: two 8-job simulations in-process
+def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(plugged: Path, tmp_path: Path, capfd) -> None:
     """The plug-in answers while one job is known and raises once more arrive: the run keeps the
     last allocation (jobs it leaves out run on the GPUs it leaves idle), every job completes on
     either engine, and the run's log says so once, naming the plug-in and what it raised."""
@@ -126,10 +165,12 @@ def test_a_plugin_raising_in_allocate_costs_answers_not_the_run(example_plugins:
     pattern = re.compile(rf"policy plug-in {re.escape(repr(spec))}: allocate raised RuntimeError: cannot share between [2-8] jobs")
     for engine in ("fast", "services"):
         out = tmp_path / engine
-        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", spec, "--engine", engine, "--out", str(out), "--no-plots")
-        assert done.returncode == 0, done.stderr
+        code, stdout, stderr = gavel(
+            capfd, "simulate", *GENERATED, "--policy", spec, "--engine", engine, "--out", str(out), "--no-plots",
+        )
+        assert code == 0, stderr
         assert json.loads((out / "summary.json").read_text())["jobs_completed"] == 8
-        assert f"the services' log of the run: {out / 'simulation.log'}" in done.stdout
+        assert f"the services' log of the run: {out / 'simulation.log'}" in stdout
         events = [json.loads(line) for line in (out / "simulation.log").read_text().splitlines()]
         degraded = [e for e in events if e["event"] == "allocation_degraded"]
         assert len(degraded) == 1 and pattern.fullmatch(str(degraded[0]["error"])), degraded  # said once
@@ -156,16 +197,19 @@ def most_at_once(rows: list[dict[str, str]]) -> int:
     return most
 
 
-@pytest.mark.slow  # ~20-35 s (a loaded machine): three simulations and three sweeps, each a process
-def test_simulate_and_sweep_take_the_example_placement_and_admission(example_plugins: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # ~3 s of CPU: three simulations in-process, three sweeps of two runs on one worker process each
+def test_simulate_and_sweep_take_the_example_placement_and_admission(plugged: Path, tmp_path: Path, capfd) -> None:
     """per_entity_jobs with max_jobs=2 (a generated trace's jobs have no entity: one entity)
     keeps at most 2 jobs running at once where accept-all runs more; by entry point and by
-    module:Name the same schedule, in `gavel simulate` and in `gavel sweep`."""
+    module:Name the same schedule, in `gavel simulate` and in `gavel sweep` (its worker process
+    resolves the seams again)."""
     runs = {}
     for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
         out = tmp_path / label
-        done = gavel(example_plugins, "simulate", *GENERATED, "--policy", "max_min_fairness_perf", *seams, "--out", str(out), "--no-plots")
-        assert done.returncode == 0, done.stderr
+        code, _, stderr = gavel(
+            capfd, "simulate", *GENERATED, "--policy", "max_min_fairness_perf", *seams, "--out", str(out), "--no-plots",
+        )
+        assert code == 0, stderr
         runs[label] = jobs_csv(out)
         assert len(runs[label]) == 8 and all(r["completion_s"] for r in runs[label])
     assert runs["entry"] == runs["module"]
@@ -174,10 +218,10 @@ def test_simulate_and_sweep_take_the_example_placement_and_admission(example_plu
     sweeps = {}
     for label, seams in (("entry", SEAMS_BY_ENTRY_POINT), ("module", SEAMS_BY_REFERENCE), ("default", ())):
         out = tmp_path / f"sweep-{label}"
-        done = gavel(
-            example_plugins, "sweep", "--policies", "fifo,max_min_fairness_perf", "--rates", "4", "--jobs", "8", "--cluster", "2:2:2",
-            "--processes", "2", *seams, "--out", str(out),
+        code, _, stderr = gavel(
+            capfd, "sweep", "--policies", "fifo,max_min_fairness_perf", "--rates", "4", "--jobs", "8", "--cluster", "2:2:2",
+            "--processes", "1", *seams, "--out", str(out),
         )
-        assert done.returncode == 0, done.stderr
+        assert code == 0, stderr
         sweeps[label] = (out / "sweep.csv").read_text()
     assert sweeps["entry"] == sweeps["module"] != sweeps["default"]  # the cap reaches the sweep's workers
