@@ -31,7 +31,7 @@ def gavel(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.slow  # ~4-11 s: a run with plots
+@pytest.mark.slow  # ~2 s of CPU (2-5 s of wall on a loaded machine): a run with plots
 def test_the_static_reference_trace_reproduces_gavels_average_jct(tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, _ = gavel(
@@ -49,7 +49,7 @@ def test_the_static_reference_trace_reproduces_gavels_average_jct(tmp_path, caps
         assert len(list(csv.DictReader(f))) == 32
 
 
-@pytest.mark.slow  # ~15-23 s: a run per policy, plots drawn
+@pytest.mark.slow  # ~2.5 s of CPU: a run per policy, plots drawn; then the same runs undrawn, for --json
 def test_several_policies_write_a_comparison_and_print_its_table(tmp_path, capsys):
     policies = ["max_min_fairness", "max_min_fairness_perf"]
     out = tmp_path / "cmp"
@@ -72,7 +72,7 @@ def test_several_policies_write_a_comparison_and_print_its_table(tmp_path, capsy
 
     code, stdout, _ = gavel(
         capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--preset", "gavel",
-        "--policies", ",".join(policies), "--out", str(tmp_path / "again"), "--json",
+        "--policies", ",".join(policies), "--out", str(tmp_path / "again"), "--json", "--no-plots",  # the same rows, undrawn
     )
     assert code == 0
     printed = json.loads(stdout)
@@ -112,25 +112,25 @@ def test_no_plots_never_imports_matplotlib(tmp_path):
     assert json.loads(done.stdout)["jobs_total"] == 32
 
 
-@pytest.mark.slow  # ~10-17 s: the run on both engines
+@pytest.mark.slow  # ~2 s of CPU: the run on both engines (undrawn: only the numbers are compared)
 def test_the_services_engine_gives_the_fast_paths_numbers(tmp_path, capsys):
     averages = {}
     for engine in ("fast", "services"):
         code, _, _ = gavel(
             capsys, "simulate", "--trace", STATIC, "--cluster", "4:4:4", "--policy", "max_min_fairness_packed",
-            "--engine", engine, "--out", str(tmp_path / engine),
+            "--engine", engine, "--out", str(tmp_path / engine), "--no-plots",
         )
         assert code == 0
         averages[engine] = json.loads((tmp_path / engine / "summary.json").read_text())["avg_jct_s"]
     assert averages["services"] == averages["fast"]
 
 
-@pytest.mark.slow  # ~5-11 s: a generated 1,200-job trace simulated
 def test_generation_options_make_gavels_trace_for_the_seed(tmp_path, capsys):
+    """Two generated traces (24 and 10 jobs) simulated, undrawn: ~0.5 s."""
     out = tmp_path / "gen"
     code, stdout, _ = gavel(
         capsys, "simulate", "--jobs", "24", "--jobs-per-hour", "3", "--multi-gpu", "--trace-seed", "3",
-        "--cluster", "8:8:8", "--policy", "fifo_perf", "--window", "4:20", "--out", str(out), "--json",
+        "--cluster", "8:8:8", "--policy", "fifo_perf", "--window", "4:20", "--out", str(out), "--json", "--no-plots",
     )
     assert code == 0
     table = shipped_context().table
@@ -142,7 +142,7 @@ def test_generation_options_make_gavels_trace_for_the_seed(tmp_path, capsys):
 
     code, stdout, _ = gavel(
         capsys, "simulate", "--jobs", "10", "--static", "--cluster", "2:2:2", "--policy", "max_min_fairness",
-        "--seed", "1", "--out", str(tmp_path / "static"), "--json",
+        "--seed", "1", "--out", str(tmp_path / "static"), "--json", "--no-plots",
     )
     assert code == 0
     assert {job.arrival_time_s for job in read_trace(tmp_path / "static" / "trace.trace")} == {0.0}
@@ -272,10 +272,10 @@ def test_a_bad_sweep_input_is_one_line_and_exit_2(argv, message, tmp_path, capsy
     assert message in stderr
 
 
-@pytest.mark.slow  # ~25-40 s: gavel demo's three runs
+@pytest.mark.slow  # ~4 s of CPU (5-10 s of wall): gavel demo's three runs of 12 jobs on the services, plots drawn
 def test_the_demo_prints_the_comparison_and_the_winner(tmp_path, capsys):
     out = tmp_path / "demo"
-    code, stdout, _ = gavel(capsys, "demo", "--jobs", "30", "--out", str(out))
+    code, stdout, _ = gavel(capsys, "demo", "--jobs", "12", "--out", str(out))  # the default 300's output, on fewer jobs
     assert code == 0
     policies = ["max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed"]
     comparison = json.loads((out / "comparison.json").read_text())
