@@ -1,10 +1,14 @@
 """``python -m worker_service.workloads`` as a person and as a worker run it: real subprocesses,
 real torch, the real lease iterator (no mocks).
 
-Cost: about 20-25 s on a 2-core CPU, nearly all of it interpreter and torch start-up (about 3 s
-per process that trains): a run by hand, a bad data directory, a 2-rank gloo gang (two processes
-at once), and two leases under a simulated worker. An unknown job type exits before torch is
-imported. Every subprocess runs with one thread (OMP_NUM_THREADS, GAVEL_NUM_THREADS).
+Cost: nearly all of it interpreter and torch start-up (about 3 s per process that trains, ~2.5 s
+of CPU): a run by hand, a bad data directory, a 2-rank gloo gang (two processes at once), and two
+leases under a simulated worker. The five processes that depend on nothing start together when the
+first test needs one (``started``), so that they share the cores rather than queue: the file
+takes 16-17.5 s wall and ~21 s of CPU on 2 cores at load ~3 (20.8-22.2 s wall, the same CPU, with
+the processes one after the other).
+An unknown job type exits before torch is imported. Every subprocess runs with one thread
+(OMP_NUM_THREADS, GAVEL_NUM_THREADS).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,9 @@ import torch
 from tests.unit.test_workloads import assert_same
 from worker_service.workloads import entry_for
 from worker_service.workloads.runner import UsageError, main, parse_settings
+
+# One xdist worker for the module: ``started`` launches its processes once, not once a worker.
+pytestmark = pytest.mark.xdist_group("workload-runner")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHEAPEST = "A3C"  # about 12 ms a step at "small" (docs/workloads.md)
@@ -61,12 +69,59 @@ def parameters(checkpoint: Path) -> dict[str, torch.Tensor]:
     return torch.load(checkpoint / "state.pt", weights_only=True)["model"]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lease(path: Path, lease_id: str, step_budget: int) -> None:
+    body = {"lease_id": lease_id, "round_id": int(lease_id.split(":")[0]), "lease_end_unix_s": time.time() + 3600,
+            "step_budget": step_budget, "stop": False}
+    path.write_text(json.dumps(body))
+
+
+def worker_files(where: Path) -> dict[str, str]:
+    """A simulated worker's variables for a job whose files are in ``where``."""
+    return {"GAVEL_LEASE_FILE": str(where / "lease.json"), "GAVEL_PROGRESS_FILE": str(where / "progress.json"),
+            "GAVEL_CHECKPOINT_DIR": str(where / "ckpt"), "GAVEL_JOB_ID": "7"}
+
+
+UNDER_A_WORKER = ("--job-type", CHEAPEST, "--steps", "1000")  # --steps is the by-hand limit: a lease overrides it
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, subprocess.Popen[str]]]]:
+    """The processes that depend on nothing, all started at once (name -> its directory, the
+    process): a run by hand, a bad data directory, both ranks of a gang, and a worker's first
+    lease. Each test waits for its own; any left running at the end is killed."""
+    where = {name: tmp_path_factory.mktemp(name) for name in ("by-hand", "bad-data", "gang", "lease")}
+    lease(where["lease"] / "lease.json", "1:0", step_budget=4)
+    port = str(free_port())
+    gang = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}
+    processes = {
+        "by-hand": (where["by-hand"], start("--job-type", "Transformer (batch size 16)", "--steps", "3", "--checkpoint-dir", str(where["by-hand"]))),
+        "bad-data": (where["bad-data"], start("--job-type", "LM (batch size 5)", "--steps", "2", "--data-dir", str(where["bad-data"]))),
+        **{f"gang-{rank}": (where["gang"], start("--job-type", CHEAPEST, "--steps", "2", "--checkpoint-dir", str(where["gang"]), **gang, RANK=str(rank)))
+           for rank in (0, 1)},
+        "lease": (where["lease"], start(*UNDER_A_WORKER, **worker_files(where["lease"]))),
+    }
+    try:
+        yield processes
+    finally:
+        for _, process in processes.values():
+            if process.poll() is None:  # its test failed before waiting for it
+                process.kill()
+                process.communicate()
+
+
 # -- by hand ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # ~10-20 s: a PyTorch process trains and checkpoints
-def test_by_hand_it_trains_the_steps_and_checkpoints_them(tmp_path):
-    code, out, err = run("--job-type", "Transformer (batch size 16)", "--steps", "3", "--checkpoint-dir", str(tmp_path))
+@pytest.mark.slow  # ~7 s, the five processes of `started` starting together: a PyTorch process trains and checkpoints
+def test_by_hand_it_trains_the_steps_and_checkpoints_them(started):
+    tmp_path, process = started["by-hand"]
+    code, out, err = finish(process)
     assert (code, err) == (0, "")
     # a line at the first step and one at the end, by default (the 30 s cadence is not reached)
     first, last = out.splitlines()
@@ -82,9 +137,9 @@ def test_an_unknown_job_type_is_exit_2_and_one_line():
     assert err.count("\n") == 1 and "unknown job type 'ResNet-19 (batch size 32)'" in err and "CycleGAN" in err
 
 
-@pytest.mark.slow  # ~5-9 s: PyTorch processes that start and refuse
-def test_a_bad_data_dir_is_exit_2_and_one_line_naming_what_was_expected(tmp_path):
-    code, out, err = run("--job-type", "LM (batch size 5)", "--steps", "2", "--data-dir", str(tmp_path))
+@pytest.mark.slow  # started with the others: a PyTorch process that starts and refuses
+def test_a_bad_data_dir_is_exit_2_and_one_line_naming_what_was_expected(started):
+    code, out, err = finish(started["bad-data"][1])
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "train.txt" in err and "Traceback" not in err
 
@@ -105,21 +160,10 @@ def test_flags_and_environment_are_checked_in_process(capsys):
 # -- a gang -------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.slow  # ~10-20 s: two PyTorch processes in a gloo gang
-def test_a_two_rank_gloo_gang_trains_and_rank_0_saves(tmp_path):
-    port = str(free_port())
-    ranks = [
-        start("--job-type", CHEAPEST, "--steps", "2", "--checkpoint-dir", str(tmp_path),
-              MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2")
-        for rank in (0, 1)
-    ]
-    results = [finish(p) for p in ranks]
+@pytest.mark.slow  # started with the others: two PyTorch processes in a gloo gang
+def test_a_two_rank_gloo_gang_trains_and_rank_0_saves(started):
+    tmp_path = started["gang-0"][0]
+    results = [finish(started[f"gang-{rank}"][1]) for rank in (0, 1)]
     assert [code for code, _, _ in results] == [0, 0], [err[-2000:] for _, _, err in results]
     # One checkpoint, written by rank 0 alone (no directory, not even an empty one, from rank 1).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2"]
@@ -130,21 +174,14 @@ def test_a_two_rank_gloo_gang_trains_and_rank_0_saves(tmp_path):
 # -- under a worker -----------------------------------------------------------------------------------
 
 
-def lease(path: Path, lease_id: str, step_budget: int) -> None:
-    body = {"lease_id": lease_id, "round_id": int(lease_id.split(":")[0]), "lease_end_unix_s": time.time() + 3600,
-            "step_budget": step_budget, "stop": False}
-    path.write_text(json.dumps(body))
+@pytest.mark.slow  # ~5 s: the first lease started with the others, then a second PyTorch process resumes it
+def test_under_a_worker_it_runs_its_lease_budget_and_resumes_where_credited(started):
+    tmp_path, first = started["lease"]  # its lease file says 1:0, a budget of 4 steps
+    worker = worker_files(tmp_path)
+    lease_file, progress_file, checkpoints = (Path(worker[k]) for k in ("GAVEL_LEASE_FILE", "GAVEL_PROGRESS_FILE", "GAVEL_CHECKPOINT_DIR"))
+    args = UNDER_A_WORKER
 
-
-@pytest.mark.slow  # ~20-50 s: real PyTorch processes, leases and resumes
-def test_under_a_worker_it_runs_its_lease_budget_and_resumes_where_credited(tmp_path):
-    lease_file, progress_file, checkpoints = tmp_path / "lease.json", tmp_path / "progress.json", tmp_path / "ckpt"
-    worker = {"GAVEL_LEASE_FILE": str(lease_file), "GAVEL_PROGRESS_FILE": str(progress_file),
-              "GAVEL_CHECKPOINT_DIR": str(checkpoints), "GAVEL_JOB_ID": "7"}
-    args = ("--job-type", CHEAPEST, "--steps", "1000")  # --steps is the by-hand limit: a lease overrides it
-
-    lease(lease_file, "1:0", step_budget=4)
-    code, _, err = run(*args, **worker)
+    code, _, err = finish(first)
     assert code == 0, err[-2000:]
     progress = json.loads(progress_file.read_text())
     assert (progress["state"], progress["done"], progress["step"], progress["lease_steps"]) == ("exited", True, 4, 4)
