@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgpack
@@ -17,8 +18,9 @@ import pytest
 from common.config import BusSettings
 from common.messages import JobSpec, JobSubmitted
 from common.transport.rabbit import RabbitBus
+from tests.support.asking import Status
 from tests.support.processes import Cluster, logged, the_line
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 pytestmark = pytest.mark.broker
 
@@ -30,17 +32,12 @@ def gavel(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return cluster.gavel(*args, timeout_s=60)
 
 
-def answer(cluster: Cluster, *args: str) -> object:
-    return cluster.answer(*args)
-
-
-def jobs(cluster: Cluster) -> dict[str, dict[str, object]]:
-    return {str(row["id"]): row for row in answer(cluster, "jobs")}  # type: ignore[union-attr]
-
-
-def state_of(cluster: Cluster, job_id: str) -> str | None:
-    row = jobs(cluster).get(job_id)
-    return None if row is None else str(row["state"])
+@pytest.fixture
+async def status(cluster: Cluster) -> AsyncIterator[Status]:
+    """The mechanism's answers (`gavel jobs --json` ...) asked in the test's process, for the
+    waits: a `gavel` subprocess a poll cost ~1 s of wall and ~0.4 s of CPU (tests/support/asking.py)."""
+    async with Status(cluster) as s:
+        yield s
 
 
 async def rogue_publish(cluster: Cluster, *messages: object, raw: tuple[bytes, ...] = ()) -> None:
@@ -67,21 +64,35 @@ def start_cluster(cluster: Cluster, tmp_path: Path, *, policy: str = "max_min_fa
     cluster.start("fleet", "serve", "fleet", "--cluster", cluster_spec, *SCALE)
 
 
-async def ready(cluster: Cluster, workers: int) -> None:
-    def up() -> bool:
-        out = gavel(cluster, "workers", "--json", "--timeout-s", "2")
-        return out.returncode == 0 and len(json.loads(out.stdout)) == workers
+async def ready(status: Status, workers: int) -> None:
+    await until(lambda: status.workers_up(workers), timeout_s=60, poll_s=0.1)
 
-    await eventually(up, timeout_s=60, poll_s=0.3)
+
+async def completed(status: Status, *job_ids: str) -> bool:
+    rows = await status.jobs()
+    return all(job_id in rows and rows[job_id]["state"] == "completed" for job_id in job_ids)
+
+
+async def in_state(status: Status, job_id: str, state: str) -> bool:
+    return await status.state(job_id) == state
+
+
+async def held(status: Status, job_id: str) -> bool:
+    return await in_state(status, job_id, "held")
+
+
+async def running_with_steps(status: Status, job_id: str) -> bool:
+    row = (await status.jobs()).get(job_id, {})
+    return row.get("state") == "running" and int(row.get("steps_done") or 0) > 0  # type: ignore[call-overload]
 
 
 @pytest.mark.slow  # ~15 s: services as processes
-async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
+async def test_no_single_job_or_message_stops_a_live_cluster(cluster, status, tmp_path):
     """One job with each field a policy could refuse, published around the command line's checks,
     between two good jobs; then a gang no worker here can hold, and cancels. Every other job keeps
     being scheduled, and every refusal says why. (About 20 s.)"""
     start_cluster(cluster, tmp_path)
-    await ready(cluster, 6)
+    await ready(status, 6)
     out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "3000", "--job-id", "before")
     assert out.returncode == 0 and out.stdout.strip() == "before", out.stderr
 
@@ -113,24 +124,25 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     out = gavel(cluster, "submit", "--job-type", "A3C", "--steps", "2000", "--job-id", "after", "--entity", "team-a")
     assert out.returncode == 0, out.stderr
 
-    await eventually(lambda: state_of(cluster, "before") == state_of(cluster, "after") == "completed", timeout_s=90, poll_s=0.5)
-    rows = jobs(cluster)
+    await until(lambda: completed(status, "before", "after"), timeout_s=90, poll_s=0.2)
+    rows = await status.jobs()
     for job_id in bad_fields:
         assert rows[job_id]["state"] == "rejected", (job_id, rows.get(job_id))
     reasons = {job_id: str(rows[job_id]["reason"]) for job_id in bad_fields}
     assert reasons["bad-slo"] == "slo_s: must be > 0, got -10"
     assert reasons["bad-weight-huge"] == "priority_weight: must be <= 1000, got 1e+12"
-    await eventually(lambda: state_of(cluster, "own-type") == "completed", timeout_s=60, poll_s=0.5)
-    assert jobs(cluster)["own-size"]["state"] == "held"
-    assert "needs 3 GPUs of one accelerator type" in str(jobs(cluster)["own-size"]["reason"])
+    await until(lambda: completed(status, "own-type"), timeout_s=60, poll_s=0.2)
+    own_size = (await status.jobs())["own-size"]
+    assert own_size["state"] == "held"
+    assert "needs 3 GPUs of one accelerator type" in str(own_size["reason"])
     assert reasons["bad id"] == "job_id: must be printable, without spaces, got 'bad id'"
     assert reasons["bad-arrival"] == "arrival_offset_s: must be >= 0, got -5"
     # wrong types and non-finite numbers never reach the mechanism: dead-lettered with the reason
-    letters = answer(cluster, "bus", "dead-letters")
+    letters = cluster.answer("bus", "dead-letters")
     why = sorted(str(letter["reason"]) for letter in letters)  # type: ignore[union-attr]
     assert any("JobSubmitted.spec.total_steps: expected int, got str" in w for w in why), why
     assert any("priority_weight" in w and ("NaN" in w or "finite" in w) for w in why), why
-    solve = answer(cluster, "cluster")["last_solve"]  # type: ignore[index]
+    solve = (await status.ask("cluster"))["last_solve"]  # type: ignore[index]
     assert solve["status"] == "optimal" and solve["error"] == "", solve
     assert not logged(tmp_path / "mechanism.log", "allocation_failed")
 
@@ -141,10 +153,10 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     assert the_line(out.stderr).startswith(
         "gavel: job gang accepted, but the cluster as it is cannot run it: needs 8 GPUs of one accelerator type"
     ), out.stderr
-    await eventually(lambda: state_of(cluster, "gang") == "held", timeout_s=30, poll_s=0.3)
+    await until(lambda: held(status, "gang"), timeout_s=30, poll_s=0.1)
     held_reason = f"needs 8 GPUs of one accelerator type where {RESNET!r} runs (here: k80 2, p100 2, v100 2): it waits for workers to join"
-    assert answer(cluster, "job", "gang")["reason"] == held_reason  # type: ignore[index]
-    assert jobs(cluster)["gang"]["reason"] == held_reason
+    assert (await status.ask("job", "gang"))["reason"] == held_reason  # type: ignore[index]
+    assert (await status.jobs())["gang"]["reason"] == held_reason
     table = gavel(cluster, "jobs").stdout
     assert "held" in table and "it waits for workers to join" in table
 
@@ -153,30 +165,33 @@ async def test_no_single_job_or_message_stops_a_live_cluster(cluster, tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "gang: cancelled", out.stderr
     out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "100000000", "--job-id", "long")
     assert out.returncode == 0, out.stderr
-    await eventually(lambda: state_of(cluster, "long") == "running", timeout_s=30, poll_s=0.2)
+    # running, with steps to keep: polled every 0.1 s, "running" alone can be seen before the
+    # fleet has run any of its lease
+    await until(lambda: running_with_steps(status, "long"), timeout_s=30, poll_s=0.1)
+    steps_before = int((await status.jobs())["long"]["steps_done"])  # type: ignore[call-overload]
     out = gavel(cluster, "cancel", "long", "--reason", "changed my mind")
     assert out.returncode == 0 and out.stdout.startswith("long: "), out.stderr
-    await eventually(lambda: state_of(cluster, "long") == "cancelled", timeout_s=30, poll_s=0.2)
-    row = jobs(cluster)["long"]
-    assert row["reason"] == "changed my mind" and int(row["steps_done"]) > 0  # type: ignore[call-overload]
+    await until(lambda: in_state(status, "long", "cancelled"), timeout_s=30, poll_s=0.1)
+    row = (await status.jobs())["long"]
+    assert row["reason"] == "changed my mind" and int(row["steps_done"]) >= steps_before > 0  # type: ignore[call-overload]
     out = gavel(cluster, "cancel", "nope")
     assert out.returncode == 1 and the_line(out.stderr) == "gavel: no job 'nope'"
     out = gavel(cluster, "cancel", "before")
     assert out.returncode == 1 and the_line(out.stderr) == "gavel: job 'before' has already completed: nothing to cancel"
 
     # placements name workers as `gavel workers` does
-    placements = answer(cluster, "job", "before")["placements"]  # type: ignore[index]
-    workers = {w["worker_id"] for w in answer(cluster, "workers")}  # type: ignore[union-attr]
+    placements = (await status.ask("job", "before"))["placements"]  # type: ignore[index]
+    workers = {w["worker_id"] for w in await status.ask("workers")}  # type: ignore[union-attr]
     assert placements and all(set(p["workers"]) <= workers for p in placements), placements
 
 
 @pytest.mark.slow  # ~12 s: services as processes
-async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a_word(cluster, tmp_path):
+async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a_word(cluster, status, tmp_path):
     """Arrivals count from when the mechanism receives the trace (--now: all at once); a second
     trace with the same ids gets ids of its own; the same trace again is absorbed and said so; a
     clashing id under --id-prefix '' is refused with what differs. (About 20 s.)"""
     start_cluster(cluster, tmp_path)
-    await ready(cluster, 6)
+    await ready(status, 6)
     first = tmp_path / "first.jsonl"
     first.write_text("".join(
         json.dumps({"job_id": str(n), "job_type": "A3C", "total_steps": 1500, "arrival_time_s": 50_000.0 + 3600.0 * n}) + "\n"
@@ -188,12 +203,12 @@ async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a
     ids = submitted["job_ids"]
     assert submitted["new"] == 3 and submitted["known"] == 0 and submitted["refused"] == 0
     assert ids[0].startswith("first-") and ids[0].endswith("/0")
-    rows = jobs(cluster)
+    rows = await status.jobs()
     arrivals = [float(rows[i]["arrival_s"]) for i in ids]  # type: ignore[arg-type]
     assert [a - arrivals[0] for a in arrivals] == pytest.approx([0.0, 3600.0, 7200.0])
     assert rows[ids[2]]["state"] == "submitted"  # its arrival is still 7,200 s (7.2 s) ahead
-    await eventually(lambda: all(state_of(cluster, i) == "completed" for i in ids), timeout_s=90, poll_s=0.5)
-    done = jobs(cluster)
+    await until(lambda: completed(status, *ids), timeout_s=90, poll_s=0.2)
+    done = await status.jobs()
     assert all(float(done[i]["waiting_s"]) >= 0.0 for i in ids)  # type: ignore[arg-type]
 
     again = gavel(cluster, "submit", "--trace", str(first))
@@ -208,7 +223,7 @@ async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a
     assert out.returncode == 0, out.stderr
     now_ids = json.loads(out.stdout)["job_ids"]
     assert json.loads(out.stdout)["new"] == 3 and not set(now_ids) & set(ids)
-    rows = jobs(cluster)
+    rows = await status.jobs()
     assert len({float(rows[i]["arrival_s"]) for i in now_ids}) == 1  # type: ignore[arg-type]
 
     raw = gavel(cluster, "submit", "--trace", str(first), "--id-prefix", "")
@@ -224,13 +239,13 @@ async def test_a_trace_keeps_its_spacing_and_its_ids_are_never_dropped_without_a
 
 
 @pytest.mark.slow  # ~7 s: services as processes, restarted
-async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_allocate_with_is_set_aside(cluster, tmp_path):
+async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_allocate_with_is_set_aside(cluster, status, tmp_path):
     """A job the policy refuses the problem for (an SLO no allocation can meet, whatever its
     fields) is rejected with the policy's reason; the rest is solved again and runs. (About 15 s.)"""
     start_cluster(cluster, tmp_path)
-    await ready(cluster, 6)
+    await ready(status, 6)
     assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "first").returncode == 0
-    await eventually(lambda: state_of(cluster, "first") == "completed", timeout_s=60, poll_s=0.3)
+    await until(lambda: completed(status, "first"), timeout_s=60, poll_s=0.1)
     process = cluster.processes.pop("mechanism")
     process.terminate()
     process.wait(timeout=30)
@@ -239,39 +254,39 @@ async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_alloca
     cluster.start(
         "mechanism", "serve", "mechanism", "--policy", slo_policy, "--journal", str(tmp_path / "journal.sqlite"), *SCALE,
     )
-    await eventually(lambda: logged(tmp_path / "mechanism.log", "policy_changed"), timeout_s=30, poll_s=0.2)
+    await eventually(lambda: logged(tmp_path / "mechanism.log", "policy_changed"), timeout_s=30, poll_s=0.05)
     change = logged(tmp_path / "mechanism.log", "policy_changed")[0]
     assert (change["journal_policy"], change["policy"]) == ("max_min_fairness_perf", slo_policy)
     for args in (("--job-id", "hopeless", "--slo-s", "1"), ("--job-id", "fine", "--slo-s", "1000000")):
         out = gavel(cluster, "submit", "--job-type", RESNET, "--steps", "2000", *args)
         assert out.returncode == 0, out.stderr
-    await eventually(lambda: state_of(cluster, "fine") == "completed", timeout_s=90, poll_s=0.5)
-    rows = jobs(cluster)
+    await until(lambda: completed(status, "fine"), timeout_s=90, poll_s=0.2)
+    rows = await status.jobs()
     assert rows["hopeless"]["state"] == "rejected"
     assert str(rows["hopeless"]["reason"]).startswith("the policy cannot allocate with this job: SLOs infeasible: job 'hopeless'")
     assert rows["first"]["state"] == "completed"  # kept across the restart
 
 
 @pytest.mark.slow  # ~14 s: services as processes
-async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_said_at_once(cluster, tmp_path):
+async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_said_at_once(cluster, status, tmp_path):
     """(About 20 s.)"""
     log = tmp_path / "mechanism.log"
     cluster.start("policy", "serve", "policy", "--solving", "inline")
-    await eventually(lambda: logged(tmp_path / "policy.log", "host_ready"), timeout_s=30, poll_s=0.2)
+    await eventually(lambda: logged(tmp_path / "policy.log", "host_ready"), timeout_s=30, poll_s=0.05)
     cluster.kill("policy")  # its durable queue stays, with nobody consuming it
     cluster.start("mechanism", "serve", "mechanism", "--journal", str(tmp_path / "journal.sqlite"), *SCALE)
     cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1")  # wall clock: the mechanism's is scaled
-    await eventually(lambda: len(logged(log, "worker_refused")) >= 2, timeout_s=30, poll_s=0.2)
-    refused = answer(cluster, "cluster")["workers_refused"]  # type: ignore[index]
+    await eventually(lambda: len(logged(log, "worker_refused")) >= 2, timeout_s=30, poll_s=0.05)
+    refused = (await status.ask("cluster"))["workers_refused"]  # type: ignore[index]
     assert set(refused) == {"v100-0", "k80-0"}  # type: ignore[arg-type]
     assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in refused["v100-0"]  # type: ignore[index]
     # where the user looks: `gavel workers` lists them refused, with why, and a job that waits for
     # workers says that some came and were turned away (issue 23: it looked like an empty cluster)
-    workers = answer(cluster, "workers")
+    workers = cluster.answer("workers")
     assert [(w["worker_id"], w["state"]) for w in workers] == [("k80-0", "refused"), ("v100-0", "refused")]  # type: ignore[index, union-attr]
     assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "early").returncode == 0
-    await eventually(lambda: state_of(cluster, "early") == "held", timeout_s=20, poll_s=0.3)
-    reason = str(jobs(cluster)["early"]["reason"])
+    await until(lambda: held(status, "early"), timeout_s=20, poll_s=0.1)
+    reason = str((await status.jobs())["early"]["reason"])
     assert "it waits for workers to join; 2 workers tried to join and were refused (`gavel workers`)" in reason, reason
     assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in reason
     # and the fleet's own log says why it gets no work
@@ -280,11 +295,11 @@ async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_
 
     cluster.kill("fleet")
     cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1", *SCALE)
-    await ready(cluster, 2)
+    await ready(status, 2)
     assert gavel(cluster, "submit", "--job-type", "A3C", "--steps", "1000", "--job-id", "j").returncode == 0
-    await eventually(lambda: logged(log, "policy_service_missing"), timeout_s=20, poll_s=0.2)
+    await eventually(lambda: logged(log, "policy_service_missing"), timeout_s=20, poll_s=0.05)
     missing = logged(log, "policy_service_missing")[0]
     assert "no consumer" in str(missing["reason"])
     assert not logged(log, "allocation_unavailable")  # said before any timeout
     cluster.start("policy", "serve", "policy", "--solving", "inline")
-    await eventually(lambda: state_of(cluster, "j") == state_of(cluster, "early") == "completed", timeout_s=120, poll_s=0.5)
+    await until(lambda: completed(status, "j", "early"), timeout_s=120, poll_s=0.2)

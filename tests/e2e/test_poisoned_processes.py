@@ -75,7 +75,7 @@ POUR_AT_ROUND = 3  # the trace is under way: jobs admitted, leases running
 # The trace is most of the test's cost (its lockstep rounds across processes, ~50 s for the 32 jobs'
 # 1,345 rounds), not the pour (the fleet stopped meanwhile holds the trace wherever it is). `make
 # test` (and CI) runs the QUICK_JOBS jobs of fewest steps (127 rounds on the 12 GPUs, still more
-# jobs than GPUs), `make test-deep` all 32; tests/e2e/test_processes.py runs all 32 in both tiers.
+# jobs than GPUs), `make test-deep` all 32 (as tests/e2e/test_processes.py).
 QUICK_JOBS = 16
 
 

@@ -1,7 +1,12 @@
 """The services as separate OS processes over RabbitMQ (issue 5): two policy replicas, the
 mechanism, the estimator and a fake fleet, fed by `gavel submit --trace`, in lockstep virtual
 time. The per-job completion times must equal the in-process simulator's on the same trace, and
-a mechanism killed with SIGKILL mid-run and restarted on its journal must change nothing."""
+a mechanism killed with SIGKILL mid-run and restarted on its journal must change nothing.
+
+Two tiers (tests/support/seeds.py): `make test` runs the trace's QUICK_JOBS jobs of fewest steps
+(127 rounds, still more jobs than GPUs), `make test-deep` all 32 (1,345 rounds); the same
+assertions in both. The rounds are the cost: ~15 ms of the mechanism's CPU each, and more on the
+wall across processes."""
 
 from __future__ import annotations
 
@@ -21,14 +26,16 @@ from policy_service.service import shipped_context
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace
-from tests.support.data import REFERENCE
-from tests.support.processes import Cluster
+from tests.support.data import REFERENCE, fewest_steps
+from tests.support.processes import Cluster, logged
+from tests.support.seeds import deep
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 
 TRACE = REFERENCE / "static_n32_seed0.trace"
 POLICY = "max_min_fairness_perf"
+QUICK_JOBS = 16  # make test: 127 rounds on the 12 GPUs (make test-deep: all 32, 1,345 rounds)
 
 class Observer:
     """Listens to the run from outside, deduplicating events by message id (at-least-once)."""
@@ -68,15 +75,12 @@ async def observer(cluster: Cluster) -> AsyncIterator[Observer]:
         await bus.close()
 
 
-def expected_jcts() -> dict[str, float]:
+def expected_jcts(trace: Path) -> dict[str, float]:
     """The in-process simulator (services on the in-memory bus) on the same trace and settings."""
     context = shipped_context()
     config = RunConfig(POLICY, {"v100": 4, "p100": 4, "k80": 4}, preset("gavel", POLICY), seed=0)
-    result = asyncio.run(simulate_services(read_trace(TRACE), config, context))
+    result = asyncio.run(simulate_services(read_trace(trace), config, context))
     return {j.job_id: j.jct_s for j in result.jobs if j.jct_s is not None}
-
-
-EXPECTED: dict[str, float] = {}
 
 
 def mechanism_args(journal: Path) -> list[str]:
@@ -86,7 +90,8 @@ def mechanism_args(journal: Path) -> list[str]:
     ]
 
 
-async def start_system(cluster: Cluster, observer: Observer, journal: Path) -> None:
+async def start_system(cluster: Cluster, trace: Path, journal: Path) -> int:
+    """Every service but the mechanism, the trace submitted, then the mechanism: the jobs submitted."""
     cluster.start("fleet", "serve", "fleet", "--cluster", "4:4:4", "--lockstep")
     cluster.start("policy-a", "serve", "policy", "--replica", "policy-a", "--solving", "inline")
     cluster.start("policy-b", "serve", "policy", "--replica", "policy-b", "--solving", "inline")
@@ -96,9 +101,15 @@ async def start_system(cluster: Cluster, observer: Observer, journal: Path) -> N
     cluster.start("estimator", "serve", "estimator", "--mode", "oracle")
     # submitted before the mechanism ever ran: the durable queue keeps them
     # (the trace's own ids, to compare with the in-process run; no mechanism to answer yet)
-    out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(TRACE), "--id-prefix", "", "--no-wait")
-    assert out.strip() == "submitted 32 jobs (0 .. 31)"
+    out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(trace), "--id-prefix", "", "--no-wait")
+    jobs = len(trace.read_text().splitlines())
+    assert out.strip() == f"submitted {jobs} jobs (0 .. {jobs - 1})"
+    # both replicas consuming before the first request, so that both take some (a short trace
+    # makes few requests)
+    for replica in ("policy-a", "policy-b"):
+        await eventually(lambda r=replica: logged(cluster.workdir / f"{r}.log", "host_ready"), timeout_s=60, poll_s=0.05)
     cluster.start("mechanism", *mechanism_args(journal))
+    return jobs
 
 
 async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 180.0, jobs: int = 32) -> None:
@@ -108,13 +119,13 @@ async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 
         raise AssertionError(f"{len(observer.completions)} of {jobs} jobs completed\n{cluster.logs()}") from None
 
 
-def check_journal(cluster: Cluster, journal: Path) -> None:
+def check_journal(cluster: Cluster, journal: Path, jobs: int) -> None:
     """I1-I3 over the mechanism's journal (`gavel check-journal`, read-only while it runs); I4 is
     not checked under the gavel preset's accounting."""
     done = cluster.gavel("check-journal", str(journal), "--finished", "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], report["violations"][:5]
-    assert report["checked"]["I1"] == 32 and report["checked"]["I2"] > 0 and report["checked"]["I3"] > 0
+    assert report["checked"]["I1"] == jobs and report["checked"]["I2"] > 0 and report["checked"]["I3"] > 0
 
 
 def check_invariants(observer: Observer) -> None:
@@ -127,29 +138,32 @@ def check_invariants(observer: Observer) -> None:
         assert len(gpus) == len(set(gpus)), (round_id, gpus)
 
 
-@pytest.mark.slow  # ~65-100 s on 2 busy cores: the 32-job trace in lockstep across processes, the mechanism killed and restarted
+@pytest.mark.slow  # ~15-25 s on 2 busy cores (make test-deep: ~65-120 s): the trace in lockstep across processes, the mechanism killed and restarted
+@pytest.mark.deep
 async def test_separate_processes_make_the_in_process_schedule_across_a_mechanism_killed_mid_run(
     cluster, observer, tmp_path
 ):
     """One run of the trace proves both: the processes make the in-process schedule, and a
     mechanism SIGKILLed mid-run and restarted on its journal changes nothing (a run without the
-    kill is the easier case of the same assertions, and cost a second run of the trace, ~50-100 s)."""
-    if not EXPECTED:
-        EXPECTED.update(await asyncio.to_thread(expected_jcts))
+    kill is the easier case of the same assertions, and cost a second run of the trace)."""
+    trace = TRACE if deep() else fewest_steps(TRACE, QUICK_JOBS, tmp_path)
+    kill_at_round = 300 if deep() else 40  # of 1,345 / 127: some jobs completed, most not
+    # the in-process run it is compared with, in a thread while the processes run
+    expected = asyncio.create_task(asyncio.to_thread(expected_jcts, trace))
     journal = tmp_path / "mechanism.sqlite"
-    await start_system(cluster, observer, journal)
-    await eventually(lambda: len(observer.rounds) >= 300, timeout_s=120, poll_s=0.05)
+    jobs = await start_system(cluster, trace, journal)
+    await eventually(lambda: len(observer.rounds) >= kill_at_round, timeout_s=120, poll_s=0.05)
     cluster.kill("mechanism")  # SIGKILL: no goodbye, mid-round
-    assert len(observer.completions) < 32
+    assert 0 < len(observer.completions) < jobs, len(observer.completions)
     cluster.start("mechanism", *mechanism_args(journal))
-    await wait_for_all(observer, cluster)
+    await wait_for_all(observer, cluster, jobs=jobs)
     check_invariants(observer)
-    check_journal(cluster, journal)
+    check_journal(cluster, journal, jobs)
     jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
     # the issue allows a round per job; the journal makes it exact
-    assert jcts == pytest.approx(EXPECTED, abs=1e-6)
+    assert jcts == pytest.approx(await expected, abs=1e-6)
     assert "mechanism_recovered" in (tmp_path / "mechanism.log").read_text()
     assert observer.solved_by == {"policy-a", "policy-b"}  # both replicas took requests
     # the restarted mechanism's status counts the jobs completed before the kill too
     status = json.loads(await asyncio.to_thread(cluster.run, "cluster", "--json"))
-    assert status["jobs_completed"] == 32 and status["policy"] == POLICY
+    assert status["jobs_completed"] == jobs and status["policy"] == POLICY
