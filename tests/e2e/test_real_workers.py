@@ -16,10 +16,10 @@ while it holds a lease. Checked:
 - the failing script ends as failed after 3 attempts with its error in `gavel job`; the fixed one
   recovers at the next attempt.
 
-Costs about 75-80 s wall and 90 s of CPU on 2 cores at load ~6 (136 s and 114 s before the jobs
-were submitted together before the workers joined, the uninterrupted runs made in this process
-while the cluster works, and the steps cut to what the events need; torch processes start in
-~3 s each and share the cores). The rounds stay 15 s: a job's start-up takes 7-14 s under load,
+Costs 57-58 s wall and ~82 s of CPU on 2 cores at load ~3, 78-81 s and ~90 s at load ~6 (110 s
+and 108 s, 136 s and 114 s, before the jobs were submitted together, in this process, before the
+workers joined, the uninterrupted runs made in this process while the cluster works, and the
+steps cut to what the events need; torch processes start in ~3 s each and share the cores). The rounds stay 15 s: a job's start-up takes 7-14 s under load,
 and at 10 s a packed lease whose partner did no step was common (its steps are not credited,
 mechanism_service/core/settle.py, and the job resumed from an older checkpoint than credited:
 it ended short of its steps).
@@ -39,9 +39,10 @@ from pathlib import Path
 import pytest
 
 from common.bus import Delivery
-from common.config import BusSettings
+from common.config import BusSettings, Settings
 from common.messages import JobCompleted, JobFailed, JobProgress, RoundStarted
 from common.transport.rabbit import RabbitBus
+from services.cli import build_parser
 from tests.support.broker import delete_topology
 from tests.support.processes import ROOT, Cluster, logged
 from tests.support.waiting import eventually
@@ -203,6 +204,13 @@ def _equal(x: object, y: object) -> bool:
     return x == y
 
 
+async def gavel_in_process(cluster: Cluster, *argv: str) -> None:
+    """A `gavel` command run in this process (its parser and command, on the cluster's settings):
+    a process would cost ~0.5 s of CPU, and seconds of wall time on a loaded machine."""
+    args = build_parser(list(argv)).parse_args(list(argv))
+    assert await args.run(args, Settings.from_env(cluster.env)) == 0, argv
+
+
 def submissions(flag: Path) -> list[tuple[str, ...]]:
     """The `gavel submit` commands of the test's jobs."""
     catalog = [("--job-type", job_type, "--steps", str(steps), "--job-id", job_id, *extra) for job_id, (job_type, steps, extra) in CATALOG.items()]
@@ -221,7 +229,7 @@ def submissions(flag: Path) -> list[tuple[str, ...]]:
     ]
 
 
-@pytest.mark.slow  # ~75-80 s, 90 s of CPU: real PyTorch jobs over 15 s rounds, a worker lost and its grace
+@pytest.mark.slow  # ~60-80 s, 80-90 s of CPU: real PyTorch jobs over 15 s rounds, a worker lost and its grace
 async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(
     cluster: Cluster, observer: Observer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,7 +240,7 @@ async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(
     # the first round has them all (with the workers up first, it starts as the first job
     # arrives, with that one alone).
     await eventually(lambda: logged(cluster.workdir / "mechanism.log", "service_started"), 90, poll_s=0.2)
-    await asyncio.gather(*(asyncio.to_thread(cluster.run, *command) for command in submissions(flag)))
+    await asyncio.gather(*(gavel_in_process(cluster, *command) for command in submissions(flag)))
     start_workers(cluster, ckpt)
     # The uninterrupted runs to compare with, meanwhile (by hand: no worker's variables).
     for name in [k for k in os.environ if k.startswith("GAVEL_") or k in ("RANK", "WORLD_SIZE")]:
