@@ -1,14 +1,20 @@
-"""The mechanism's status answers, asked from the test's own process: what `gavel jobs|job|workers|
-cluster --json` prints, by the command's own request (services.cli.status_cmd.ask_on), over one
-connection kept open for the test.
+"""The `gavel` command and the mechanism's status answers, from the test's own process.
 
-For the loops that wait on a cluster of processes: a `gavel` subprocess costs an interpreter start
-and its imports, ~0.3-0.5 s of CPU and ~1 s of wall on 2 busy cores, each time a test polls (the
-e2e tests spent most of their wall time there). Where the command's own output is what a test
-asserts, it runs `gavel` as a user does (Cluster.gavel)."""
+Status: what `gavel jobs|job|workers|cluster --json` prints, by the command's own request
+(services.cli.status_cmd.ask_on), over one connection kept open for the test: for the loops that
+wait on a cluster of processes. gavel_here: a command's exit code and output, by its own `main()`.
+A `gavel` subprocess costs an interpreter start and its imports, ~0.3-0.5 s of CPU and ~1 s of
+wall on 2 busy cores, each time (the e2e tests spent most of their wall time there); where the
+process itself is what a test is about (the README's lines as a reader runs them), it runs
+`gavel` as a user does (Cluster.gavel)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import os
+import subprocess
 from types import TracebackType
 
 from common.config import BusSettings
@@ -55,3 +61,35 @@ class Status:
         except CommandFailed:  # no mechanism consuming yet, or no answer within 2 s
             return False
         return isinstance(workers, list) and len(workers) == count
+
+
+async def gavel_here(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gavel ARGS` against ``cluster``, as Cluster.gavel runs it but by `services.cli.main` in a
+    thread of this process (it runs its own event loop): the same parse, command, error handling,
+    exit code and output, on the same GAVEL_* settings and state directory (set in this process
+    for the call). Not for `gavel serve`. Its log events go where the first in-process command
+    pointed them (logging is configured once a process); the tests filter them out of stderr
+    either way."""
+    from services.cli import main  # noqa: PLC0415 - the command's imports only where it runs
+
+    settings = {k: v for k, v in cluster.env.items() if k.startswith("GAVEL_") or k == "XDG_STATE_HOME"}
+    before = {k: os.environ.get(k) for k in settings}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's own exit
+                code = e.code if isinstance(e.code, int) else 2
+        return subprocess.CompletedProcess(["gavel", *args], code, out.getvalue(), err.getvalue())
+
+    os.environ.update(settings)
+    try:
+        return await asyncio.to_thread(run)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
