@@ -246,7 +246,12 @@ async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(
     for name in [k for k in os.environ if k.startswith("GAVEL_") or k in ("RANK", "WORLD_SIZE")]:
         monkeypatch.delenv(name)
     uninterrupted = asyncio.ensure_future(asyncio.to_thread(by_hand, tmp_path / "by-hand"))
-    await eventually(lambda: set(worker_states(cluster)) == {"v100-a", "k80-a"}, 90, poll_s=0.5)
+
+    def joined() -> set[object]:
+        return {e["worker_id"] for e in logged(cluster.workdir / "mechanism.log", "worker_joined")}
+
+    await eventually(lambda: joined() == {"v100-a", "k80-a"}, 90, poll_s=0.2)  # the log first: a `gavel workers` costs a process
+    await eventually(lambda: set(worker_states(cluster)) == {"v100-a", "k80-a"}, 30, poll_s=0.5)
 
     # The fixed script: mend it once its first attempt has crashed.
     def crashed(job_id: str) -> bool:
