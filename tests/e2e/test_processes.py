@@ -6,7 +6,8 @@ a mechanism killed with SIGKILL mid-run and restarted on its journal must change
 Two tiers (tests/support/seeds.py): `make test` runs the trace's QUICK_JOBS jobs of fewest steps
 (127 rounds, still more jobs than GPUs), `make test-deep` all 32 (1,345 rounds); the same
 assertions in both. The rounds are the cost: ~15 ms of the mechanism's CPU each, and more on the
-wall across processes."""
+wall across processes. The `gavel` commands run by their main() in this process
+(tests/support/asking.py: a process each cost ~0.5 s of CPU)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from policy_service.service import shipped_context
 from sim.driver import simulate_services
 from sim.fastpath import RunConfig
 from sim.traces import read_trace
+from tests.support.asking import gavel_here
 from tests.support.data import REFERENCE, fewest_steps
 from tests.support.processes import Cluster, logged
 from tests.support.seeds import deep
@@ -101,9 +103,9 @@ async def start_system(cluster: Cluster, trace: Path, journal: Path) -> int:
     cluster.start("estimator", "serve", "estimator", "--mode", "oracle")
     # submitted before the mechanism ever ran: the durable queue keeps them
     # (the trace's own ids, to compare with the in-process run; no mechanism to answer yet)
-    out = await asyncio.to_thread(cluster.run, "submit", "--trace", str(trace), "--id-prefix", "", "--no-wait")
+    out = await gavel_here(cluster, "submit", "--trace", str(trace), "--id-prefix", "", "--no-wait")
     jobs = len(trace.read_text().splitlines())
-    assert out.strip() == f"submitted {jobs} jobs (0 .. {jobs - 1})"
+    assert out.returncode == 0 and out.stdout.strip() == f"submitted {jobs} jobs (0 .. {jobs - 1})", out.stderr
     # both replicas consuming before the first request, so that both take some (a short trace
     # makes few requests)
     for replica in ("policy-a", "policy-b"):
@@ -119,10 +121,10 @@ async def wait_for_all(observer: Observer, cluster: Cluster, timeout_s: float = 
         raise AssertionError(f"{len(observer.completions)} of {jobs} jobs completed\n{cluster.logs()}") from None
 
 
-def check_journal(cluster: Cluster, journal: Path, jobs: int) -> None:
+async def check_journal(cluster: Cluster, journal: Path, jobs: int) -> None:
     """I1-I3 over the mechanism's journal (`gavel check-journal`, read-only while it runs); I4 is
     not checked under the gavel preset's accounting."""
-    done = cluster.gavel("check-journal", str(journal), "--finished", "--json")
+    done = await gavel_here(cluster, "check-journal", str(journal), "--finished", "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], report["violations"][:5]
     assert report["checked"]["I1"] == jobs and report["checked"]["I2"] > 0 and report["checked"]["I3"] > 0
@@ -138,7 +140,7 @@ def check_invariants(observer: Observer) -> None:
         assert len(gpus) == len(set(gpus)), (round_id, gpus)
 
 
-@pytest.mark.slow  # ~15-25 s on 2 busy cores (make test-deep: ~65-120 s): the trace in lockstep across processes, the mechanism killed and restarted
+@pytest.mark.slow  # ~17-22 s wall, ~12 s of CPU on 2 busy cores (make test-deep: ~60-90 s): the trace in lockstep across processes, the mechanism killed and restarted
 @pytest.mark.deep
 async def test_separate_processes_make_the_in_process_schedule_across_a_mechanism_killed_mid_run(
     cluster, observer, tmp_path
@@ -158,12 +160,14 @@ async def test_separate_processes_make_the_in_process_schedule_across_a_mechanis
     cluster.start("mechanism", *mechanism_args(journal))
     await wait_for_all(observer, cluster, jobs=jobs)
     check_invariants(observer)
-    check_journal(cluster, journal, jobs)
+    await check_journal(cluster, journal, jobs)
     jcts = {job_id: times[0] for job_id, times in observer.completions.items()}
     # the issue allows a round per job; the journal makes it exact
     assert jcts == pytest.approx(await expected, abs=1e-6)
     assert "mechanism_recovered" in (tmp_path / "mechanism.log").read_text()
     assert observer.solved_by == {"policy-a", "policy-b"}  # both replicas took requests
     # the restarted mechanism's status counts the jobs completed before the kill too
-    status = json.loads(await asyncio.to_thread(cluster.run, "cluster", "--json"))
+    done = await gavel_here(cluster, "cluster", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
     assert status["jobs_completed"] == jobs and status["policy"] == POLICY

@@ -4,8 +4,10 @@
 Its `gavel serve` lines start as processes over RabbitMQ, on a private exchange, with the fleet's
 and the mechanism's `--time-scale` raised to SCALE (a 360 s round lasts 3.6 ms, so the
 mechanism's own work at each boundary sets the pace). Then its `gavel` lines run in order, exactly
-as the README writes them: every `gavel submit` is accepted, the status lines answer, and every
-job submitted completes. The block is parsed from README.md, so the test follows the README when
+as the README writes them, each by gavel's main() in the test's process (the parse, command,
+exit code and output a reader's `gavel` has; a process each cost ~0.5 s of CPU, and tests/cli
+start the command as a process): every `gavel submit` is accepted, the status lines answer, and
+every job submitted completes. The block is parsed from README.md, so the test follows the README when
 it changes.
 
 The rounds are the cost (~15 ms of the mechanism's CPU each): the README's trace takes ~1,350 of
@@ -20,6 +22,7 @@ the test holds the cancel until there is nothing left to cancel, and asks that i
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -27,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from mechanism_service.core.why import ACTIVE_CODES, ENDED_CODES
-from tests.support.asking import Status
+from tests.support.asking import Status, gavel_here
 from tests.support.data import fewest_steps
 from tests.support.processes import ROOT, Cluster
 from tests.support.seeds import deep
@@ -103,9 +106,9 @@ def test_the_readme_services_block_is_parsed_as_a_reader_runs_it() -> None:
 @pytest.mark.slow
 @pytest.mark.deep
 async def test_every_job_the_readme_submits_completes_on_the_fake_fleet(cluster: Cluster, tmp_path: Path) -> None:
-    """The whole block on RabbitMQ: ~15-25 s on 2 busy cores under `make test` (the trace's 16
-    jobs of fewest steps); under `make test-deep` the README's 32, ~140 hours of the mechanism's
-    time, ~1,350 rounds, 80-170 s (at x20,000 it took longer still)."""
+    """The whole block on RabbitMQ: ~17-24 s wall, ~9 s of CPU on 2 busy cores under `make test`
+    (the trace's 16 jobs of fewest steps); under `make test-deep` the README's 32, ~140 hours of
+    the mechanism's time, ~1,350 rounds, 60-70 s (load 3-6; at x20,000 it took longer still)."""
     block = services_block()
     gpus = 0
     for argv in (a for a in block if a[0] == "serve"):
@@ -118,7 +121,7 @@ async def test_every_job_the_readme_submits_completes_on_the_fake_fleet(cluster:
 
     async with Status(cluster) as status:  # the waits ask in this process (a `gavel` a poll cost ~1 s of wall)
         await until(lambda: status.workers_up(gpus), timeout_s=60, poll_s=0.1)
-        submitted, by_type, held_back = run_the_lines(cluster, [tiered(argv, tmp_path) for argv in block])
+        submitted, by_type, held_back = await run_the_lines(cluster, [tiered(argv, tmp_path) for argv in block])
 
         async def all_completed() -> bool:
             known = {job_id: str(row["state"]) for job_id, row in (await status.jobs()).items()}
@@ -130,15 +133,17 @@ async def test_every_job_the_readme_submits_completes_on_the_fake_fleet(cluster:
 
     # the type no table knows ran at the figures given (12.5 on a V100, 3.1 on a K80) or derived
     # ones, and no lease of it crashed
-    mine = cluster.answer("job", by_type["my-model"])
+    done = await gavel_here(cluster, "job", by_type["my-model"], "--json")
+    assert done.returncode == 0, done.stderr
+    mine = json.loads(done.stdout)
     assert (mine["type"], mine["steps_done"], mine["steps_total"]) == ("my-model", 5000, 5000), mine  # type: ignore[index]
     assert all(not a["ended"].startswith("crashed") and not a["error"] for a in mine["attempts"]), mine  # type: ignore[index]
     for argv in held_back:
-        done = cluster.gavel(*argv)
+        done = await gavel_here(cluster, *argv)
         assert done.returncode == 1 and "has already completed: nothing to cancel" in done.stderr, (argv, done.stderr)
 
 
-def run_the_lines(cluster: Cluster, block: list[list[str]]) -> tuple[list[str], dict[str, str], list[list[str]]]:
+async def run_the_lines(cluster: Cluster, block: list[list[str]]) -> tuple[list[str], dict[str, str], list[list[str]]]:
     """The block's `gavel` lines but `serve`, in order, as a reader runs them (each must exit 0;
     the cancel is held back, see the module's docstring): the ids submitted, the id each
     --job-type line printed by its job type, and the lines held back."""
@@ -149,7 +154,7 @@ def run_the_lines(cluster: Cluster, block: list[list[str]]) -> tuple[list[str], 
         if argv[0] == "cancel":
             held_back.append(argv)
             continue
-        done = cluster.gavel(*argv)
+        done = await gavel_here(cluster, *argv)
         assert done.returncode == 0, (argv, done.stdout, done.stderr[-2000:], cluster.logs())
         if argv[0] == "submit":
             submitted += submitted_ids(argv, done.stdout)
