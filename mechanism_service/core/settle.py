@@ -76,6 +76,8 @@ def settle_round(
             steps = steps_of[0]
             if exec_s <= 0 or (steps < job.scale_factor and (finishing_fails or steps < job.total_steps - job.steps_done)):
                 state.needs_allocation = True
+                if steps:
+                    _forget_placement(state, result)
                 job.failures += 1
                 if job.failures >= max_failures:
                     done.append(remove_job(state, job.index, dropped=True))
@@ -112,6 +114,8 @@ def settle_round(
             # A gang that got fewer steps than GPUs: some worker did nothing (section 8.3), unless
             # that was every step it had left (settings.finishing_gang_fails).
             state.needs_allocation = True
+            if any(steps for _, steps in members):
+                _forget_placement(state, result)
             if len(result.entry) == 1:
                 job = jobs[members[0][0]]
                 job.failures += 1
@@ -187,9 +191,20 @@ def _settle_ended_early(
 ) -> None:
     """A crashed, lost or unreported lease (see settle_round): credit what it did (no time when it
     ran none), and launch it afresh next."""
+    _forget_placement(state, result)
+    _credit(state, result, members, max(exec_s, 0.0), done, received)
+
+
+def _forget_placement(state: MechanismState, result: LeaseResult) -> None:
+    """Launch the lease's entry afresh next round instead of extending it. After a crash or a
+    loss no process runs there. After steps done but not credited (a gang failure: a packed
+    partner or a gang's worker did none), the processes that did them would go on, if
+    extended, from steps the scheduler never counted, and the job would end short of them:
+    relaunched, it resumes from the newest checkpoint at or below the credited step
+    (worker_service/training.py). A lease that did no step at all (a start-up longer than the
+    round) is extended: its process is where the scheduler thinks it is."""
     if state.previous_assignment.get(result.entry) == result.placement:
         del state.previous_assignment[result.entry]
-    _credit(state, result, members, max(exec_s, 0.0), done, received)
 
 
 def record_first_runs(

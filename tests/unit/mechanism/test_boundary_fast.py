@@ -53,6 +53,9 @@ def reference_settle_round(
             continue
         if any(steps < scale_factor for _, steps in members) or exec_s <= 0:
             state.needs_allocation = True
+            # steps done and not credited: relaunched next round, not extended past them
+            if any(steps for _, steps in members) and state.previous_assignment.get(result.entry) == result.placement:
+                del state.previous_assignment[result.entry]
             if len(result.entry) == 1:
                 job = state.jobs[members[0][0]]
                 job.failures += 1

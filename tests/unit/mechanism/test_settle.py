@@ -135,6 +135,22 @@ def test_a_failing_pair_of_gangs_counts_no_failures_but_asks_for_a_new_allocatio
     assert (s.entries[(0, 1)].received_s, s.needs_allocation) == ({"k80": 0.0}, True)
 
 
+def test_steps_done_and_not_credited_relaunch_the_entry_where_a_lease_of_no_steps_is_extended():
+    """A pair whose partner did no step (its start-up outlasted the lease): the other's 250 steps
+    are not credited. Extended, its process would go on from step 250 while the scheduler counts
+    0, and the job would end 250 steps short of its checkpoints: the pair is launched afresh (from
+    the newest checkpoint at or below what was credited). A lease that did no step at all is
+    where the scheduler thinks it is, and is extended as planned."""
+    s = state(k80=2).packing().job("a").job("b").job("c").settled().build()
+    pair, alone = lease((0, 1), "k80", (0,), (0, 250), 1300.0), lease((2,), "k80", (1,), (0,), 1300.0)
+    s.previous_assignment = {pair.entry: pair.placement, alone.entry: alone.placement}
+
+    settle_round(s, [pair, alone], 1000.0, GAVEL_PACKED)
+
+    assert [s.jobs[i].steps_done for i in (0, 1, 2)] == [0, 0, 0]
+    assert s.previous_assignment == {alone.entry: alone.placement}
+
+
 def test_a_lease_of_jobs_no_longer_active_is_ignored():
     s = state(k80=2).jobs(2).remove(1).settled().build()
 
