@@ -1282,6 +1282,16 @@ def test_the_cli_can_make_sure_the_submission_queues_exist(deployed: dict[str, s
     asyncio.run(declare())
 
 
+def gavel_as_cli_user(urls: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """`gavel ARGV` as a process logged in as the definitions' CLI user (no other GAVEL_*
+    settings): these tests check the whole stderr a user's process prints."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
+    env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+
+
 def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(imported: dict[str, dict[str, str]]) -> None:
     """Definitions from before the estimator's queue (the mechanism's is there), no estimator ever
     started: the CLI user may not create the estimator's queue. `gavel submit` says in one line that
@@ -1295,13 +1305,9 @@ def test_without_the_estimators_queue_the_cli_user_warns_once_and_submits(import
     estimator_queue = f"{EXCHANGE}.{ESTIMATOR_INPUTS.name}"
     assert VARIANTS["before-estimator"] == {"without": (estimator_queue,)}
     urls = imported["before-estimator"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-    env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
 
     def gavel(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
-        )
+        return gavel_as_cli_user(urls, *argv)
 
     out = gavel("submit", "--job-type", "A3C", "--steps", "100", "--job-id", "early", "--no-wait")
     assert out.returncode == 0 and out.stdout.strip() == "early", out.stderr
@@ -1342,12 +1348,8 @@ def test_the_cli_user_says_in_one_line_that_the_mechanism_never_ran(imported: di
     not create the mechanism's queue, and `gavel submit` / `gavel cancel` say so and what to do,
     instead of ~60 lines of ChannelAccessRefused (issue 9)."""
     urls = imported["by-hand"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAVEL_")}
-    env.update(GAVEL_AMQP_URL=urls["cli"], GAVEL_EXCHANGE=EXCHANGE)
     for argv in (("submit", "--job-type", "A3C", "--steps", "100"), ("cancel", "x")):
-        out = subprocess.run(
-            [sys.executable, "-m", "services.cli", *argv], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
-        )
+        out = gavel_as_cli_user(urls, *argv)
         assert out.returncode == 1, out.stderr
         user = urllib.parse.urlparse(urls["cli"]).username
         assert out.stderr.strip().splitlines() == [
