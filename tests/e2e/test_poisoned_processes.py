@@ -48,6 +48,7 @@ from sim.fastpath import RunConfig
 from sim.traces import read_trace
 from tests.e2e.test_processes import POLICY, TRACE, check_invariants, mechanism_args, wait_for_all
 from tests.support.broker import broker_required
+from tests.support.data import fewest_steps
 from tests.support.poison import (
     QueueDepths,
     bindings_problem,
@@ -106,13 +107,7 @@ class RoundRecorder:
 def tier_trace(scratch: Path) -> Path:
     """The trace this tier runs: the reference trace (make test-deep), or its QUICK_JOBS jobs of
     fewest steps in the trace's order, written under ``scratch`` (make test)."""
-    if deep():
-        return TRACE
-    lines = TRACE.read_text().splitlines()
-    fewest = sorted(range(len(lines)), key=lambda i: int(lines[i].split("\t")[5]))[:QUICK_JOBS]
-    path = scratch / f"{TRACE.stem}_fewest{QUICK_JOBS}.trace"
-    path.write_text("".join(lines[i] + "\n" for i in sorted(fewest)))
-    return path
+    return TRACE if deep() else fewest_steps(TRACE, QUICK_JOBS, scratch)
 
 
 def undisturbed(trace: Path) -> Run:
