@@ -293,7 +293,8 @@ async def test_a_restart_under_another_policy_says_so_and_a_job_it_cannot_alloca
     cluster.start(
         "mechanism", "serve", "mechanism", "--policy", slo_policy, "--journal", str(tmp_path / "journal.sqlite"), *SCALE,
     )
-    await eventually(lambda: logged(tmp_path / "mechanism.log", "policy_changed"), timeout_s=30, poll_s=0.05)
+    # the second host_ready (the log is appended to): every consumer of the restarted one attached
+    await eventually(lambda: len(logged(tmp_path / "mechanism.log", "host_ready")) >= 2, timeout_s=30, poll_s=0.05)
     change = logged(tmp_path / "mechanism.log", "policy_changed")[0]
     assert (change["journal_policy"], change["policy"]) == ("max_min_fairness_perf", slo_policy)
     for args in (("--job-id", "hopeless", "--slo-s", "1"), ("--job-id", "fine", "--slo-s", "1000000")):
@@ -316,7 +317,8 @@ async def test_a_worker_on_another_clock_and_a_policy_queue_nobody_consumes_are_
     cluster.kill("policy")  # its durable queue stays, with nobody consuming it
     cluster.start("mechanism", "serve", "mechanism", "--journal", str(tmp_path / "journal.sqlite"), *SCALE)
     cluster.start("fleet", "serve", "fleet", "--cluster", "v100=1,k80=1")  # wall clock: the mechanism's is scaled
-    await eventually(lambda: len(logged(log, "worker_refused")) >= 2, timeout_s=30, poll_s=0.05)
+    # host_ready: every consumer attached, the status requests' too (a worker can be refused first)
+    await eventually(lambda: logged(log, "host_ready") and len(logged(log, "worker_refused")) >= 2, timeout_s=30, poll_s=0.05)
     refused = (await status.ask("cluster"))["workers_refused"]  # type: ignore[index]
     assert set(refused) == {"v100-0", "k80-0"}  # type: ignore[arg-type]
     assert "runs on the wall clock and this mechanism on the scaled x1000 clock" in refused["v100-0"]  # type: ignore[index]
