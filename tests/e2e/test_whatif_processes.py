@@ -23,8 +23,9 @@ from common.config import BusSettings
 from common.messages import JobCompleted
 from common.transport.rabbit import RabbitBus
 from sim.traces import TraceJob, write_trace
+from tests.support.asking import Status
 from tests.support.processes import Cluster
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 pytestmark = pytest.mark.broker
 
@@ -79,6 +80,10 @@ async def test_whatif_on_a_real_runs_journal_reproduces_its_average_jct(cluster,
             "mechanism", "serve", "mechanism", "--policy", POLICY, "--time-scale", SCALE, "--journal", str(journal),
             "--health-file", str(tmp_path / "mechanism.health"),
         )
+        # every worker known before the first job: the journal's cluster is the fleet's six GPUs
+        # (waiting on the bus, the trace could go in before the mechanism heard the last ones)
+        async with Status(cluster) as status:
+            await until(lambda: status.workers_up(6), timeout_s=60, poll_s=0.1)
         await asyncio.to_thread(
             cluster.run, "submit", "--job-type", "A3C", "--steps", "2000", "--job-id", "warm-up", "--no-wait"
         )
