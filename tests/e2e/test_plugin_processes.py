@@ -23,9 +23,9 @@ import pytest
 from common.bus import Bus
 from common.config import Settings
 from common.errors import CommandFailed
-from services.cli import build_parser
 from services.cli.common import open_bus
 from services.cli.status_cmd import ask_on
+from tests.support.asking import run_here
 from tests.support.example_plugins import (
     POLICY_ENTRY_POINT,
     POLICY_REFERENCE,
@@ -69,8 +69,7 @@ async def submit(cluster: Cluster, job_id: str, job_type: str, steps: int, *more
     """`gavel submit` run in this process (its parser and command, on the cluster's settings): a
     process would cost ~0.5 s of CPU, and seconds of wall time on a loaded machine."""
     argv = ["submit", "--job-type", job_type, "--steps", str(steps), "--job-id", job_id, *more]
-    args = build_parser(argv).parse_args(argv)
-    assert await args.run(args, Settings.from_env(cluster.env)) == 0
+    assert await run_here(cluster, *argv) == 0, argv
 
 
 async def states(bus: Bus) -> dict[str, str]:

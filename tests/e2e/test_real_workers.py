@@ -40,10 +40,10 @@ from pathlib import Path
 import pytest
 
 from common.bus import Delivery
-from common.config import BusSettings, Settings
+from common.config import BusSettings
 from common.messages import JobCompleted, JobFailed, JobProgress, RoundStarted
 from common.transport.rabbit import RabbitBus
-from services.cli import build_parser
+from tests.support.asking import run_here
 from tests.support.broker import delete_topology
 from tests.support.processes import ROOT, Cluster, logged
 from tests.support.waiting import eventually
@@ -205,13 +205,6 @@ def _equal(x: object, y: object) -> bool:
     return x == y
 
 
-async def gavel_in_process(cluster: Cluster, *argv: str) -> None:
-    """A `gavel` command run in this process (its parser and command, on the cluster's settings):
-    a process would cost ~0.5 s of CPU, and seconds of wall time on a loaded machine."""
-    args = build_parser(list(argv)).parse_args(list(argv))
-    assert await args.run(args, Settings.from_env(cluster.env)) == 0, argv
-
-
 def submissions(flag: Path) -> list[tuple[str, ...]]:
     """The `gavel submit` commands of the test's jobs."""
     catalog = [("--job-type", job_type, "--steps", str(steps), "--job-id", job_id, *extra) for job_id, (job_type, steps, extra) in CATALOG.items()]
@@ -241,7 +234,9 @@ async def test_real_jobs_train_move_survive_a_lost_worker_and_fail_honestly(
     # the first round has them all (with the workers up first, it starts as the first job
     # arrives, with that one alone).
     await eventually(lambda: logged(cluster.workdir / "mechanism.log", "service_started"), 90, poll_s=0.2)
-    await asyncio.gather(*(gavel_in_process(cluster, *command) for command in submissions(flag)))
+    # in this process (tests/support/asking.py): a `gavel` process would cost ~0.5 s of CPU each
+    codes = await asyncio.gather(*(run_here(cluster, *command) for command in submissions(flag)))
+    assert codes == [0] * len(codes), codes
     start_workers(cluster, ckpt)
     # The uninterrupted runs to compare with, meanwhile (by hand: no worker's variables), once a
     # lease has stepped: not beside the first round's start-ups (a start-up longer than a lease

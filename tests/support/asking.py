@@ -3,6 +3,8 @@
 Status: what `gavel jobs|job|workers|cluster --json` prints, by the command's own request
 (services.cli.status_cmd.ask_on), over one connection kept open for the test: for the loops that
 wait on a cluster of processes. gavel_here: a command's exit code and output, by its own `main()`.
+run_here: a command's parser and command alone, on the cluster's settings (its exit code; safe to
+run several at once).
 A `gavel` subprocess costs an interpreter start and its imports, ~0.3-0.5 s of CPU and ~1 s of
 wall on 2 busy cores, each time (the e2e tests spent most of their wall time there); where the
 process itself is what a test is about (the README's lines as a reader runs them), it runs
@@ -17,7 +19,7 @@ import os
 import subprocess
 from types import TracebackType
 
-from common.config import BusSettings
+from common.config import BusSettings, Settings
 from common.transport.rabbit import RabbitBus
 from services.cli.common import CommandFailed
 from services.cli.status_cmd import ask_on
@@ -93,3 +95,13 @@ async def gavel_here(cluster: Cluster, *args: str) -> subprocess.CompletedProces
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+async def run_here(cluster: Cluster, *argv: str) -> int:
+    """`gavel ARGV`'s parser and command in this process's event loop, on the cluster's settings
+    (no environment changed, so several may run at once): its exit code. Output goes to this
+    process's own streams."""
+    from services.cli import build_parser  # noqa: PLC0415 - the command's imports only where it runs
+
+    args = build_parser(list(argv)).parse_args(list(argv))
+    return await args.run(args, Settings.from_env(cluster.env))

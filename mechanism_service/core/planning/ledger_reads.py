@@ -61,4 +61,3 @@ def with_member(members: np.ndarray, jobs: Collection[int]) -> np.ndarray:
     among[np.fromiter(jobs, np.int64, len(jobs)) + 1] = True
     found = among[members + 1]
     return found[:, 0] | found[:, 1]
-
